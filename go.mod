@@ -1,0 +1,3 @@
+module github.com/pibgw/pibgw
+
+go 1.26.8
