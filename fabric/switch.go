@@ -1,0 +1,517 @@
+package fabric
+
+import (
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/pibgw/pibgw/wire"
+)
+
+// LID ranges (IBA 4.1.3, 7.11.1).
+const (
+	LIDUnicastMin   = 0x0001
+	LIDUnicastMax   = 0xBFFF
+	LIDMulticastMin = 0xC000
+	LIDMulticastMax = 0xFFFE
+	LIDPermissive   = 0xFFFF
+)
+
+// Switch table sizes.
+const (
+	// LFTCap is the number of LIDs the linear forwarding table covers: every unicast LID
+	// (IBA 14.2.5.10, SwitchInfo:LinearFDBCap).
+	LFTCap = 49152
+	// LFTBlockSize is the number of entries in one LinearForwardingTable attribute block.
+	LFTBlockSize = 64
+	// DefaultMFTCap is the number of MLIDs from 0xC000 the multicast forwarding table
+	// covers by default (SwitchInfo:MulticastFDBCap).
+	DefaultMFTCap = 1024
+	// MaxSwitchPorts is the most external ports a switch has (port numbers 1..254; 255 is
+	// the LFT's "drop" entry).
+	MaxSwitchPorts = 254
+	// PortDrop is the LFT entry that discards a packet (IBA 14.2.5.10).
+	PortDrop = 0xFF
+)
+
+// PortMask is a set of switch ports, bit i standing for port i (port 0 is the switch's
+// management port). It holds the MulticastForwardingTable entry of one MLID
+// (IBA 14.2.5.11).
+type PortMask [4]uint64
+
+// Set adds port i.
+func (m *PortMask) Set(i int) { m[i>>6] |= 1 << (i & 63) }
+
+// Clear removes port i.
+func (m *PortMask) Clear(i int) { m[i>>6] &^= 1 << (i & 63) }
+
+// Has reports whether port i is in the mask.
+func (m PortMask) Has(i int) bool { return m[i>>6]&(1<<(i&63)) != 0 }
+
+// IsZero reports whether the mask is empty.
+func (m PortMask) IsZero() bool { return m == PortMask{} }
+
+// Ports returns the ports in the mask in increasing order.
+func (m PortMask) Ports() []int {
+	var ps []int
+	for w, x := range m {
+		for x != 0 {
+			b := bits.TrailingZeros64(x)
+			ps = append(ps, w*64+b)
+			x &^= 1 << b
+		}
+	}
+	return ps
+}
+
+// MakePortMask returns the mask of the given ports.
+func MakePortMask(ports ...int) PortMask {
+	var m PortMask
+	for _, p := range ports {
+		m.Set(p)
+	}
+	return m
+}
+
+// DropReason says why a switch discarded a packet.
+type DropReason int
+
+const (
+	DropMalformed    DropReason = iota // shorter than an LRH, or PktLen disagrees with its length
+	DropLID0                           // DLID 0 is reserved (IBA 4.1.3)
+	DropPermissive                     // DLID 0xFFFF and no management agent to take it
+	DropNoRoute                        // LFT entry 0xFF, unset, or beyond the table
+	DropNoMFT                          // MLID beyond the MFT, or an empty port mask
+	DropRawLNH                         // LNH "raw": not an IBA transport, not forwarded
+	DropPortDown                       // the out port has no cable or its cable is down
+	DropNoManagement                   // addressed to port 0 and no management agent set
+	DropBadPort                        // LFT entry names a port the switch does not have
+	numDropReasons
+)
+
+var dropReasonNames = [numDropReasons]string{
+	"malformed", "lid0", "permissive", "no-route", "no-mft", "raw-lnh", "port-down",
+	"no-management", "bad-port",
+}
+
+func (r DropReason) String() string {
+	if r >= 0 && r < numDropReasons {
+		return dropReasonNames[r]
+	}
+	return fmt.Sprintf("DropReason(%d)", int(r))
+}
+
+// PortCounters is a snapshot of one switch port's counters. The first fields follow
+// IBA PortCounters (16.1.3.5): data counts are in 4-byte words, counted over the packet
+// from the LRH through the ICRC.
+type PortCounters struct {
+	XmitPkts     uint64
+	RcvPkts      uint64
+	XmitData     uint64
+	RcvData      uint64
+	XmitDiscards uint64 // packets for this out port dropped because it was down
+	RcvErrors    uint64 // malformed packets received on this port
+	// Drops counts packets received on this port and discarded, by reason.
+	Drops [numDropReasons]uint64
+}
+
+// Dropped returns the count for one reason.
+func (c PortCounters) Dropped(r DropReason) uint64 { return c.Drops[r] }
+
+// SwitchConfig configures NewSwitch.
+type SwitchConfig struct {
+	// Ports is the number of external ports, numbered 1..Ports (at most 254). Default 8.
+	Ports int
+	// MFTCap is the number of MLIDs from 0xC000 the MFT covers; default 1024.
+	MFTCap int
+}
+
+// Switch forwards packets between its ports by DLID (IBA 18.2.4): unicast through the
+// linear forwarding table, multicast through the multicast forwarding table.
+//
+// Forwarding takes no lock: the tables are arrays of atomic words, so the subnet manager
+// can update entries while packets flow, and each lookup is one atomic load.
+type Switch struct {
+	nports int
+	ports  []swPort // index 0 is the management port
+
+	// lft packs four one-byte port entries per word: LID l is byte l&3 of word l>>2.
+	lft []atomic.Uint32
+	// mft holds mftWords words per MLID.
+	mft      []atomic.Uint64
+	mftCap   int
+	mftWords int
+
+	mgmt atomic.Pointer[receiverBox]
+}
+
+type receiverBox struct{ r Receiver }
+
+// swPort is one port of a switch, and the Port a cable plugs into.
+type swPort struct {
+	sw   *Switch
+	num  int
+	link atomic.Pointer[linkBox]
+	up   atomic.Bool
+
+	xmitPkts, rcvPkts, xmitData, rcvData, xmitDiscards, rcvErrors atomic.Uint64
+	drops                                                         [numDropReasons]atomic.Uint64
+	_                                                             [64]byte // keep ports on separate cache lines
+}
+
+// NewSwitch returns a switch with empty forwarding tables: every LFT entry is 0xFF (drop)
+// and every MFT mask is empty.
+func NewSwitch(cfg SwitchConfig) *Switch {
+	n := cfg.Ports
+	if n <= 0 {
+		n = 8
+	}
+	if n > MaxSwitchPorts {
+		n = MaxSwitchPorts
+	}
+	mftCap := cfg.MFTCap
+	if mftCap <= 0 {
+		mftCap = DefaultMFTCap
+	}
+	if mftCap > LIDMulticastMax-LIDMulticastMin+1 {
+		mftCap = LIDMulticastMax - LIDMulticastMin + 1
+	}
+	sw := &Switch{
+		nports:   n,
+		ports:    make([]swPort, n+1),
+		lft:      make([]atomic.Uint32, LFTCap/4),
+		mftCap:   mftCap,
+		mftWords: (n + 1 + 63) / 64,
+	}
+	sw.mft = make([]atomic.Uint64, mftCap*sw.mftWords)
+	for i := range sw.lft {
+		sw.lft[i].Store(0xFFFFFFFF)
+	}
+	for i := range sw.ports {
+		sw.ports[i].sw, sw.ports[i].num = sw, i
+	}
+	return sw
+}
+
+// NumPorts returns the number of external ports.
+func (sw *Switch) NumPorts() int { return sw.nports }
+
+// Port returns external port i (1..NumPorts) for plugging a cable.
+func (sw *Switch) Port(i int) Port {
+	if i < 1 || i > sw.nports {
+		panic(fmt.Sprintf("fabric: switch has no port %d (ports 1..%d)", i, sw.nports))
+	}
+	return &sw.ports[i]
+}
+
+// SetManagement sets the receiver of packets addressed to the switch itself: those whose
+// LFT entry is port 0, multicast whose mask holds port 0, and permissive-DLID packets
+// (directed-route SMPs, IBA 14.2.2). nil removes it; such packets are then dropped.
+func (sw *Switch) SetManagement(r Receiver) {
+	if r == nil {
+		sw.mgmt.Store(nil)
+		return
+	}
+	sw.mgmt.Store(&receiverBox{r})
+}
+
+// SendFromPort transmits pkts out of external port port, as the switch's management
+// agent does when it answers. Packets are dropped and counted when the port is down.
+func (sw *Switch) SendFromPort(port int, pkts [][]byte) {
+	if port < 1 || port > sw.nports {
+		return
+	}
+	sw.ports[port].transmit(pkts)
+}
+
+// SetLFT sets the out port of unicast LID lid. Port 0 means the switch itself; 0xFF drops.
+func (sw *Switch) SetLFT(lid uint16, port uint8) {
+	if int(lid) >= LFTCap {
+		return
+	}
+	w := &sw.lft[lid>>2]
+	shift := 8 * uint(lid&3)
+	for {
+		old := w.Load()
+		nw := old&^(0xFF<<shift) | uint32(port)<<shift
+		if w.CompareAndSwap(old, nw) {
+			return
+		}
+	}
+}
+
+// LFT returns the out port of lid; 0xFF when there is none.
+func (sw *Switch) LFT(lid uint16) uint8 {
+	if int(lid) >= LFTCap {
+		return PortDrop
+	}
+	return uint8(sw.lft[lid>>2].Load() >> (8 * uint(lid&3)))
+}
+
+// SetLFTBlock sets LIDs block*64 .. block*64+63, as a LinearForwardingTable SMP does
+// (IBA 14.2.5.10: the attribute modifier is the block number).
+func (sw *Switch) SetLFTBlock(block int, entries [LFTBlockSize]uint8) {
+	if block < 0 || (block+1)*LFTBlockSize > LFTCap {
+		return
+	}
+	base := block * LFTBlockSize / 4
+	for i := 0; i < LFTBlockSize/4; i++ {
+		e := entries[4*i : 4*i+4]
+		sw.lft[base+i].Store(uint32(e[0]) | uint32(e[1])<<8 | uint32(e[2])<<16 | uint32(e[3])<<24)
+	}
+}
+
+// LFTBlock returns block block of the LFT.
+func (sw *Switch) LFTBlock(block int) [LFTBlockSize]uint8 {
+	var out [LFTBlockSize]uint8
+	for i := range out {
+		out[i] = PortDrop
+	}
+	if block < 0 || (block+1)*LFTBlockSize > LFTCap {
+		return out
+	}
+	for i := range out {
+		out[i] = sw.LFT(uint16(block*LFTBlockSize + i))
+	}
+	return out
+}
+
+// MFTCap returns the number of MLIDs, from 0xC000, that the MFT covers.
+func (sw *Switch) MFTCap() int { return sw.mftCap }
+
+// SetMFT sets the ports multicast LID mlid is forwarded to. Bits for ports the switch
+// does not have are ignored.
+func (sw *Switch) SetMFT(mlid uint16, ports PortMask) {
+	i, ok := sw.mftIndex(mlid)
+	if !ok {
+		return
+	}
+	for w := 0; w < sw.mftWords; w++ {
+		x := ports[w]
+		if w == sw.mftWords-1 && (sw.nports+1)%64 != 0 {
+			x &= 1<<((sw.nports+1)%64) - 1
+		}
+		sw.mft[i+w].Store(x)
+	}
+}
+
+// MFT returns the ports mlid is forwarded to.
+func (sw *Switch) MFT(mlid uint16) PortMask {
+	var m PortMask
+	i, ok := sw.mftIndex(mlid)
+	if !ok {
+		return m
+	}
+	for w := 0; w < sw.mftWords; w++ {
+		m[w] = sw.mft[i+w].Load()
+	}
+	return m
+}
+
+func (sw *Switch) mftIndex(mlid uint16) (int, bool) {
+	if mlid < LIDMulticastMin || int(mlid-LIDMulticastMin) >= sw.mftCap {
+		return 0, false
+	}
+	return int(mlid-LIDMulticastMin) * sw.mftWords, true
+}
+
+// Counters returns a snapshot of port port's counters (0 is the management port).
+func (sw *Switch) Counters(port int) PortCounters {
+	var c PortCounters
+	if port < 0 || port > sw.nports {
+		return c
+	}
+	p := &sw.ports[port]
+	c.XmitPkts, c.RcvPkts = p.xmitPkts.Load(), p.rcvPkts.Load()
+	c.XmitData, c.RcvData = p.xmitData.Load(), p.rcvData.Load()
+	c.XmitDiscards, c.RcvErrors = p.xmitDiscards.Load(), p.rcvErrors.Load()
+	for i := range c.Drops {
+		c.Drops[i] = p.drops[i].Load()
+	}
+	return c
+}
+
+// PortUp reports whether external port port has a cable that is up.
+func (sw *Switch) PortUp(port int) bool {
+	if port < 1 || port > sw.nports {
+		return false
+	}
+	p := &sw.ports[port]
+	return p.up.Load() && p.link.Load() != nil
+}
+
+// Attach implements Port.
+func (p *swPort) Attach(l Link) {
+	if l == nil {
+		p.link.Store(nil)
+		p.up.Store(false)
+		return
+	}
+	p.link.Store(&linkBox{l})
+	p.up.Store(true)
+}
+
+// LinkStateChanged implements LinkStateReceiver.
+func (p *swPort) LinkStateChanged(up bool) { p.up.Store(up) }
+
+// transmit sends pkts out of p, counting them, or drops them when p is down.
+func (p *swPort) transmit(pkts [][]byte) {
+	lb := p.link.Load()
+	if lb == nil || !p.up.Load() {
+		p.xmitDiscards.Add(uint64(len(pkts)))
+		return
+	}
+	p.xmitPkts.Add(uint64(len(pkts)))
+	p.xmitData.Add(words(pkts))
+	lb.l.Send(pkts)
+}
+
+func words(pkts [][]byte) uint64 {
+	var n int
+	for _, q := range pkts {
+		n += len(q)
+	}
+	return uint64(n / 4)
+}
+
+// A route is a packet's forwarding decision, packed so that consecutive packets with
+// equal routes are forwarded together as one sub-slice.
+type route uint32
+
+const (
+	routeUnicast   route = 1 << 24 // | out port (0 = management)
+	routeMulticast route = 2 << 24 // | MLID
+	routeDrop      route = 3 << 24 // | DropReason
+	routeMgmt      route = 4 << 24 // permissive DLID to the management agent
+	routeKindMask  route = 0xFF << 24
+)
+
+func (sw *Switch) route(pkt []byte) route {
+	if len(pkt) < wire.LRHLen {
+		return routeDrop | route(DropMalformed)
+	}
+	lrh := wire.LRH(pkt)
+	// PktLen counts 4-byte words from the LRH through the ICRC (IBA 7.7.8); a packet
+	// on a Link carries no VCRC, so the two must agree exactly.
+	if int(lrh.PktLen())*4 != len(pkt) {
+		return routeDrop | route(DropMalformed)
+	}
+	// IBA 7.7.7: a Raw packet (LNH 00) carries no IBA transport and is not routable;
+	// pibgw has no raw QPs, so the switch does not carry it.
+	if lrh.LNH() == wire.LNHRaw {
+		return routeDrop | route(DropRawLNH)
+	}
+	dlid := lrh.DLID()
+	switch {
+	case dlid == 0:
+		return routeDrop | route(DropLID0)
+	case dlid < LIDMulticastMin:
+		if int(dlid) >= LFTCap {
+			return routeDrop | route(DropNoRoute)
+		}
+		port := uint8(sw.lft[dlid>>2].Load() >> (8 * uint(dlid&3)))
+		if port == PortDrop {
+			return routeDrop | route(DropNoRoute)
+		}
+		if int(port) > sw.nports {
+			return routeDrop | route(DropBadPort)
+		}
+		return routeUnicast | route(port)
+	case dlid == LIDPermissive:
+		return routeMgmt
+	default:
+		if _, ok := sw.mftIndex(dlid); !ok {
+			return routeDrop | route(DropNoMFT)
+		}
+		return routeMulticast | route(dlid)
+	}
+}
+
+// Receive implements Port: the switch forwards what arrives on this port. Runs of
+// consecutive packets with the same route go out as one sub-slice of pkts.
+func (p *swPort) Receive(pkts [][]byte) {
+	if len(pkts) == 0 {
+		return
+	}
+	sw := p.sw
+	p.rcvPkts.Add(uint64(len(pkts)))
+	p.rcvData.Add(words(pkts))
+	r := sw.route(pkts[0])
+	for i := 0; i < len(pkts); {
+		j := i + 1
+		var next route
+		for ; j < len(pkts); j++ {
+			if next = sw.route(pkts[j]); next != r {
+				break
+			}
+		}
+		p.forward(r, pkts[i:j])
+		i, r = j, next
+	}
+}
+
+func (p *swPort) forward(r route, run [][]byte) {
+	sw := p.sw
+	switch r & routeKindMask {
+	case routeUnicast:
+		out := int(r &^ routeKindMask)
+		if out == 0 {
+			p.toManagement(run)
+			return
+		}
+		op := &sw.ports[out]
+		if op.link.Load() == nil || !op.up.Load() {
+			p.drops[DropPortDown].Add(uint64(len(run)))
+		}
+		op.transmit(run)
+	case routeMulticast:
+		mlid := uint16(r &^ routeKindMask)
+		i, _ := sw.mftIndex(mlid)
+		sent := false
+		for w := 0; w < sw.mftWords; w++ {
+			x := sw.mft[i+w].Load()
+			if w == p.num>>6 {
+				// IBA 18.2.4: a multicast packet never goes back out of its ingress port.
+				x &^= 1 << (p.num & 63)
+			}
+			for x != 0 {
+				b := bits.TrailingZeros64(x)
+				x &^= 1 << b
+				sent = true
+				out := w*64 + b
+				if out == 0 {
+					p.toManagement(run)
+					continue
+				}
+				sw.ports[out].transmit(run)
+			}
+		}
+		if !sent {
+			p.drops[DropNoMFT].Add(uint64(len(run)))
+		}
+	case routeMgmt:
+		if sw.mgmt.Load() == nil {
+			p.drops[DropPermissive].Add(uint64(len(run)))
+			return
+		}
+		p.toManagement(run)
+	default:
+		reason := DropReason(r &^ routeKindMask)
+		p.drops[reason].Add(uint64(len(run)))
+		if reason == DropMalformed {
+			p.rcvErrors.Add(uint64(len(run)))
+		}
+	}
+}
+
+func (p *swPort) toManagement(run [][]byte) {
+	m := p.sw.mgmt.Load()
+	if m == nil {
+		p.drops[DropNoManagement].Add(uint64(len(run)))
+		return
+	}
+	mp := &p.sw.ports[0]
+	mp.xmitPkts.Add(uint64(len(run)))
+	mp.xmitData.Add(words(run))
+	m.r.Receive(run)
+}
