@@ -155,8 +155,8 @@ func (f *FaultLink) Send(pkts [][]byte) {
 		q, copied := p, false
 		if corR < cfg.Corrupt && len(p) > wire.LRHLen {
 			pb := copyPacket(p)
-			bit := f.rng.IntN((len(p) - wire.LRHLen) * 8)
-			pb.b[wire.LRHLen+bit/8] ^= 1 << (bit % 8)
+			bit := f.corruptBit(p)
+			pb.b[bit/8] ^= 1 << (bit % 8)
 			b.bufs = append(b.bufs, pb)
 			q, copied = pb.b, true
 			f.corrupted.Add(1)
@@ -211,4 +211,34 @@ func (f *FaultLink) Flush() {
 	b.pkts = append(b.pkts, h.b)
 	b.bufs = append(b.bufs, h)
 	b.send()
+}
+
+// corruptBit picks the bit Corrupt flips: after the LRH, so the packet still routes, and
+// outside the fields the ICRC does not cover (IBA 7.8.1: BTH.Resv8a, and GRH.TClass,
+// FlowLabel and HopLmt in global packets), so the receiver's ICRC check always catches
+// it. Bit 0 is the most significant bit of byte 0.
+func (f *FaultLink) corruptBit(p []byte) int {
+	lnh := wire.LRH(p).LNH()
+	bth := -1
+	grh := lnh == wire.LNHGlobal && len(p) >= wire.LRHLen+wire.GRHLen
+	switch {
+	case lnh == wire.LNHLocal:
+		bth = wire.LRHLen
+	case grh:
+		bth = wire.LRHLen + wire.GRHLen
+	}
+	for {
+		bit := wire.LRHLen*8 + f.rng.IntN((len(p)-wire.LRHLen)*8)
+		byteOff, msb := bit/8, bit%8
+		if bth >= 0 && byteOff == bth+4 {
+			continue // BTH.Resv8a
+		}
+		if grh {
+			g := byteOff - wire.LRHLen
+			if (g == 0 && msb >= 4) || g == 1 || g == 2 || g == 3 || g == 7 {
+				continue // TClass, FlowLabel, HopLmt
+			}
+		}
+		return byteOff*8 + (7 - msb)
+	}
 }
