@@ -40,53 +40,56 @@ import (
 // VCRC least significant byte first, the same convention as the ICRC.
 // Wireshark only displays the two fields (big-endian) and verifies neither.
 
-// icrcMaskLen is the longest masked prefix: LRH + GRH + BTH.
-const icrcMaskLen = LRHLen + GRHLen + BTHLen
+// byteVal[v] == v: one-byte slices of it feed a masked byte to crc32
+// without a buffer that would escape to the heap.
+var byteVal = func() (t [256]byte) {
+	for i := range t {
+		t[i] = byte(i)
+	}
+	return t
+}()
+
+// ones are the all-ones replacements for variant fields.
+var ones = [LRHLen]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
+func crcUpd(crc uint32, p []byte) uint32 { return crc32.Update(crc, crc32.IEEETable, p) }
 
 // icrcBody returns the ICRC of hdr (already masked) followed by rest.
-func icrcBody(hdr, rest []byte) uint32 {
-	return crc32.Update(crc32.ChecksumIEEE(hdr), crc32.IEEETable, rest)
-}
+func icrcBody(hdr, rest []byte) uint32 { return crcUpd(crcUpd(0, hdr), rest) }
 
 // ICRC returns the invariant CRC (IBA 7.8.1) of pkt, a packet from the first
 // LRH byte through the ICRC (no VCRC); the last ICRCLen bytes are not
 // covered. Raw packets (LNH 0 or 1) carry no ICRC; for them the result is
-// meaningless. A packet too short to hold its headers is covered as far as
-// it goes. ICRC does not allocate.
+// meaningless, and a packet too short for its headers gets an unmasked CRC
+// (never a panic). ICRC does not allocate: the packet is fed to crc32 in
+// segments, with the masked bytes taken from constant tables, and is not
+// modified.
 func ICRC(pkt []byte) uint32 {
 	if len(pkt) < ICRCLen {
 		return 0
 	}
-	body := pkt[:len(pkt)-ICRCLen]
-	var buf [icrcMaskLen]byte
-	hl := LRHLen + BTHLen
-	global := len(body) >= 2 && LRH(body).LNH() == LNHGlobal
-	if global {
-		hl = icrcMaskLen
+	b := pkt[:len(pkt)-ICRCLen]
+	if len(b) >= LRHLen+GRHLen+BTHLen && LRH(b).LNH() == LNHGlobal {
+		// IBA 7.8.1: a router rewrites the LRH, so all of it is variant;
+		// so are GRH.TClass, FlowLabel and HopLmt, and BTH.Resv8a.
+		const g = LRHLen
+		c := crcUpd(0, ones[:])
+		c = crcUpd(c, byteVal[b[g]|0x0f:][:1]) // IPVer kept, TClass[7:4]
+		c = crcUpd(c, ones[:3])                // TClass[3:0], FlowLabel
+		c = crcUpd(c, b[g+4:g+7])              // PayLen, NxtHdr
+		c = crcUpd(c, ones[:1])                // HopLmt
+		c = crcUpd(c, b[g+8:g+GRHLen+4])       // SGID, DGID, BTH[0:4]
+		c = crcUpd(c, ones[:1])                // BTH.Resv8a
+		return crcUpd(c, b[g+GRHLen+5:])
 	}
-	n := copy(buf[:min(hl, len(body))], body)
-	h := buf[:n]
-	if global {
-		// IBA 7.8.1: a router rewrites the LRH, so all of it is variant.
-		for i := 0; i < LRHLen && i < n; i++ {
-			h[i] = 0xff
-		}
-		if n > LRHLen {
-			h[LRHLen] |= 0x0f // TClass high nibble
-		}
-		for i := LRHLen + 1; i < LRHLen+4 && i < n; i++ {
-			h[i] = 0xff // TClass low nibble, FlowLabel
-		}
-		if n > LRHLen+7 {
-			h[LRHLen+7] = 0xff // HopLmt
-		}
-	} else if n > 0 {
-		h[0] |= 0xf0 // VL: a switch may change it (SL to VL mapping)
+	if len(b) >= LRHLen+BTHLen {
+		// IBA 7.8.1: local packets mask LRH.VL and BTH.Resv8a.
+		c := crcUpd(0, byteVal[b[0]|0xf0:][:1])
+		c = crcUpd(c, b[1:LRHLen+4])
+		c = crcUpd(c, ones[:1])
+		return crcUpd(c, b[LRHLen+5:])
 	}
-	if r8 := hl - BTHLen + 4; n > r8 {
-		h[r8] = 0xff // BTH.Resv8a
-	}
-	return icrcBody(h, body[n:])
+	return crcUpd(0, b)
 }
 
 // SetICRC computes the ICRC of pkt and stores it in its last four bytes.

@@ -120,7 +120,7 @@ func TestOpcodes(t *testing.T) {
 			t.Errorf("transport %d: %s want %s", i, got, want)
 		}
 	}
-	if !HeaderSet(HasRDETH | HasDETH).Has(HasDETH) || HeaderSet(HasDETH).Has(HasRDETH|HasDETH) {
+	if !HeaderSet(HasRDETH|HasDETH).Has(HasDETH) || HeaderSet(HasDETH).Has(HasRDETH|HasDETH) {
 		t.Error("HeaderSet.Has")
 	}
 	if all := HeaderSet(0xff).Len(); all != RDETHLen+DETHLen+RETHLen+AtomicETHLen+AETHLen+AtomicAckETHLen+ImmDtLen+IETHLen {
