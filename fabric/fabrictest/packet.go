@@ -61,3 +61,25 @@ func WithLNH(p []byte, lnh wire.LNH) []byte {
 	wire.LRH(q).SetLNH(lnh)
 	return q
 }
+
+// DRSMP returns a directed-route SubnGet(attr) SMP (IBA 14.2.2) as an SM sends it from
+// its own port: on VL15 from QP0 to QP0, DLID and SLID permissive, DrSLID and DrDLID
+// permissive, hop pointer 0, and the initial path given by path (the port to leave by at
+// hops 1, 2, ...).
+func DRSMP(tid uint64, attr uint16, path ...uint8) []byte {
+	mad := make([]byte, wire.MADLen)
+	smp := wire.SMP(mad)
+	m := smp.MAD()
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassSubnDirected)
+	m.SetClassVersion(wire.ClassVersionSM)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(tid)
+	m.SetAttrID(attr)
+	smp.SetHopPointer(0)
+	smp.SetHopCount(uint8(len(path)))
+	smp.SetDrSLID(0xFFFF)
+	smp.SetDrDLID(0xFFFF)
+	copy(smp.InitialPath()[1:], path)
+	return UD{VL: 15, DLID: 0xFFFF, SLID: 0xFFFF, Payload: mad}.Build()
+}
