@@ -1,0 +1,102 @@
+package fabric_test
+
+import (
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/fabric/fabrictest"
+)
+
+// benchPkt returns a UD packet of exactly size bytes (LRH through ICRC).
+func benchPkt(dlid uint16, size int) []byte {
+	const hdrs = 8 + 12 + 8 + 4
+	return fabrictest.UD{DLID: dlid, SLID: 1, DestQP: 2, QKey: 3, Payload: make([]byte, size-hdrs)}.Build()
+}
+
+// BenchmarkForward sends packets host → cable → switch → cable → sink. One op is one
+// packet; batch is the number of packets per Send.
+func BenchmarkForward(b *testing.B) {
+	for _, size := range []int{64, 4096} {
+		for _, batch := range []int{1, 32} {
+			b.Run(fmt.Sprintf("%dB/batch=%d", size, batch), func(b *testing.B) {
+				sw := fabric.NewSwitch(fabric.SwitchConfig{Ports: 4})
+				src, dst := &fabrictest.Sink{}, &fabrictest.Sink{}
+				fabric.NewCable(src, sw.Port(1))
+				fabric.NewCable(dst, sw.Port(2))
+				sw.SetLFT(0x20, 2)
+				pkts := make([][]byte, batch)
+				for i := range pkts {
+					pkts[i] = benchPkt(0x20, size)
+				}
+				link := src.Link()
+				b.ReportAllocs()
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for n := 0; n < b.N; n += batch {
+					link.Send(pkts)
+				}
+				b.StopTimer()
+				if dst.Packets.Load() == 0 {
+					b.Fatal("nothing forwarded")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkForwardParallel has every goroutine send into the same switch port.
+func BenchmarkForwardParallel(b *testing.B) {
+	sw := fabric.NewSwitch(fabric.SwitchConfig{Ports: 4})
+	src, dst := &fabrictest.Sink{}, &fabrictest.Sink{}
+	fabric.NewCable(src, sw.Port(1))
+	fabric.NewCable(dst, sw.Port(2))
+	sw.SetLFT(0x20, 2)
+	link := src.Link()
+	b.ReportAllocs()
+	b.SetBytes(64 * 32)
+	b.RunParallel(func(pb *testing.PB) {
+		pkts := make([][]byte, 32)
+		for i := range pkts {
+			pkts[i] = benchPkt(0x20, 64)
+		}
+		for pb.Next() {
+			link.Send(pkts)
+		}
+	})
+}
+
+// BenchmarkCaptureWrite is the capture writer's throughput to io.Discard, VCRC included.
+// One op is one packet.
+func BenchmarkCaptureWrite(b *testing.B) {
+	for _, size := range []int{64, 4096} {
+		b.Run(fmt.Sprintf("%dB", size), func(b *testing.B) {
+			cw := fabric.NewCaptureWriter(io.Discard, fabric.CaptureOptions{})
+			pkts := make([][]byte, 32)
+			for i := range pkts {
+				pkts[i] = benchPkt(0x20, size)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for n := 0; n < b.N; n += len(pkts) {
+				cw.WritePackets(pkts)
+			}
+		})
+	}
+}
+
+// BenchmarkFaultPass is a FaultLink with every fault possible but rare.
+func BenchmarkFaultPass(b *testing.B) {
+	f := fabric.NewFaultLink(fabric.LinkFunc(func([][]byte) {}), fabric.FaultConfig{Seed: 1, Loss: 0.01, Corrupt: 0.01, Reorder: 0.01, Duplicate: 0.01})
+	pkts := make([][]byte, 32)
+	for i := range pkts {
+		pkts[i] = benchPkt(0x20, 256)
+	}
+	b.ReportAllocs()
+	b.SetBytes(256)
+	for n := 0; n < b.N; n += len(pkts) {
+		f.Send(pkts)
+	}
+}
