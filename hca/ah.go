@@ -1,0 +1,63 @@
+package hca
+
+// AH is an address handle (ibv_ah).
+type AH struct {
+	pd   *PD
+	id   uint32
+	attr AHAttr
+}
+
+// CreateAH creates an address handle (ibv_create_ah).
+func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
+	d := pd.ctx.dev
+	if d.Port(int(attr.PortNum)) == nil {
+		return nil, errorf("create_ah", EINVAL, "port %d does not exist", attr.PortNum)
+	}
+	if attr.SL > 15 {
+		return nil, errorf("create_ah", EINVAL, "SL %d out of range 0..15", attr.SL)
+	}
+	if attr.IsGlobal {
+		if int(attr.GRH.SGIDIndex) >= GIDTableLen {
+			return nil, errorf("create_ah", EINVAL, "sgid_index %d out of range", attr.GRH.SGIDIndex)
+		}
+		if _, ok := d.Port(int(attr.PortNum)).GID(int(attr.GRH.SGIDIndex)); !ok {
+			return nil, errorf("create_ah", EINVAL, "sgid_index %d is empty", attr.GRH.SGIDIndex)
+		}
+	}
+	if attr.DLID == 0 {
+		return nil, errorf("create_ah", EINVAL, "DLID 0 is not a valid destination")
+	}
+	if isMulticastLID(attr.DLID) && !attr.IsGlobal {
+		// IBA 8.4.1: multicast packets carry a GRH.
+		return nil, errorf("create_ah", EINVAL, "multicast DLID %#x needs a GRH (is_global)", attr.DLID)
+	}
+	if pd.dead.Load() {
+		return nil, errorf("create_ah", EINVAL, "PD %d is freed", pd.id)
+	}
+	d.mu.Lock()
+	if d.counts.ah >= MaxAH {
+		d.mu.Unlock()
+		return nil, errorf("create_ah", ENOMEM, "device has %d AHs (max_ah)", MaxAH)
+	}
+	d.counts.ah++
+	id := d.nextID()
+	d.mu.Unlock()
+	pd.refs.Add(1)
+	return &AH{pd: pd, id: id, attr: attr}, nil
+}
+
+// Attr returns the address vector.
+func (ah *AH) Attr() *AHAttr { return &ah.attr }
+
+// PD returns the AH's protection domain.
+func (ah *AH) PD() *PD { return ah.pd }
+
+// Destroy destroys the AH (ibv_destroy_ah).
+func (ah *AH) Destroy() error {
+	d := ah.pd.ctx.dev
+	d.mu.Lock()
+	d.counts.ah--
+	d.mu.Unlock()
+	ah.pd.refs.Add(-1)
+	return nil
+}

@@ -1,0 +1,179 @@
+package hca
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// CompChannel is a completion event channel (ibv_comp_channel).
+type CompChannel struct {
+	ctx *Context
+	ch  chan *CQ
+}
+
+// CreateCompChannel creates a completion channel.
+func (c *Context) CreateCompChannel() *CompChannel {
+	return &CompChannel{ctx: c, ch: make(chan *CQ, 4096)}
+}
+
+// Events delivers a CQ each time one of the channel's armed CQs gets a completion
+// (ibv_get_cq_event); acknowledge with CQ.AckEvents.
+func (ch *CompChannel) Events() <-chan *CQ { return ch.ch }
+
+// CQ is a completion queue (ibv_cq).
+type CQ struct {
+	ctx  *Context
+	id   uint32
+	ch   *CompChannel
+	refs atomic.Int32
+
+	mu         sync.Mutex
+	ring       []WC
+	head, n    int
+	armed      bool
+	solOnly    bool
+	overflowed bool
+	events     uint32 // delivered to the channel
+	acked      uint32
+	lost       uint64
+}
+
+// CreateCQ creates a CQ of at least cqe entries (ibv_create_cq).
+func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
+	if cqe < 1 || cqe > MaxCQE {
+		return nil, errorf("create_cq", EINVAL, "cqe %d out of range 1..%d", cqe, MaxCQE)
+	}
+	if ch != nil && ch.ctx != c {
+		return nil, errorf("create_cq", EINVAL, "completion channel of another context")
+	}
+	d := c.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.counts.cq >= MaxCQ {
+		return nil, errorf("create_cq", ENOMEM, "device has %d CQs (max_cq)", MaxCQ)
+	}
+	d.counts.cq++
+	return &CQ{ctx: c, id: d.nextID(), ch: ch, ring: make([]WC, cqe)}, nil
+}
+
+// ID is the object id pibgw's inspection shows.
+func (cq *CQ) ID() uint32 { return cq.id }
+
+// CQE is the CQ's capacity.
+func (cq *CQ) CQE() int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return len(cq.ring)
+}
+
+// Poll moves up to len(wcs) completions into wcs and returns how many (ibv_poll_cq).
+func (cq *CQ) Poll(wcs []WC) int {
+	cq.mu.Lock()
+	n := 0
+	for n < len(wcs) && cq.n > 0 {
+		wcs[n] = cq.ring[cq.head]
+		cq.head++
+		if cq.head == len(cq.ring) {
+			cq.head = 0
+		}
+		cq.n--
+		n++
+	}
+	cq.mu.Unlock()
+	return n
+}
+
+// ReqNotify arms the CQ: the next completion (the next solicited one, or any error, when
+// solicitedOnly) sends the CQ to its channel once (ibv_req_notify_cq).
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if cq.ch == nil {
+		return errorf("req_notify_cq", EINVAL, "CQ %d has no completion channel", cq.id)
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cq.armed && !cq.solOnly {
+		return nil // already armed for every completion
+	}
+	cq.armed, cq.solOnly = true, solicitedOnly
+	return nil
+}
+
+// AckEvents acknowledges n channel events (ibv_ack_cq_events).
+func (cq *CQ) AckEvents(n int) {
+	cq.mu.Lock()
+	cq.acked += uint32(n)
+	cq.mu.Unlock()
+}
+
+// Lost counts completions dropped after the CQ overflowed.
+func (cq *CQ) Lost() uint64 {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	return cq.lost
+}
+
+// Resize changes the capacity (ibv_resize_cq); EINVAL if the entries would not fit.
+func (cq *CQ) Resize(cqe int) error {
+	if cqe < 1 || cqe > MaxCQE {
+		return errorf("resize_cq", EINVAL, "cqe %d out of range 1..%d", cqe, MaxCQE)
+	}
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	if cqe < cq.n {
+		return errorf("resize_cq", EINVAL, "cqe %d below the %d entries queued", cqe, cq.n)
+	}
+	ring := make([]WC, cqe)
+	for i := 0; i < cq.n; i++ {
+		ring[i] = cq.ring[(cq.head+i)%len(cq.ring)]
+	}
+	cq.ring, cq.head = ring, 0
+	return nil
+}
+
+// Destroy destroys the CQ; EBUSY while a QP uses it (ibv_destroy_cq).
+func (cq *CQ) Destroy() error {
+	if n := cq.refs.Load(); n > 0 {
+		return errorf("destroy_cq", EBUSY, "CQ %d is used by %d QPs", cq.id, n)
+	}
+	d := cq.ctx.dev
+	d.mu.Lock()
+	d.counts.cq--
+	d.mu.Unlock()
+	return nil
+}
+
+// Push adds a completion (transports call it through QP). A full CQ is an overrun: the
+// completion is lost, the CQ enters the error state and IBV_EVENT_CQ_ERR is raised once
+// (IBA 11.4.2.1, C11-?).
+func (cq *CQ) Push(wc *WC, solicited bool) bool {
+	cq.mu.Lock()
+	if cq.n == len(cq.ring) || cq.overflowed {
+		cq.lost++
+		first := !cq.overflowed
+		cq.overflowed = true
+		cq.mu.Unlock()
+		if first {
+			cq.ctx.dev.raise(AsyncEvent{Type: EventCQErr, CQ: cq})
+		}
+		return false
+	}
+	i := cq.head + cq.n
+	if i >= len(cq.ring) {
+		i -= len(cq.ring)
+	}
+	cq.ring[i] = *wc
+	cq.n++
+	notify := cq.armed && (!cq.solOnly || solicited || wc.Status != WCSuccess)
+	if notify {
+		cq.armed = false
+		cq.events++
+	}
+	cq.mu.Unlock()
+	if notify {
+		select {
+		case cq.ch.ch <- cq:
+		default:
+		}
+	}
+	return true
+}

@@ -1,0 +1,143 @@
+package hca
+
+import (
+	"unsafe"
+)
+
+// MR is a registered memory region (ibv_mr). Its addresses are the real virtual addresses
+// of the registered Go slice, as verbs addresses are, so SGEs and RDMA addresses are plain
+// uint64 values.
+type MR struct {
+	pd     *PD
+	buf    []byte
+	addr   uint64
+	key    uint32
+	access AccessFlags
+}
+
+// BufAddr returns the virtual address of b[0] (of b's array when b is empty), the value an
+// SGE or RETH carries for it.
+func BufAddr(b []byte) uint64 {
+	if cap(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+}
+
+// RegMR registers buf with the given access (ibv_reg_mr). IBA C10-?: remote write or
+// atomic access requires local write.
+func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
+	if len(buf) == 0 {
+		return nil, errorf("reg_mr", EINVAL, "empty buffer")
+	}
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind|AccessZeroBased) != 0 {
+		return nil, errorf("reg_mr", EINVAL, "unknown access flags %#x", uint32(access))
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, errorf("reg_mr", EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+	}
+	if pd.dead.Load() {
+		return nil, errorf("reg_mr", EINVAL, "PD %d is freed", pd.id)
+	}
+	mr := &MR{pd: pd, buf: buf, addr: BufAddr(buf), access: access}
+	if access&AccessZeroBased != 0 {
+		mr.addr = 0
+	}
+	d := pd.ctx.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.counts.mr >= MaxMR {
+		return nil, errorf("reg_mr", ENOMEM, "device has %d MRs (max_mr)", MaxMR)
+	}
+	var idx uint32
+	if n := len(d.freeMR); n > 0 {
+		idx = d.freeMR[n-1]
+		d.freeMR = d.freeMR[:n-1]
+	} else {
+		idx = uint32(len(d.mrs))
+		d.mrs = append(d.mrs, nil)
+	}
+	// The low byte is a generation number so a stale key does not find a reused slot.
+	d.keyGen++
+	mr.key = idx<<8 | uint32(d.keyGen)
+	d.mrs[idx] = mr
+	d.counts.mr++
+	pd.refs.Add(1)
+	return mr, nil
+}
+
+// LKey is the local key; RKey the remote key (the same value, as on most HCAs).
+func (mr *MR) LKey() uint32 { return mr.key }
+
+// RKey is the remote key.
+func (mr *MR) RKey() uint32 { return mr.key }
+
+// Addr is the region's start address.
+func (mr *MR) Addr() uint64 { return mr.addr }
+
+// Length is the region's length.
+func (mr *MR) Length() int { return len(mr.buf) }
+
+// Access returns the access flags.
+func (mr *MR) Access() AccessFlags { return mr.access }
+
+// PD returns the region's protection domain.
+func (mr *MR) PD() *PD { return mr.pd }
+
+// Bytes returns the registered slice.
+func (mr *MR) Bytes() []byte { return mr.buf }
+
+// Dereg deregisters the region (ibv_dereg_mr).
+func (mr *MR) Dereg() error {
+	d := mr.pd.ctx.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	idx := mr.key >> 8
+	if int(idx) >= len(d.mrs) || d.mrs[idx] != mr {
+		return errorf("dereg_mr", EINVAL, "MR %#x is not registered", mr.key)
+	}
+	d.mrs[idx] = nil
+	d.freeMR = append(d.freeMR, idx)
+	d.counts.mr--
+	mr.pd.refs.Add(-1)
+	return nil
+}
+
+// LookupKey finds the MR with the given L_Key or R_Key.
+func (d *Device) LookupKey(key uint32) *MR {
+	idx := key >> 8
+	d.mu.RLock()
+	var mr *MR
+	if int(idx) < len(d.mrs) {
+		mr = d.mrs[idx]
+	}
+	d.mu.RUnlock()
+	if mr == nil || mr.key != key {
+		return nil
+	}
+	return mr
+}
+
+// Slice returns the registered bytes [addr, addr+length) if they lie inside the region.
+func (mr *MR) Slice(addr uint64, length uint32) ([]byte, bool) {
+	if addr < mr.addr {
+		return nil, false
+	}
+	off := addr - mr.addr
+	end := off + uint64(length)
+	if end < off || end > uint64(len(mr.buf)) {
+		return nil, false
+	}
+	return mr.buf[off:end:end], true
+}
+
+// rawBytes reinterprets a user virtual address as bytes: the inline-data path, where
+// libibverbs too copies from any address the caller names. The caller keeps the memory
+// alive for the duration of the post.
+func rawBytes(addr uint64, n uint32) []byte {
+	if addr == 0 || n == 0 {
+		return nil
+	}
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	return unsafe.Slice((*byte)(p), n)
+}

@@ -1,0 +1,193 @@
+package hca
+
+import (
+	"sync"
+
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Packet is a received packet as a transport sees it: the parsed headers plus what the
+// port's checks found out.
+type Packet struct {
+	wire.Packet
+	// Raw is the whole packet, LRH through ICRC.
+	Raw []byte
+	// PKeyIndex is the index in the port's P_Key table of the entry that matched.
+	PKeyIndex uint16
+	// Loopback is set when the packet never left this port (sent to its own LID or a
+	// multicast group with local members).
+	Loopback bool
+}
+
+var packetPool = sync.Pool{New: func() any { return new(Packet) }}
+
+// Receive takes packets arriving from the fabric (fabric.Receiver). Every packet that is
+// not delivered increments a named counter; nothing here panics on bad input.
+func (p *Port) Receive(pkts [][]byte) {
+	pk := packetPool.Get().(*Packet)
+	for _, b := range pkts {
+		p.receiveOne(pk, b, false)
+	}
+	pk.Packet = wire.Packet{}
+	pk.Raw = nil
+	packetPool.Put(pk)
+}
+
+const (
+	permissiveLID  = 0xFFFF
+	multicastLIDLo = 0xC000
+	mcastQPN       = 0xFFFFFF
+)
+
+func isMulticastLID(lid uint16) bool { return lid >= multicastLIDLo && lid != permissiveLID }
+
+func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
+	c := &p.counters
+	if err := pk.Parse(b); err != nil {
+		c.Inc(CntRcvErrors)
+		c.Inc(CntDropMalformed)
+		return
+	}
+	if pk.BTH == nil { // raw packets: no consumer yet
+		c.Inc(CntRcvErrors)
+		c.Inc(CntDropMalformed)
+		return
+	}
+	// IBA 7.8.1 / C7-?: a packet whose ICRC does not check is dropped.
+	if !wire.CheckICRC(b) {
+		c.Inc(CntRcvErrors)
+		c.Inc(CntDropICRC)
+		return
+	}
+	pk.Raw, pk.Loopback = b, loop
+	c.Inc(CntRcvPkts)
+	c.Add(CntRcvData, uint64(len(b)+wire.VCRCLen)/4)
+	pi := p.info.Load()
+	dlid := pk.LRH.DLID()
+	dqp := pk.BTH.DestQP()
+
+	// VL15 carries only SMPs to QP0 (IBA 7.6.5); they pass in any port state.
+	if dqp == 0 {
+		if pk.LRH.VL() != 15 {
+			c.Inc(CntRcvErrors)
+			c.Inc(CntDropQPType)
+			return
+		}
+		if dlid != permissiveLID && !p.ownsLID(pi, dlid) {
+			c.Inc(CntVL15Dropped)
+			c.Inc(CntDropDLID)
+			return
+		}
+		qp := p.qp0.Load()
+		if qp == nil {
+			c.Inc(CntVL15Dropped)
+			c.Inc(CntDropNoQP)
+			return
+		}
+		pk.PKeyIndex = 0
+		c.Inc(CntUnicastRcvPkts)
+		p.deliver(qp, pk)
+		return
+	}
+	// Data packets need an Armed or Active port (IBA 7.2.?: Init accepts only SMPs).
+	if pi.state != PortArmed && pi.state != PortActive {
+		c.Inc(CntDropPortState)
+		return
+	}
+	if isMulticastLID(dlid) {
+		c.Inc(CntMulticastRcvPkts)
+		p.receiveMulticast(pk, pi)
+		return
+	}
+	c.Inc(CntUnicastRcvPkts)
+	if !p.ownsLID(pi, dlid) {
+		c.Inc(CntRcvErrors)
+		c.Inc(CntDropDLID)
+		return
+	}
+	var qp *QP
+	if dqp == 1 {
+		qp = p.qp1.Load()
+	} else {
+		qp = p.dev.lookupQP(dqp)
+		if qp != nil && qp.port.Load() != p {
+			qp = nil
+		}
+	}
+	if qp == nil {
+		c.Inc(CntDropNoQP)
+		return
+	}
+	if !p.checkPKey(pk, pi, qp) {
+		return
+	}
+	p.deliver(qp, pk)
+}
+
+// ownsLID reports whether dlid addresses this port: its base LID with any path bits below
+// the LMC (IBA 7.11.1).
+func (p *Port) ownsLID(pi *portInfo, dlid uint16) bool {
+	return pi.lid != 0 && dlid>>pi.lmc == pi.lid>>pi.lmc
+}
+
+// checkPKey applies IBA 10.9.3: QP1 accepts a P_Key that matches any table entry; other QPs
+// only the entry at their P_Key index. A mismatch is dropped and counted in
+// PortInfo:P_KeyViolations and PortRcvErrors.
+func (p *Port) checkPKey(pk *Packet, pi *portInfo, qp *QP) bool {
+	pkey := pk.BTH.PKey()
+	if qp.typ == QPTypeGSI {
+		for i, k := range pi.pkeys {
+			if PKeyMatch(pkey, k) {
+				pk.PKeyIndex = uint16(i)
+				return true
+			}
+		}
+	} else {
+		i := qp.pkeyIndex.Load()
+		if PKeyMatch(pkey, pi.pkeys[i]) {
+			pk.PKeyIndex = uint16(i)
+			return true
+		}
+	}
+	p.counters.Inc(CntPKeyViolations)
+	p.counters.Inc(CntRcvErrors)
+	return false
+}
+
+func (p *Port) deliver(qp *QP, pk *Packet) {
+	if !qp.receiving() {
+		p.counters.Inc(CntDropQPState)
+		return
+	}
+	qp.tr.Receive(qp, pk)
+}
+
+// receiveMulticast delivers a multicast packet to every QP attached to its MGID (IBA
+// 10.5.2.?: multicast packets carry a GRH; DestQP is 0xFFFFFF).
+func (p *Port) receiveMulticast(pk *Packet, pi *portInfo) {
+	c := &p.counters
+	if pk.GRH == nil || pk.BTH.DestQP() != mcastQPN {
+		c.Inc(CntRcvErrors)
+		c.Inc(CntDropMalformed)
+		return
+	}
+	mgid := pk.GRH.DGID()
+	p.mcMu.RLock()
+	qps := p.mcast[mgid]
+	p.mcMu.RUnlock()
+	if len(qps) == 0 {
+		c.Inc(CntDropMcastNoGroup)
+		return
+	}
+	src := pk.DETH.SrcQP()
+	for _, qp := range qps {
+		// Our own multicast comes back only to the other QPs of this port.
+		if pk.Loopback && qp.num == src {
+			continue
+		}
+		if !p.checkPKey(pk, pi, qp) {
+			continue
+		}
+		p.deliver(qp, pk)
+	}
+}

@@ -1,0 +1,73 @@
+package hca
+
+import "github.com/pibgw/pibgw/wire"
+
+// Transmit sends packets out of the port (transports call it with finished packets, LRH
+// through ICRC). Packets to the port's own LID are looped back inside the HCA, as an HCA
+// does; multicast goes to the fabric and to the port's other attached QPs. The caller
+// keeps ownership of pkts.
+func (p *Port) Transmit(pkts [][]byte) {
+	c := &p.counters
+	pi := p.info.Load()
+	lb := p.link.Load()
+	start := 0
+	flush := func(end int) {
+		if end > start {
+			if lb == nil {
+				c.Add(CntXmitDiscards, uint64(end-start))
+				c.Add(CntDropNoLink, uint64(end-start))
+			} else {
+				lb.l.Send(pkts[start:end])
+			}
+		}
+	}
+	for i, b := range pkts {
+		if len(b) < wire.LRHLen+wire.BTHLen {
+			flush(i)
+			start = i + 1
+			c.Inc(CntXmitDiscards)
+			continue
+		}
+		lrh := wire.LRH(b)
+		dlid := lrh.DLID()
+		// IBA 7.2.?: only an Active port sends data packets; SMPs (VL15) go out in any state.
+		if pi.state != PortActive && lrh.VL() != 15 {
+			flush(i)
+			start = i + 1
+			c.Inc(CntXmitDiscards)
+			c.Inc(CntDropPortState)
+			continue
+		}
+		c.Inc(CntXmitPkts)
+		c.Add(CntXmitData, uint64(len(b)+wire.VCRCLen)/4)
+		switch {
+		case isMulticastLID(dlid):
+			c.Inc(CntMulticastXmitPkts)
+			p.loopback(b)
+		case dlid != permissiveLID && p.ownsLID(pi, dlid):
+			c.Inc(CntUnicastXmitPkts)
+			flush(i)
+			start = i + 1
+			p.loopback(b)
+		default:
+			c.Inc(CntUnicastXmitPkts)
+		}
+	}
+	flush(len(pkts))
+}
+
+func (p *Port) loopback(b []byte) {
+	if isMulticastLID(wire.LRH(b).DLID()) {
+		p.mcMu.RLock()
+		n := len(p.mcast)
+		p.mcMu.RUnlock()
+		if n == 0 {
+			return
+		}
+	}
+	pk := packetPool.Get().(*Packet)
+	p.receiveOne(pk, b, true)
+	pk.Packet = wire.Packet{}
+	pk.Raw = nil
+	packetPool.Put(pk)
+}

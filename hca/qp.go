@@ -1,0 +1,459 @@
+package hca
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+const (
+	firstUserQPN = 0x48
+	maxQPN       = 0xFFFFFF
+)
+
+// QP is a queue pair (ibv_qp).
+type QP struct {
+	pd     *PD
+	dev    *Device
+	num    uint32
+	typ    QPType
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	sigAll bool
+	cap    QPCap
+	tr     Transport
+
+	// Read on the packet path without locks.
+	state     atomic.Uint32
+	qkey      atomic.Uint32
+	pkeyIndex atomic.Uint32
+	port      atomic.Pointer[Port]
+
+	mu   sync.Mutex // guards attr and state changes
+	attr QPAttr
+
+	rq recvQueue
+
+	sqdPending []SendWR // WRs posted in SQD, started on the return to RTS
+
+	mcMu   sync.Mutex
+	mcGIDs map[[16]byte]struct{}
+
+	// TransportState belongs to the QP's transport (rc keeps its requester and responder
+	// here).
+	TransportState any
+	// SendMu serialises a transport's send path for this QP.
+	SendMu sync.Mutex
+}
+
+// CreateQP creates a queue pair (ibv_create_qp). SMI and GSI types create the port's QP0
+// and QP1.
+func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
+	d := pd.ctx.dev
+	const op = "create_qp"
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, errorf(op, EINVAL, "send_cq and recv_cq are required")
+	}
+	if init.SendCQ.ctx.dev != d || init.RecvCQ.ctx.dev != d {
+		return nil, errorf(op, EINVAL, "CQ of another device")
+	}
+	tr := d.transport(init.QPType)
+	if tr == nil {
+		return nil, errorf(op, EOPNOTSUPP, "QP type %s is not supported by %s", init.QPType, d.Name())
+	}
+	c := init.Cap
+	if c.MaxSendWR > MaxQPWR || c.MaxRecvWR > MaxQPWR {
+		return nil, errorf(op, EINVAL, "max_send_wr %d / max_recv_wr %d above max_qp_wr %d", c.MaxSendWR, c.MaxRecvWR, MaxQPWR)
+	}
+	if c.MaxSendSGE > MaxSGE || c.MaxRecvSGE > MaxSGE {
+		return nil, errorf(op, EINVAL, "max_send_sge %d / max_recv_sge %d above max_sge %d", c.MaxSendSGE, c.MaxRecvSGE, MaxSGE)
+	}
+	if c.MaxInlineData > MaxInline {
+		return nil, errorf(op, EINVAL, "max_inline_data %d above %d", c.MaxInlineData, MaxInline)
+	}
+	if init.SRQ == nil && c.MaxRecvWR == 0 && init.QPType != QPTypeSMI {
+		// A QP with no RQ and no SRQ could never receive; libibverbs allows it, and so do we.
+	}
+	if init.SRQ != nil && init.SRQ.pd.ctx.dev != d {
+		return nil, errorf(op, EINVAL, "SRQ of another device")
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	if pd.dead.Load() {
+		return nil, errorf(op, EINVAL, "PD %d is freed", pd.id)
+	}
+	qp := &QP{
+		pd: pd, dev: d, typ: init.QPType, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		srq: init.SRQ, sigAll: init.SQSigAll, cap: c, tr: tr,
+	}
+	if init.SRQ == nil {
+		qp.rq = newRecvQueue(int(c.MaxRecvWR), int(c.MaxRecvSGE))
+	}
+	var special *Port
+	if init.QPType == QPTypeSMI || init.QPType == QPTypeGSI {
+		special = d.Port(int(init.Port))
+		if special == nil {
+			return nil, errorf(op, EINVAL, "port %d does not exist", init.Port)
+		}
+	}
+
+	d.mu.Lock()
+	if d.counts.qp >= MaxQP {
+		d.mu.Unlock()
+		return nil, errorf(op, ENOMEM, "device has %d QPs (max_qp)", MaxQP)
+	}
+	switch init.QPType {
+	case QPTypeSMI, QPTypeGSI:
+		slot := &special.qp0
+		qp.num = 0
+		if init.QPType == QPTypeGSI {
+			slot, qp.num = &special.qp1, 1
+		}
+		if !slot.CompareAndSwap(nil, qp) {
+			d.mu.Unlock()
+			return nil, errorf(op, EBUSY, "port %d already has QP%d", init.Port, qp.num)
+		}
+		qp.port.Store(special)
+	default:
+		for d.qps[d.nextQPN] != nil {
+			d.nextQPN = nextQPN(d.nextQPN)
+		}
+		qp.num = d.nextQPN
+		d.nextQPN = nextQPN(d.nextQPN)
+		d.qps[qp.num] = qp
+	}
+	d.counts.qp++
+	d.mu.Unlock()
+
+	pd.refs.Add(1)
+	init.SendCQ.refs.Add(1)
+	init.RecvCQ.refs.Add(1)
+	if init.SRQ != nil {
+		d.mu.Lock()
+		init.SRQ.refs++
+		d.mu.Unlock()
+	}
+	qp.attr.Cap = c
+	qp.attr.QPState = QPStateReset
+	if special != nil {
+		qp.attr.PortNum = special.num
+	}
+	return qp, nil
+}
+
+func nextQPN(n uint32) uint32 {
+	n++
+	if n > maxQPN-1 { // 0xFFFFFF is the multicast QPN
+		n = firstUserQPN
+	}
+	return n
+}
+
+// Num is the QP number.
+func (qp *QP) Num() uint32 { return qp.num }
+
+// Type is the QP type.
+func (qp *QP) Type() QPType { return qp.typ }
+
+// State is the current state.
+func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
+
+// PD returns the QP's protection domain.
+func (qp *QP) PD() *PD { return qp.pd }
+
+// Device returns the QP's device.
+func (qp *QP) Device() *Device { return qp.dev }
+
+// Port returns the port the QP is bound to (nil in RESET before INIT).
+func (qp *QP) Port() *Port { return qp.port.Load() }
+
+// QKey is the QP's Q_Key.
+func (qp *QP) QKey() uint32 { return qp.qkey.Load() }
+
+// PKeyIndex is the QP's P_Key index.
+func (qp *QP) PKeyIndex() uint16 { return uint16(qp.pkeyIndex.Load()) }
+
+// SendCQ and RecvCQ return the QP's CQs.
+func (qp *QP) SendCQ() *CQ { return qp.sendCQ }
+
+// RecvCQ returns the receive CQ.
+func (qp *QP) RecvCQ() *CQ { return qp.recvCQ }
+
+// SRQ returns the QP's SRQ or nil.
+func (qp *QP) SRQ() *SRQ { return qp.srq }
+
+// Cap returns the QP's capabilities.
+func (qp *QP) Cap() QPCap { return qp.cap }
+
+// Attr returns a copy of the QP's attributes.
+func (qp *QP) Attr() QPAttr {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	a := qp.attr
+	a.QPState = qp.State()
+	return a
+}
+
+// Query returns the attributes (ibv_query_qp) and the creation attributes.
+func (qp *QP) Query() (QPAttr, QPInitAttr) {
+	return qp.Attr(), QPInitAttr{SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq, Cap: qp.cap, QPType: qp.typ, SQSigAll: qp.sigAll}
+}
+
+// receiving reports whether the receive side accepts packets: RTR and later, but not in
+// ERR (IBA 10.3.1).
+func (qp *QP) receiving() bool {
+	s := qp.State()
+	return s >= QPStateRTR && s <= QPStateSQE
+}
+
+// Modify changes attributes and state (ibv_modify_qp).
+func (qp *QP) Modify(a *QPAttr, mask QPAttrMask) error {
+	const op = "modify_qp"
+	qp.mu.Lock()
+	cur := qp.State()
+	next := cur
+	if mask&QPAttrState != 0 {
+		next = a.QPState
+		if next > QPStateErr {
+			qp.mu.Unlock()
+			return errorf(op, EINVAL, "unknown target state %d", next)
+		}
+	}
+	if mask&QPAttrCurState != 0 && a.CurQPState != cur {
+		qp.mu.Unlock()
+		return errorf(op, EINVAL, "cur_qp_state %s is not the QP's state %s", a.CurQPState, cur)
+	}
+	if err := checkTransition(qp.typ, cur, next, mask); err != nil {
+		qp.mu.Unlock()
+		return err
+	}
+	if err := qp.checkValues(a, mask); err != nil {
+		qp.mu.Unlock()
+		return err
+	}
+	qp.apply(a, mask)
+	qp.attr.QPState = next
+	qp.state.Store(uint32(next))
+	qp.mu.Unlock()
+
+	if next != cur || next == QPStateReset {
+		qp.changed(cur, next)
+	}
+	return nil
+}
+
+func (qp *QP) checkValues(a *QPAttr, mask QPAttrMask) error {
+	const op = "modify_qp"
+	d := qp.dev
+	port := qp.port.Load()
+	if mask&QPAttrPort != 0 {
+		port = d.Port(int(a.PortNum))
+		if port == nil {
+			return errorf(op, EINVAL, "port_num %d does not exist", a.PortNum)
+		}
+	}
+	if mask&QPAttrPKeyIndex != 0 && int(a.PKeyIndex) >= PKeyTableLen {
+		return errorf(op, EINVAL, "pkey_index %d out of range 0..%d", a.PKeyIndex, PKeyTableLen-1)
+	}
+	if mask&QPAttrPathMTU != 0 {
+		if a.PathMTU.Bytes() == 0 {
+			return errorf(op, EINVAL, "path_mtu encoding %d invalid", a.PathMTU)
+		}
+		if port != nil && a.PathMTU > d.cfg.MaxMTU {
+			return errorf(op, EINVAL, "path_mtu %d above the port's max_mtu %d", a.PathMTU.Bytes(), d.cfg.MaxMTU.Bytes())
+		}
+	}
+	if mask&QPAttrAV != 0 {
+		if a.AHAttr.DLID == 0 {
+			return errorf(op, EINVAL, "ah_attr.dlid is 0")
+		}
+		if a.AHAttr.SL > 15 {
+			return errorf(op, EINVAL, "ah_attr.sl %d out of range", a.AHAttr.SL)
+		}
+	}
+	if mask&QPAttrTimeout != 0 && a.Timeout > 31 {
+		return errorf(op, EINVAL, "timeout %d above 31", a.Timeout)
+	}
+	if mask&QPAttrRetryCnt != 0 && a.RetryCnt > 7 {
+		return errorf(op, EINVAL, "retry_cnt %d above 7", a.RetryCnt)
+	}
+	if mask&QPAttrRNRRetry != 0 && a.RNRRetry > 7 {
+		return errorf(op, EINVAL, "rnr_retry %d above 7", a.RNRRetry)
+	}
+	if mask&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
+		return errorf(op, EINVAL, "min_rnr_timer %d above 31", a.MinRNRTimer)
+	}
+	if mask&QPAttrMaxQPRdAtomic != 0 && int(a.MaxRdAtomic) > MaxQPInitRdAtom {
+		return errorf(op, EINVAL, "max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRdAtomic, MaxQPInitRdAtom)
+	}
+	if mask&QPAttrMaxDestRdAtomic != 0 && int(a.MaxDestRdAtomic) > MaxQPRdAtom {
+		return errorf(op, EINVAL, "max_dest_rd_atomic %d above max_qp_rd_atom %d", a.MaxDestRdAtomic, MaxQPRdAtom)
+	}
+	if mask&QPAttrDestQPN != 0 && a.DestQPNum > maxQPN {
+		return errorf(op, EINVAL, "dest_qp_num %#x wider than 24 bits", a.DestQPNum)
+	}
+	// pib's "manner" check: PSNs are 24 bits; a wider value is a bug in the caller.
+	if mask&QPAttrSQPSN != 0 && a.SQPSN > 0xFFFFFF {
+		d.log.Warn("pitfall: sq_psn wider than 24 bits; upper bits ignored", "qpn", qp.num, "sq_psn", a.SQPSN)
+	}
+	if mask&QPAttrRQPSN != 0 && a.RQPSN > 0xFFFFFF {
+		d.log.Warn("pitfall: rq_psn wider than 24 bits; upper bits ignored", "qpn", qp.num, "rq_psn", a.RQPSN)
+	}
+	if mask&QPAttrAccessFlags != 0 && a.QPAccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
+		return errorf(op, EINVAL, "qp_access_flags %#x has unknown bits", uint32(a.QPAccessFlags))
+	}
+	return nil
+}
+
+func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
+	t := &qp.attr
+	if mask&QPAttrPort != 0 {
+		t.PortNum = a.PortNum
+		qp.port.Store(qp.dev.Port(int(a.PortNum)))
+	}
+	if mask&QPAttrPKeyIndex != 0 {
+		t.PKeyIndex = a.PKeyIndex
+		qp.pkeyIndex.Store(uint32(a.PKeyIndex))
+	}
+	if mask&QPAttrQKey != 0 {
+		t.QKey = a.QKey
+		qp.qkey.Store(a.QKey)
+	}
+	if mask&QPAttrAccessFlags != 0 {
+		t.QPAccessFlags = a.QPAccessFlags
+	}
+	if mask&QPAttrAV != 0 {
+		t.AHAttr = a.AHAttr
+	}
+	if mask&QPAttrAltPath != 0 {
+		t.AltAHAttr, t.AltPKeyIndex, t.AltPortNum, t.AltTimeout = a.AltAHAttr, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
+	}
+	if mask&QPAttrPathMTU != 0 {
+		t.PathMTU = a.PathMTU
+	}
+	if mask&QPAttrTimeout != 0 {
+		t.Timeout = a.Timeout
+	}
+	if mask&QPAttrRetryCnt != 0 {
+		t.RetryCnt = a.RetryCnt
+	}
+	if mask&QPAttrRNRRetry != 0 {
+		t.RNRRetry = a.RNRRetry
+	}
+	if mask&QPAttrRQPSN != 0 {
+		t.RQPSN = a.RQPSN & 0xFFFFFF
+	}
+	if mask&QPAttrSQPSN != 0 {
+		t.SQPSN = a.SQPSN & 0xFFFFFF
+	}
+	if mask&QPAttrMaxQPRdAtomic != 0 {
+		t.MaxRdAtomic = a.MaxRdAtomic
+	}
+	if mask&QPAttrMaxDestRdAtomic != 0 {
+		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+	}
+	if mask&QPAttrMinRNRTimer != 0 {
+		t.MinRNRTimer = a.MinRNRTimer
+	}
+	if mask&QPAttrPathMigState != 0 {
+		t.PathMigState = a.PathMigState
+	}
+	if mask&QPAttrDestQPN != 0 {
+		t.DestQPNum = a.DestQPNum
+	}
+	if mask&QPAttrEnSQDAsyncNotify != 0 {
+		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
+	}
+}
+
+// changed runs the side effects of a state change.
+func (qp *QP) changed(from, to QPState) {
+	switch to {
+	case QPStateReset:
+		// IBA 10.3.1: RESET empties both queues without completions. pib's "manner" check
+		// warns because completions are silently lost.
+		if n := qp.rqLen(); n > 0 {
+			qp.dev.log.Warn("pitfall: QP moved to RESET with receive WRs outstanding; they are lost without completions", "qpn", qp.num, "wrs", n)
+		}
+		if qp.srq == nil {
+			qp.rq.drain()
+		}
+	case QPStateErr:
+		qp.flushRecv()
+	}
+	qp.tr.Modified(qp, from, to)
+	if from == QPStateSQD && to == QPStateRTS {
+		qp.replaySQD()
+	}
+	if to == QPStateSQD && from == QPStateRTS {
+		qp.mu.Lock()
+		notify := qp.attr.EnSQDAsyncNotify
+		qp.mu.Unlock()
+		if notify && qp.tr != nil {
+			// Datagram sends complete at post time, so the SQ is drained at once; RC raises
+			// the event itself when its last outstanding request is acknowledged.
+			if qp.typ.datagram() {
+				qp.dev.raise(AsyncEvent{Type: EventSQDrained, QP: qp})
+			}
+		}
+	}
+}
+
+func (qp *QP) rqLen() int {
+	if qp.srq != nil {
+		return 0
+	}
+	return qp.rq.len()
+}
+
+// flushRecv completes every receive WQE with IBV_WC_WR_FLUSH_ERR (IBA 10.3.1: a QP in
+// Error flushes its queues).
+func (qp *QP) flushRecv() {
+	if qp.srq != nil {
+		return
+	}
+	for _, id := range qp.rq.drain() {
+		qp.recvCQ.Push(&WC{WRID: id, Status: WCWRFlushErr, Opcode: WCRecv, QPNum: qp.num}, false)
+	}
+}
+
+// Destroy destroys the QP (ibv_destroy_qp).
+func (qp *QP) Destroy() error {
+	d := qp.dev
+	qp.mu.Lock()
+	cur := qp.State()
+	qp.state.Store(uint32(QPStateReset))
+	qp.attr.QPState = QPStateReset
+	qp.mu.Unlock()
+	qp.tr.Modified(qp, cur, QPStateReset)
+	qp.DetachAll()
+	d.mu.Lock()
+	switch qp.typ {
+	case QPTypeSMI:
+		qp.port.Load().qp0.CompareAndSwap(qp, nil)
+	case QPTypeGSI:
+		qp.port.Load().qp1.CompareAndSwap(qp, nil)
+	default:
+		if d.qps[qp.num] != qp {
+			d.mu.Unlock()
+			return errorf("destroy_qp", EINVAL, "QP %#x already destroyed", qp.num)
+		}
+		delete(d.qps, qp.num)
+	}
+	d.counts.qp--
+	if qp.srq != nil {
+		qp.srq.refs--
+	}
+	d.mu.Unlock()
+	qp.pd.refs.Add(-1)
+	qp.sendCQ.refs.Add(-1)
+	qp.recvCQ.refs.Add(-1)
+	return nil
+}
+
+// LookupQP finds a QP of the device by number (not QP0/QP1).
+func (d *Device) LookupQP(qpn uint32) *QP { return d.lookupQP(qpn) }

@@ -1,0 +1,214 @@
+// Package ud is the Unreliable Datagram transport (IBA 9.8, 10.2.5) and the datagram
+// side of the special QPs QP0 (SMI) and QP1 (GSI): one packet per message, Q_Key and
+// P_Key checks, the optional GRH, multicast.
+package ud
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Register installs the UD transport on d for UD, SMI and GSI QPs.
+func Register(d *hca.Device) {
+	t := &Transport{}
+	d.SetTransport(hca.QPTypeUD, t)
+	d.SetTransport(hca.QPTypeSMI, t)
+	d.SetTransport(hca.QPTypeGSI, t)
+}
+
+// Transport implements hca.Transport for datagram QPs.
+type Transport struct{}
+
+// GRHLen is the receive-buffer area that precedes every UD payload (IBA 11.4.1.1;
+// libibverbs: "the first 40 bytes of the receive buffer hold the GRH, if present").
+const GRHLen = wire.GRHLen
+
+// QKeyGSI is QP1's well-known Q_Key (IBA 13.5.3.1).
+const QKeyGSI = 0x80010000
+
+const maxHeaders = wire.LRHLen + wire.GRHLen + wire.BTHLen + wire.DETHLen + wire.ImmDtLen
+
+// txBuf is a pooled packet buffer with a one-element batch that points at it, so a send
+// hands the port a [][]byte without allocating.
+type txBuf struct {
+	b     [maxHeaders + 4096 + 3 + wire.ICRCLen]byte
+	batch [1][]byte
+}
+
+var txPool = sync.Pool{New: func() any { return new(txBuf) }}
+
+type qpState struct {
+	psn atomic.Uint32
+}
+
+func state(qp *hca.QP) *qpState {
+	if s, ok := qp.TransportState.(*qpState); ok {
+		return s
+	}
+	return nil
+}
+
+// Modified resets the send PSN on entry to RTS.
+func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
+	if to == hca.QPStateReset || qp.TransportState == nil {
+		qp.TransportState = &qpState{}
+	}
+	if to == hca.QPStateRTS && from == hca.QPStateRTR {
+		state(qp).psn.Store(qp.Attr().SQPSN)
+	}
+}
+
+// PostSend builds the packet (LRH, [GRH], BTH, DETH, [ImmDt], payload, pad, ICRC) and
+// hands it to the port; the WR completes once the packet has left (IBA 10.8.2.?: a UD
+// send completes when transmitted).
+func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
+	port := qp.Port()
+	n := hca.MessageLen(wr.SGL)
+	// IBA C10-?: a UD message must fit in one packet of the path (port) MTU.
+	if mtu := port.ActiveMTU().Bytes(); n > uint64(mtu) {
+		return hca.Errorf("post_send", hca.EINVAL, "UD message of %d bytes exceeds the port's active MTU %d", n, mtu)
+	}
+	ah := wr.AH.Attr()
+	if ah.PortNum != port.Num() {
+		return hca.Errorf("post_send", hca.EINVAL, "address handle for port %d on a QP of port %d", ah.PortNum, port.Num())
+	}
+	hdr := wire.LRHLen + wire.BTHLen + wire.DETHLen
+	lnh := wire.LNHLocal
+	if ah.IsGlobal {
+		hdr += wire.GRHLen
+		lnh = wire.LNHGlobal
+	}
+	op := wire.UDSendOnly
+	if wr.Opcode == hca.WRSendWithImm {
+		hdr += wire.ImmDtLen
+		op = wire.UDSendOnlyImm
+	}
+	pad := wire.PadFor(int(n))
+	total := hdr + int(n) + pad + wire.ICRCLen
+
+	tb := txPool.Get().(*txBuf)
+	b := tb.b[:total]
+	lrh := wire.LRH(b)
+	lrh.SetLVer(0)
+	lrh.SetLNH(lnh)
+	lrh.SetSL(ah.SL)
+	vl := uint8(0)
+	if qp.Type() == hca.QPTypeSMI {
+		vl = 15 // IBA 7.6.5: SMPs travel on VL15
+	}
+	lrh.SetVL(vl)
+	lrh.SetDLID(ah.DLID)
+	lrh.SetPktLen(uint16(total / 4))
+	lmcMask := uint16(1)<<port.LMC() - 1
+	lrh.SetSLID(port.LID() | uint16(ah.SrcPathBits)&lmcMask)
+	off := wire.LRHLen
+	if ah.IsGlobal {
+		g := wire.GRH(b[off : off+wire.GRHLen])
+		g.SetIPVer(6)
+		g.SetTClass(ah.GRH.TrafficClass)
+		g.SetFlowLabel(ah.GRH.FlowLabel)
+		g.SetPayLen(uint16(total - wire.LRHLen - wire.GRHLen))
+		g.SetNxtHdr(wire.NxtHdrBTH)
+		g.SetHopLmt(ah.GRH.HopLimit)
+		sgid, _ := port.GID(int(ah.GRH.SGIDIndex))
+		g.SetSGID(sgid)
+		g.SetDGID(wire.GID(ah.GRH.DGID))
+		off += wire.GRHLen
+	}
+	bth := wire.BTH(b[off : off+wire.BTHLen])
+	clear(bth)
+	bth.SetOpCode(op)
+	bth.SetSE(wr.SendFlags&hca.SendSolicited != 0)
+	bth.SetPadCnt(uint8(pad))
+	pkey := uint16(hca.DefaultPKey) // IBA 14.2.1: SMPs carry the default P_Key
+	if qp.Type() != hca.QPTypeSMI {
+		pkey, _ = port.PKey(int(qp.PKeyIndex()))
+	}
+	bth.SetPKey(pkey)
+	bth.SetDestQP(wr.RemoteQPN)
+	st := state(qp)
+	bth.SetPSN((st.psn.Add(1) - 1) & 0xFFFFFF)
+	off += wire.BTHLen
+	deth := wire.DETH(b[off : off+wire.DETHLen])
+	qkey := wr.RemoteQKey
+	if qkey&0x80000000 != 0 && qp.Type() == hca.QPTypeUD {
+		// IBA 10.2.5: a WR Q_Key with the high bit set means "use the QP's Q_Key".
+		qkey = qp.QKey()
+	}
+	deth.SetQKey(qkey)
+	deth.SetSrcQP(qp.Num())
+	off += wire.DETHLen
+	if op == wire.UDSendOnlyImm {
+		wire.ImmDt(b[off : off+wire.ImmDtLen]).SetImm(wr.ImmData)
+		off += wire.ImmDtLen
+	}
+	if status := qp.Gather(wr, b[off:off+int(n)]); status != hca.WCSuccess {
+		txPool.Put(tb)
+		qp.SendError(wr, status)
+		return nil
+	}
+	clear(b[off+int(n) : off+int(n)+pad])
+	wire.SetICRC(b)
+	tb.batch[0] = b
+	port.Transmit(tb.batch[:])
+	tb.batch[0] = nil
+	txPool.Put(tb)
+	if qp.Signaled(wr) {
+		qp.CompleteSend(&hca.WC{WRID: wr.WRID, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: uint32(n)})
+	}
+	return nil
+}
+
+// Receive delivers a UD packet into the next receive WQE: the GRH (when present) in the
+// first 40 bytes, the payload after it.
+func (t *Transport) Receive(qp *hca.QP, p *hca.Packet) {
+	port := qp.Port()
+	c := port.Counters()
+	if p.BTH.OpCode().Transport() != wire.TransportUD || p.DETH == nil {
+		c.Inc(hca.CntDropQPType)
+		return
+	}
+	// IBA 10.2.5, C10-?: the Q_Key must match the QP's; QP0 is exempt, QP1's is fixed.
+	if qp.Type() != hca.QPTypeSMI && p.DETH.QKey() != qp.QKey() {
+		c.Inc(hca.CntQKeyViolations)
+		return
+	}
+	var w hca.RecvWQE
+	if !qp.TakeRecv(&w) {
+		c.Inc(hca.CntDropNoRecvWQE)
+		return
+	}
+	n := len(p.Payload)
+	if uint64(GRHLen+n) > w.Len() {
+		qp.RecvError(&w, hca.WCLocLenErr, hca.WCRecv)
+		return
+	}
+	flags := hca.WCFlags(0)
+	if p.GRH != nil {
+		if st := qp.Scatter(&w, 0, p.GRH); st != hca.WCSuccess {
+			qp.RecvError(&w, st, hca.WCRecv)
+			return
+		}
+		flags |= hca.WCGRH
+	}
+	if st := qp.Scatter(&w, GRHLen, p.Payload); st != hca.WCSuccess {
+		qp.RecvError(&w, st, hca.WCRecv)
+		return
+	}
+	wc := hca.WC{
+		WRID: w.WRID, Status: hca.WCSuccess, Opcode: hca.WCRecv, ByteLen: uint32(GRHLen + n),
+		SrcQP: p.DETH.SrcQP(), SLID: p.LRH.SLID(), SL: p.LRH.SL(), PKeyIndex: p.PKeyIndex,
+	}
+	if p.ImmDt != nil {
+		flags |= hca.WCWithImm
+		wc.ImmData = p.ImmDt.Imm()
+	}
+	if dlid := p.LRH.DLID(); dlid < 0xC000 {
+		wc.DLIDPathBits = uint8(dlid & (uint16(1)<<port.LMC() - 1))
+	}
+	wc.WCFlags = flags
+	qp.CompleteRecv(&wc, p.BTH.SE())
+}
