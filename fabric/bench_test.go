@@ -100,3 +100,25 @@ func BenchmarkFaultPass(b *testing.B) {
 		f.Send(pkts)
 	}
 }
+
+// The forwarding path allocates nothing: cable, switch (unicast and multicast), cable.
+func TestForwardNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	sw := fabric.NewSwitch(fabric.SwitchConfig{Ports: 4})
+	src, d2, d3 := &fabrictest.Sink{}, &fabrictest.Sink{}, &fabrictest.Sink{}
+	fabric.NewCable(src, sw.Port(1))
+	fabric.NewCable(d2, sw.Port(2))
+	fabric.NewCable(d3, sw.Port(3))
+	sw.SetLFT(0x20, 2)
+	sw.SetMFT(0xC001, fabric.MakePortMask(1, 2, 3))
+	pkts := [][]byte{benchPkt(0x20, 64), benchPkt(0x20, 64), benchPkt(0xC001, 64), benchPkt(0x99, 64), benchPkt(0x20, 4096)}
+	link := src.Link()
+	if n := testing.AllocsPerRun(1000, func() { link.Send(pkts) }); n != 0 {
+		t.Fatalf("%.1f allocations per forwarded batch", n)
+	}
+	if d2.Packets.Load() == 0 || d3.Packets.Load() == 0 {
+		t.Fatal("nothing forwarded")
+	}
+}
