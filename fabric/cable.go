@@ -106,7 +106,12 @@ func (e *cableEnd) wrap(w func(Link) Link) {
 	if w == nil {
 		return
 	}
-	e.head.Store(&linkBox{w(e.head.Load().l)})
+	for {
+		old := e.head.Load()
+		if e.head.CompareAndSwap(old, &linkBox{w(old.l)}) {
+			return
+		}
+	}
 }
 
 // Send implements Link.

@@ -82,7 +82,7 @@ const (
 	DropPermissive                     // DLID 0xFFFF and no management agent to take it
 	DropNoRoute                        // LFT entry 0xFF, unset, or beyond the table
 	DropNoMFT                          // MLID beyond the MFT, or an empty port mask
-	DropRawLNH                         // LNH "raw": not an IBA transport, not forwarded
+	DropRawLNH                         // LNH 00 (Raw): no IBA transport; pibgw does not forward it
 	DropPortDown                       // the out port has no cable or its cable is down
 	DropNoManagement                   // addressed to port 0 and no management agent set
 	DropBadPort                        // LFT entry names a port the switch does not have
@@ -396,8 +396,10 @@ func (sw *Switch) route(pkt []byte) route {
 	if int(lrh.PktLen())*4 != len(pkt) {
 		return routeDrop | route(DropMalformed)
 	}
-	// IBA 7.7.7: a Raw packet (LNH 00) carries no IBA transport and is not routable;
-	// pibgw has no raw QPs, so the switch does not carry it.
+	// A Raw packet (LNH 00, IBA 7.7.7) has no IBA transport header and cannot leave the
+	// subnet. Dropping it is pibgw's policy, not IBA's (hardware switches forward it by
+	// DLID): nothing in pibgw sends or receives raw packets, so one on a link is a bug.
+	// Raw IPv6 packets (LNH 01) are forwarded like any other.
 	if lrh.LNH() == wire.LNHRaw {
 		return routeDrop | route(DropRawLNH)
 	}
