@@ -6,10 +6,10 @@ import "encoding/binary"
 // Syndrome(8) MSN(24).
 type AETH []byte
 
-// Syndrome returns the syndrome byte (IBA 9.3.5.1, table 43).
+// Syndrome returns the syndrome byte (IBA 9.3.5).
 func (h AETH) Syndrome() uint8 { return h[0] }
 
-// MSN returns the 24-bit message sequence number (IBA 9.3.5.2).
+// MSN returns the 24-bit message sequence number (IBA 9.3.5).
 func (h AETH) MSN() uint32 { return binary.BigEndian.Uint32(h) & 0x00ffffff }
 
 // SetSyndrome sets the syndrome byte.
@@ -20,28 +20,29 @@ func (h AETH) SetMSN(v uint32) {
 	binary.BigEndian.PutUint32(h, uint32(h[0])<<24|v&0x00ffffff)
 }
 
-// AETH syndrome layout (IBA 9.7.5.2, tables 43 and 44): bit 7 reserved,
-// bits 6-5 the kind, bits 4-0 a value whose meaning depends on the kind.
+// AETH syndrome layout (IBA 9.3.5, encoding table; 9.7.5.2 for when each is
+// sent): bit 7 reserved, bits 6-5 the kind (00 ACK, 01 RNR NAK, 10
+// reserved, 11 NAK), bits 4-0 a value whose meaning depends on the kind.
 const (
 	SyndromeKindMask = 0x60
 	SyndromeValMask  = 0x1f
 
-	SyndromeACK    = 0x00 // ACK; value is the credit count code (IBA 9.7.5.2.1)
-	SyndromeRNRNAK = 0x20 // RNR NAK; value is the RNR timer code (IBA 9.7.5.2.8)
-	SyndromeNAK    = 0x60 // NAK; value is the NAK code (IBA 9.7.5.2.2-9.7.5.2.6)
+	SyndromeACK    = 0x00 // ACK; value is the credit count code (IBA 9.7.7.2)
+	SyndromeRNRNAK = 0x20 // RNR NAK; value is the RNR timer code
+	SyndromeNAK    = 0x60 // NAK; value is the NAK code
 
-	// CreditInvalid in an ACK means "no credit count" (IBA 9.7.7.2.4,
-	// table 45: end-to-end credits not in use, e.g. SRQ).
+	// CreditInvalid (11111b) in an ACK means "invalid credit count": the
+	// responder does not advertise end-to-end credits (e.g. SRQ).
 	CreditInvalid = 0x1f
 )
 
-// NAK codes, the low 5 bits of a NAK syndrome (IBA 9.7.5.2, table 44).
+// NAK codes, the low 5 bits of a NAK syndrome (IBA 9.3.5, 9.7.5.2).
 const (
-	NAKPSNSequenceError  = 0 // IBA 9.7.5.2.2
-	NAKInvalidRequest    = 1 // IBA 9.7.5.2.3
-	NAKRemoteAccessError = 2 // IBA 9.7.5.2.4
-	NAKRemoteOpError     = 3 // IBA 9.7.5.2.5
-	NAKInvalidRDRequest  = 4 // IBA 9.7.5.2.6
+	NAKPSNSequenceError  = 0
+	NAKInvalidRequest    = 1
+	NAKRemoteAccessError = 2
+	NAKRemoteOpError     = 3
+	NAKInvalidRDRequest  = 4
 )
 
 // SyndromeACKCredit returns the syndrome of an ACK carrying a credit count
@@ -49,7 +50,7 @@ const (
 func SyndromeACKCredit(credit uint8) uint8 { return SyndromeACK | credit&SyndromeValMask }
 
 // SyndromeRNR returns the syndrome of an RNR NAK with the given 5-bit RNR
-// timer code (IBA 9.7.5.2.8, table 46).
+// timer code (the encoded minimum RNR NAK timer, IBA 9.7.5.2.8).
 func SyndromeRNR(timer uint8) uint8 { return SyndromeRNRNAK | timer&SyndromeValMask }
 
 // SyndromeNAKCode returns the syndrome of a NAK with the given code.

@@ -13,35 +13,35 @@ import "encoding/binary"
 //	bytes 9-11: PSN
 type BTH []byte
 
-// BTHTVer is the only transport header version defined (IBA 9.2.5).
+// BTHTVer is the only transport header version defined (IBA 9.2).
 const BTHTVer = 0
 
 // OpCode returns the operation code (IBA 9.2.1).
 func (h BTH) OpCode() Opcode { return Opcode(h[0]) }
 
-// SE returns the solicited event bit (IBA 9.2.2).
+// SE returns the solicited event bit (IBA 9.2).
 func (h BTH) SE() bool { return h[1]&0x80 != 0 }
 
-// MigReq returns the migration request bit M (IBA 9.2.3).
+// MigReq returns the migration request bit M (IBA 9.2).
 func (h BTH) MigReq() bool { return h[1]&0x40 != 0 }
 
 // PadCnt returns the number of pad bytes (0-3) at the end of the payload
-// (IBA 9.2.4).
+// (IBA 9.2).
 func (h BTH) PadCnt() uint8 { return h[1] >> 4 & 0x03 }
 
-// TVer returns the transport header version (IBA 9.2.5).
+// TVer returns the transport header version (IBA 9.2).
 func (h BTH) TVer() uint8 { return h[1] & 0x0f }
 
-// PKey returns the partition key (IBA 9.2.6).
+// PKey returns the partition key (IBA 9.2).
 func (h BTH) PKey() uint16 { return binary.BigEndian.Uint16(h[2:]) }
 
-// DestQP returns the 24-bit destination QP number (IBA 9.2.7).
+// DestQP returns the 24-bit destination QP number (IBA 9.2).
 func (h BTH) DestQP() uint32 { return binary.BigEndian.Uint32(h[4:]) & 0x00ffffff }
 
-// AckReq returns the acknowledge request bit A (IBA 9.2.8).
+// AckReq returns the acknowledge request bit A (IBA 9.2).
 func (h BTH) AckReq() bool { return h[8]&0x80 != 0 }
 
-// PSN returns the 24-bit packet sequence number (IBA 9.2.9).
+// PSN returns the 24-bit packet sequence number (IBA 9.2).
 func (h BTH) PSN() uint32 { return binary.BigEndian.Uint32(h[8:]) & 0x00ffffff }
 
 // SetOpCode sets the operation code.

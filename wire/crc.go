@@ -33,12 +33,15 @@ import (
 // covering the whole packet from the first LRH byte through the ICRC. This
 // is the algorithm of Endace's dagcrc.c (dagcrc_infiniband_vcrc16_r; Endace
 // wrote Wireshark's InfiniBand dissector and builds IB capture cards), and
-// it agrees with the open InfiniBand FPGA project (tmagik/infiniband-fpga,
-// Link/VCRC.vhd), whose output stage bit-reverses each byte of the
-// complemented register, i.e. sends the reflected register's low byte
-// first. Neither source states the byte placement in prose; we send the
-// VCRC least significant byte first, the same convention as the ICRC.
-// Wireshark only displays the two fields (big-endian) and verifies neither.
+// it is consistent with the open InfiniBand FPGA project
+// (tmagik/infiniband-fpga, Link/VCRC.vhd: preset X"FFFF", polynomial
+// (0 1 3 12 16), output complemented with each byte bit-reversed, which is
+// what a reflected register sent low byte first looks like). Neither source
+// states the byte placement in prose; we send the VCRC least significant
+// byte first, the ICRC's convention, which puts the remainder's x^15
+// coefficient first on the serial link as Ethernet does (see vcrcRef in
+// crc_test.go). Wireshark only displays the two fields (big-endian) and
+// verifies neither, so this choice is not observable there.
 
 // byteVal[v] == v: one-byte slices of it feed a masked byte to crc32
 // without a buffer that would escape to the heap.

@@ -32,13 +32,13 @@ func (h DETH) SetSrcQP(v uint32) { binary.BigEndian.PutUint32(h[4:], v&0x00fffff
 // VA(64) R_Key(32) DMALen(32).
 type RETH []byte
 
-// VA returns the virtual address (IBA 9.3.3.1).
+// VA returns the virtual address (IBA 9.3.3).
 func (h RETH) VA() uint64 { return binary.BigEndian.Uint64(h[0:]) }
 
-// RKey returns the remote key (IBA 9.3.3.2).
+// RKey returns the remote key (IBA 9.3.3).
 func (h RETH) RKey() uint32 { return binary.BigEndian.Uint32(h[8:]) }
 
-// DMALen returns the DMA length in bytes (IBA 9.3.3.3).
+// DMALen returns the DMA length in bytes (IBA 9.3.3).
 func (h RETH) DMALen() uint32 { return binary.BigEndian.Uint32(h[12:]) }
 
 // SetVA sets the virtual address.
@@ -55,16 +55,16 @@ func (h RETH) SetDMALen(v uint32) { binary.BigEndian.PutUint32(h[12:], v) }
 // carries the add value.
 type AtomicETH []byte
 
-// VA returns the virtual address (IBA 9.3.4.1).
+// VA returns the virtual address (IBA 9.3.4).
 func (h AtomicETH) VA() uint64 { return binary.BigEndian.Uint64(h[0:]) }
 
-// RKey returns the remote key (IBA 9.3.4.2).
+// RKey returns the remote key (IBA 9.3.4).
 func (h AtomicETH) RKey() uint32 { return binary.BigEndian.Uint32(h[8:]) }
 
-// SwapData returns the swap (or add) data (IBA 9.3.4.3).
+// SwapData returns the swap (or add) data (IBA 9.3.4).
 func (h AtomicETH) SwapData() uint64 { return binary.BigEndian.Uint64(h[12:]) }
 
-// CompareData returns the compare data (IBA 9.3.4.4).
+// CompareData returns the compare data (IBA 9.3.4).
 func (h AtomicETH) CompareData() uint64 { return binary.BigEndian.Uint64(h[20:]) }
 
 // SetVA sets the virtual address.
@@ -83,7 +83,7 @@ func (h AtomicETH) SetCompareData(v uint64) { binary.BigEndian.PutUint64(h[20:],
 // (IBA 9.3.6), 8 bytes: the original remote data.
 type AtomicAckETH []byte
 
-// OrigRemData returns the original remote data (IBA 9.3.6.1).
+// OrigRemData returns the original remote data (IBA 9.3.6).
 func (h AtomicAckETH) OrigRemData() uint64 { return binary.BigEndian.Uint64(h) }
 
 // SetOrigRemData sets the original remote data.

@@ -49,33 +49,33 @@ type GRH []byte
 
 // GRH constants (IBA 8.3).
 const (
-	GRHIPVer  = 6    // IBA 8.3.1: IPVer is 6
-	NxtHdrBTH = 0x1B // IBA 8.3.5: an IBA transport header (BTH) follows
+	GRHIPVer  = 6    // IBA 8.3: IPVer is 6
+	NxtHdrBTH = 0x1B // IBA 8.3: an IBA transport header (BTH) follows
 )
 
-// IPVer returns the IP version field (IBA 8.3.1).
+// IPVer returns the IP version field (IBA 8.3).
 func (h GRH) IPVer() uint8 { return h[0] >> 4 }
 
-// TClass returns the traffic class (IBA 8.3.2).
+// TClass returns the traffic class (IBA 8.3).
 func (h GRH) TClass() uint8 { return h[0]<<4 | h[1]>>4 }
 
-// FlowLabel returns the 20-bit flow label (IBA 8.3.3).
+// FlowLabel returns the 20-bit flow label (IBA 8.3).
 func (h GRH) FlowLabel() uint32 { return binary.BigEndian.Uint32(h[0:]) & 0x000fffff }
 
 // PayLen returns the payload length in bytes: everything after the GRH
-// through the ICRC, VCRC excluded (IBA 8.3.4).
+// through the ICRC, VCRC excluded (IBA 8.3).
 func (h GRH) PayLen() uint16 { return binary.BigEndian.Uint16(h[4:]) }
 
-// NxtHdr returns the next header (IBA 8.3.5); NxtHdrBTH for IBA transport.
+// NxtHdr returns the next header (IBA 8.3); NxtHdrBTH for IBA transport.
 func (h GRH) NxtHdr() uint8 { return h[6] }
 
-// HopLmt returns the hop limit (IBA 8.3.6).
+// HopLmt returns the hop limit (IBA 8.3).
 func (h GRH) HopLmt() uint8 { return h[7] }
 
-// SGID returns the source GID (IBA 8.3.7).
+// SGID returns the source GID (IBA 8.3).
 func (h GRH) SGID() GID { return GID(h[8:24]) }
 
-// DGID returns the destination GID (IBA 8.3.8).
+// DGID returns the destination GID (IBA 8.3).
 func (h GRH) DGID() GID { return GID(h[24:40]) }
 
 // SetIPVer sets the IP version (low 4 bits of v).

@@ -19,10 +19,10 @@ const (
 	VCRCLen         = 2
 )
 
-// LNH is the Link Next Header field of the LRH (IBA 7.7.7).
+// LNH is the Link Next Header field of the LRH (IBA 7.7.5).
 type LNH uint8
 
-// Link Next Header values (IBA 7.7.7, table 16).
+// Link Next Header values (IBA 7.7.5).
 const (
 	LNHRaw    LNH = 0 // raw packet, no IBA transport header
 	LNHIPv6   LNH = 1 // raw IPv6 packet (IPv6 header follows)
@@ -66,10 +66,10 @@ func (h LRH) LVer() uint8 { return h[0] & 0x0f }
 // SL returns the service level (IBA 7.7.3).
 func (h LRH) SL() uint8 { return h[1] >> 4 }
 
-// LNH returns the link next header (IBA 7.7.7).
+// LNH returns the link next header (IBA 7.7.5).
 func (h LRH) LNH() LNH { return LNH(h[1] & 0x03) }
 
-// DLID returns the destination LID (IBA 7.7.5).
+// DLID returns the destination LID (IBA 7.7.6).
 func (h LRH) DLID() uint16 { return binary.BigEndian.Uint16(h[2:]) }
 
 // PktLen returns the packet length in 4-byte words, counted from the first
@@ -96,13 +96,13 @@ func (h LRH) SetLNH(v LNH) { h[1] = h[1]&0xf0 | uint8(v)&0x03 }
 func (h LRH) SetDLID(v uint16) { binary.BigEndian.PutUint16(h[2:], v) }
 
 // SetPktLen sets the packet length in 4-byte words (11 bits); Rsv5 is
-// cleared (IBA 7.7.6).
+// cleared (IBA 7.7.7).
 func (h LRH) SetPktLen(v uint16) { binary.BigEndian.PutUint16(h[4:], v&0x07ff) }
 
 // SetSLID sets the source LID.
 func (h LRH) SetSLID(v uint16) { binary.BigEndian.PutUint16(h[6:], v) }
 
-// Well-known LIDs (IBA 4.1.3, 7.11).
+// Well-known LIDs and keys (IBA 4.1.3, 10.9, 10.2.4, 13.5.1).
 const (
 	LIDReserved        = 0x0000
 	LIDMulticastBase   = 0xc000

@@ -8,7 +8,7 @@ import (
 // MADLen is the size of every MAD (IBA 13.4.1).
 const MADLen = 256
 
-// MAD common header layout (IBA 13.4.2, figure 145):
+// MAD common header layout (IBA 13.4.2,):
 //
 //	byte 0:      BaseVersion
 //	byte 1:      MgmtClass
@@ -54,7 +54,7 @@ func ParseMAD(b []byte) (MAD, error) {
 // BaseVersion returns the MAD base version (IBA 13.4.2).
 func (m MAD) BaseVersion() uint8 { return m[0] }
 
-// MgmtClass returns the management class (IBA 13.4.2, table 126).
+// MgmtClass returns the management class (IBA 13.4.4).
 func (m MAD) MgmtClass() uint8 { return m[1] }
 
 // ClassVersion returns the class version.
@@ -73,7 +73,7 @@ func (m MAD) Status() uint16 { return binary.BigEndian.Uint16(m[4:]) }
 // ClassSpecific returns the class-specific field.
 func (m MAD) ClassSpecific() uint16 { return binary.BigEndian.Uint16(m[6:]) }
 
-// TID returns the transaction ID (IBA 13.4.6.4).
+// TID returns the transaction ID (IBA 13.4.6).
 func (m MAD) TID() uint64 { return binary.BigEndian.Uint64(m[8:]) }
 
 // AttrID returns the attribute ID.
@@ -115,7 +115,7 @@ func (m MAD) SetAttrID(v uint16) {
 // SetAttrMod sets the attribute modifier.
 func (m MAD) SetAttrMod(v uint32) { binary.BigEndian.PutUint32(m[20:], v) }
 
-// Management classes (IBA 13.4.4, table 126).
+// Management classes (IBA 13.4.4).
 const (
 	MgmtClassSubnLID      = 0x01 // subnet management, LID routed
 	MgmtClassSubnAdm      = 0x03 // subnet administration
@@ -135,7 +135,7 @@ const (
 	ClassVersionCM   = 2 // IBA 12.6.1
 )
 
-// Methods (IBA 13.4.5, table 127; SA methods IBA 15.2.2, table 182).
+// Methods (IBA 13.4.5; SA methods IBA 15.2.2).
 const (
 	MethodResponse = 0x80 // the R bit
 
@@ -157,7 +157,7 @@ const (
 	MethodGetTraceTblRsp = MethodGetTraceTable | MethodResponse // 0x93
 )
 
-// Common MAD status bits (IBA 13.4.7, table 128). Bits 2-4 hold an
+// Common MAD status bits (IBA 13.4.7). Bits 2-4 hold an
 // invalid-field code; bits 8-14 are class specific.
 const (
 	StatusBusy             = 0x0001
@@ -172,7 +172,7 @@ const (
 	StatusClassSpecificMask = 0x7f00
 )
 
-// Subnet management attribute IDs (IBA 14.2.5, table 145); ClassPortInfo,
+// Subnet management attribute IDs (IBA 14.2.5); ClassPortInfo,
 // Notice and InformInfo are common to all classes (IBA 13.4.8).
 const (
 	AttrClassPortInfo            = 0x0001
@@ -194,9 +194,9 @@ const (
 	AttrLedInfo                  = 0x0031
 )
 
-// SMP layout (IBA 14.2.1). A LID-routed SMP (figure 158) has the common MAD
+// SMP layout (IBA 14.2.1). A LID-routed SMP has the common MAD
 // header, M_Key at 24, 32 reserved bytes, 64 bytes of SMP data at 64 and
-// 128 reserved bytes. A directed-route SMP (figure 159) replaces Status with
+// 128 reserved bytes. A directed-route SMP replaces Status with
 // D(1) Status(15), ClassSpecific with HopPointer and HopCount, and puts
 // DrSLID and DrDLID at 32, the initial path at 128 and the return path at
 // 192.
@@ -206,7 +206,7 @@ const (
 	SMPInitialPathOffset = 128
 	SMPReturnPathOffset  = 192
 	SMPPathLen           = 64
-	SMPMaxHops           = 63 // IBA 14.2.2: HopCount at most 63
+	SMPMaxHops           = 63 // IBA 14.2.2: at most 63 hops
 )
 
 // SMP is a subnet management packet (IBA 14.2.1), LID-routed
@@ -220,7 +220,7 @@ func (s SMP) MAD() MAD { return MAD(s) }
 // IsDirectedRoute reports whether the class is directed-route.
 func (s SMP) IsDirectedRoute() bool { return s[1] == MgmtClassSubnDirected }
 
-// D returns the direction bit of a directed-route SMP (IBA 14.2.2.1):
+// D returns the direction bit of a directed-route SMP (IBA 14.2.2):
 // false outbound, true returning.
 func (s SMP) D() bool { return s[4]&0x80 != 0 }
 

@@ -108,7 +108,7 @@ const (
 // HeaderSet is a bitmask of the extended transport headers that follow the
 // BTH. The bits are in wire order: when several are present they appear in
 // the order RDETH, DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH
-// (IBA 9.2, figure 105 / table 39 "packet header layout").
+// (IBA 9.2, packet header layouts; 9.3).
 type HeaderSet uint16
 
 // Extended transport headers.

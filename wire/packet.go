@@ -6,8 +6,8 @@ import (
 )
 
 // Parse errors. Each names one reason a packet is dropped, so that callers
-// can count drops by reason (IBA 7.9, packet checks C7-...; 9.6 header
-// validation).
+// can count drops by reason (IBA 7.9 link packet checks, 9.6 transport
+// header checks).
 var (
 	ErrShort   = errors.New("wire: packet shorter than its headers")
 	ErrLVer    = errors.New("wire: unsupported LRH link version")
@@ -21,7 +21,7 @@ var (
 )
 
 // RWHLen is the length of the Raw Header of raw (LNH 0) packets: 16 reserved
-// bits then an EtherType (IBA 5.4, 7.7.7).
+// bits then an EtherType (IBA 5.4).
 const RWHLen = 4
 
 // IPv6HeaderLen is the fixed IPv6 header length (raw IPv6 packets, LNH 1).
@@ -50,16 +50,16 @@ type Packet struct {
 }
 
 // PadFor returns the number of pad bytes (0-3) that bring a payload of n
-// bytes to a multiple of four (IBA 9.2.4).
+// bytes to a multiple of four (IBA 9.2, PadCnt).
 func PadFor(n int) int { return -n & 3 }
 
 // Parse parses b, one packet from the first LRH byte through the ICRC and
 // without a VCRC (how packets cross in-process links), into p. It checks
 // what the link and transport layers check before looking at state: the
 // LRH version and packet length (IBA 7.7.2, 7.7.8), the next-header chain
-// (IBA 7.7.7, 8.3), the opcode and transport version (IBA 9.2.1, 9.2.5),
+// (IBA 7.7.5, 8.3), the opcode and transport version (IBA 9.2.1, 9.2),
 // the room for every extended transport header, and the pad count (IBA
-// 9.2.4). It does not check the ICRC (see CheckICRC). On error p holds
+// 9.2). It does not check the ICRC (see CheckICRC). On error p holds
 // whatever was parsed so far. Parse never panics and never allocates.
 func (p *Packet) Parse(b []byte) error {
 	*p = Packet{}
@@ -95,7 +95,7 @@ func (p *Packet) Parse(b []byte) error {
 		}
 		g := GRH(b[off : off+GRHLen])
 		p.GRH = g
-		// IBA 8.3.4: PayLen counts from the end of the GRH through the ICRC.
+		// IBA 8.3: PayLen counts from the end of the GRH through the ICRC.
 		if g.IPVer() != GRHIPVer || g.NxtHdr() != NxtHdrBTH ||
 			int(g.PayLen()) != len(b)-off-GRHLen {
 			return ErrGRH
