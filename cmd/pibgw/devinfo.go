@@ -19,6 +19,7 @@ func devinfoCommand(e *env) *cli.Command {
 		Description: "Builds the default fabric (pib_0 and pib_1 on one switch) in process and prints its\n" +
 			"devices in ibv_devinfo's format. Until the subnet manager exists, ports show\n" +
 			"PORT_INIT and LID 0, as a real HCA does before an SM has run.",
+		UseShortOptionHandling: true, // -vd pib_0, as getopt allows
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ib-dev", Aliases: []string{"d"}, Usage: "print only device `NAME` (default all devices)"},
 			&cli.IntFlag{Name: "ib-port", Aliases: []string{"i"}, Usage: "print only port `N` of the device(s) (default all ports)"},
