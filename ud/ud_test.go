@@ -14,14 +14,14 @@ const testQKey = 0x11111111
 
 // endpoint is one UD QP with its PD, CQs and a registered buffer.
 type endpoint struct {
-	ctx    *hca.Context
-	pd     *hca.PD
-	scq    *hca.CQ
-	rcq    *hca.CQ
-	qp     *hca.QP
-	buf    []byte
-	mr     *hca.MR
-	port   *hca.Port
+	ctx  *hca.Context
+	pd   *hca.PD
+	scq  *hca.CQ
+	rcq  *hca.CQ
+	qp   *hca.QP
+	buf  []byte
+	mr   *hca.MR
+	port *hca.Port
 }
 
 func newEndpoint(t testing.TB, d *hca.Device, bufLen int, access hca.AccessFlags) *endpoint {

@@ -43,30 +43,62 @@ import (
 // crc_test.go). Wireshark only displays the two fields (big-endian) and
 // verifies neither, so this choice is not observable there.
 
-// byteVal[v] == v: one-byte slices of it feed a masked byte to crc32
-// without a buffer that would escape to the heap.
-var byteVal = func() (t [256]byte) {
-	for i := range t {
-		t[i] = byte(i)
+// crcTab holds slicing-by-8 tables for the reflected IEEE polynomial: crcTab[0]
+// is the bytewise table, crcTab[k][b] the CRC of byte b followed by k zeros.
+var crcTab = func() (t [8][256]uint32) {
+	for i := range 256 {
+		c := uint32(i)
+		for range 8 {
+			if c&1 != 0 {
+				c = c>>1 ^ crc32.IEEE
+			} else {
+				c >>= 1
+			}
+		}
+		t[0][i] = c
+	}
+	for k := 1; k < 8; k++ {
+		for i := range 256 {
+			c := t[k-1][i]
+			t[k][i] = c>>8 ^ t[0][c&0xff]
+		}
 	}
 	return t
 }()
 
-// ones are the all-ones replacements for variant fields.
-var ones = [LRHLen]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+// crcSmall continues a crc32.Update-style CRC over p by slicing-by-8. It serves
+// the short pieces where hash/crc32's carry-less multiply does not apply, and
+// stack buffers: crc32.Update calls through a function value, which would move
+// a buffer passed to it to the heap.
+func crcSmall(crc uint32, p []byte) uint32 {
+	t := &crcTab
+	crc = ^crc
+	for len(p) >= 8 {
+		crc ^= binary.LittleEndian.Uint32(p)
+		crc = t[7][crc&0xff] ^ t[6][crc>>8&0xff] ^ t[5][crc>>16&0xff] ^ t[4][crc>>24] ^
+			t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]]
+		p = p[8:]
+	}
+	for _, v := range p {
+		crc = crc>>8 ^ t[0][byte(crc)^v]
+	}
+	return ^crc
+}
 
-func crcUpd(crc uint32, p []byte) uint32 { return crc32.Update(crc, crc32.IEEETable, p) }
-
-// icrcBody returns the ICRC of hdr (already masked) followed by rest.
-func icrcBody(hdr, rest []byte) uint32 { return crcUpd(crcUpd(0, hdr), rest) }
+// crcUpd continues a CRC over p with whichever method is faster for its length.
+func crcUpd(crc uint32, p []byte) uint32 {
+	if len(p) >= 64 {
+		return crc32.Update(crc, crc32.IEEETable, p)
+	}
+	return crcSmall(crc, p)
+}
 
 // ICRC returns the invariant CRC (IBA 7.8.1) of pkt, a packet from the first
 // LRH byte through the ICRC (no VCRC); the last ICRCLen bytes are not
 // covered. Raw packets (LNH 0 or 1) carry no ICRC; for them the result is
 // meaningless, and a packet too short for its headers gets an unmasked CRC
-// (never a panic). ICRC does not allocate: the packet is fed to crc32 in
-// segments, with the masked bytes taken from constant tables, and is not
-// modified.
+// (never a panic). ICRC does not allocate and does not modify pkt: the
+// headers are masked in a copy on the stack, the rest is fed as it is.
 func ICRC(pkt []byte) uint32 {
 	if len(pkt) < ICRCLen {
 		return 0
@@ -76,24 +108,28 @@ func ICRC(pkt []byte) uint32 {
 		// IBA 7.8.1: a router rewrites the LRH, so all of it is variant;
 		// so are GRH.TClass, FlowLabel and HopLmt, and BTH.Resv8a.
 		const g = LRHLen
-		c := crcUpd(0, ones[:])
-		c = crcUpd(c, byteVal[b[g]|0x0f:][:1]) // IPVer kept, TClass[7:4]
-		c = crcUpd(c, ones[:3])                // TClass[3:0], FlowLabel
-		c = crcUpd(c, b[g+4:g+7])              // PayLen, NxtHdr
-		c = crcUpd(c, ones[:1])                // HopLmt
-		c = crcUpd(c, b[g+8:g+GRHLen+4])       // SGID, DGID, BTH[0:4]
-		c = crcUpd(c, ones[:1])                // BTH.Resv8a
-		return crcUpd(c, b[g+GRHLen+5:])
+		var h [LRHLen + GRHLen + BTHLen]byte
+		copy(h[:], b)
+		copy(h[:LRHLen], ones[:])
+		h[g] |= 0x0f                              // IPVer kept, TClass[7:4]
+		h[g+1], h[g+2], h[g+3] = 0xff, 0xff, 0xff // TClass[3:0], FlowLabel
+		h[g+7] = 0xff                             // HopLmt
+		h[g+GRHLen+4] = 0xff                      // BTH.Resv8a
+		return crcUpd(crcSmall(0, h[:]), b[len(h):])
 	}
 	if len(b) >= LRHLen+BTHLen {
 		// IBA 7.8.1: local packets mask LRH.VL and BTH.Resv8a.
-		c := crcUpd(0, byteVal[b[0]|0xf0:][:1])
-		c = crcUpd(c, b[1:LRHLen+4])
-		c = crcUpd(c, ones[:1])
-		return crcUpd(c, b[LRHLen+5:])
+		var h [LRHLen + BTHLen]byte
+		copy(h[:], b)
+		h[0] |= 0xf0
+		h[LRHLen+4] = 0xff
+		return crcUpd(crcSmall(0, h[:]), b[len(h):])
 	}
 	return crcUpd(0, b)
 }
+
+// ones are the all-ones replacements for variant fields.
+var ones = [LRHLen]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 
 // SetICRC computes the ICRC of pkt and stores it in its last four bytes.
 func SetICRC(pkt []byte) {

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"hash/crc32"
 	"math/bits"
 	"math/rand/v2"
 	"strings"
@@ -36,7 +37,7 @@ func TestICRCRoCEVector(t *testing.T) {
 	m[26], m[27] = 0xff, 0xff // UDP checksum
 	m[28+4] = 0xff            // BTH.Resv8a
 	rest := ip[28+BTHLen : len(ip)-ICRCLen]
-	got := icrcBody(hdr, rest)
+	got := crcUpd(crcSmall(0, hdr), rest)
 	if want := binary.LittleEndian.Uint32(ip[len(ip)-ICRCLen:]); got != want {
 		t.Fatalf("ICRC %#08x, wire carries %#08x", got, want)
 	}
@@ -193,5 +194,19 @@ func TestCRCAllocs(t *testing.T) {
 	b := buildPacket(RCRDMAWriteOnly, true, 4096)
 	if n := testing.AllocsPerRun(50, func() { _ = ICRC(b); _ = VCRC(b); _ = CheckICRC(b) }); n != 0 {
 		t.Errorf("CRCs allocate %v", n)
+	}
+}
+
+func TestCRCSmallMatchesStdlib(t *testing.T) {
+	p := make([]byte, 300)
+	for i := range p {
+		p[i] = byte(i*37 + 11)
+	}
+	for n := 0; n <= len(p); n++ {
+		for _, seed := range []uint32{0, 0xdeadbeef} {
+			if got, want := crcSmall(seed, p[:n]), crc32.Update(seed, crc32.IEEETable, p[:n]); got != want {
+				t.Fatalf("len %d seed %#x: crcSmall %#08x, crc32 %#08x", n, seed, got, want)
+			}
+		}
 	}
 }
