@@ -34,7 +34,7 @@ type CQ struct {
 	solOnly    bool
 	overflowed bool
 	queued     atomic.Int32 // mirrors n, so an empty Poll takes no lock
-	events     uint32 // delivered to the channel
+	events     uint32       // delivered to the channel
 	acked      uint32
 	lost       uint64
 }
