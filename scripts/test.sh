@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# The one test command of pibgw: installs the tools the interop tests need (when root),
+# then gofmt check, go vet, go test, and a short fuzz smoke of the wire parsers.
+#
+#   bash scripts/test.sh
+#
+# Environment:
+#   FUZZTIME=10s          fuzz time per target; 0 skips fuzzing (acceptance runs use 60s)
+#   GO_TEST_TIMEOUT=10m   go test -timeout (per test binary)
+#   PIBGW_RACE=1          run go test with the race detector as well
+#   PIBGW_SKIP_INSTALL=1  do not install missing tools (their tests skip)
+#
+# Exits non-zero if any step fails; every step runs, and a summary closes the output.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+FUZZTIME=${FUZZTIME:-10s}
+GO_TEST_TIMEOUT=${GO_TEST_TIMEOUT:-10m}
+PIBGW_RACE=${PIBGW_RACE:-0}
+PIBGW_SKIP_INSTALL=${PIBGW_SKIP_INSTALL:-0}
+
+# Tools the interop tests run, and the Debian package that provides each. Tests skip with a
+# printed reason when a tool is missing; add a row when a test starts using a new tool.
+TOOLS=(
+	"tshark tshark"
+)
+# Fuzz targets: package and function.
+FUZZ=(
+	"./wire FuzzParsePacket"
+	"./wire FuzzParseMAD"
+)
+
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")
+start=$(date +%s)
+results=()
+failed=0
+
+# record STATUS NAME SECONDS [NOTE]
+record() {
+	local line
+	line=$(printf '  %-4s  %-26s %5ss' "$1" "$2" "$3")
+	if [[ -n ${4:-} ]]; then
+		line+="  $4"
+	fi
+	results+=("$line")
+	if [[ $1 == FAIL ]]; then
+		failed=1
+	fi
+}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! command -v go >/dev/null 2>&1; then
+	echo "test.sh: go is not on PATH; install Go 1.26 or newer" >&2
+	exit 1
+fi
+echo "pibgw tests: $(go version), $(nproc 2>/dev/null || echo '?') CPUs, logs in $logdir"
+
+# --- tools -------------------------------------------------------------------------------
+step "tools"
+t0=$(date +%s)
+missing=()
+for row in "${TOOLS[@]}"; do
+	read -r tool pkg <<<"$row"
+	if command -v "$tool" >/dev/null 2>&1; then
+		echo "$tool: $(command -v "$tool")"
+	else
+		missing+=("$pkg")
+	fi
+done
+if ((${#missing[@]} == 0)); then
+	record PASS "tools" $(($(date +%s) - t0)) "all present"
+elif [[ $PIBGW_SKIP_INSTALL == 1 ]]; then
+	echo "missing: ${missing[*]}; PIBGW_SKIP_INSTALL=1, so the interop tests that need them will skip"
+	record SKIP "tools" $(($(date +%s) - t0)) "not installed: ${missing[*]} (interop tests skip)"
+elif [[ $(id -u) -ne 0 ]]; then
+	echo "missing: ${missing[*]}; not root, so not installing them: the interop tests that need them will skip"
+	echo "(as root this script runs: apt-get install ${missing[*]})"
+	record SKIP "tools" $(($(date +%s) - t0)) "not root, not installed: ${missing[*]} (interop tests skip)"
+else
+	echo "installing: ${missing[*]}"
+	if apt-get update >"$logdir/apt.log" 2>&1 &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >>"$logdir/apt.log" 2>&1; then
+		record PASS "tools" $(($(date +%s) - t0)) "installed ${missing[*]}"
+	else
+		tail -n 20 "$logdir/apt.log"
+		echo "apt-get failed (full log: $logdir/apt.log); PIBGW_SKIP_INSTALL=1 runs without these tools"
+		record FAIL "tools" $(($(date +%s) - t0)) "apt-get install ${missing[*]} failed"
+	fi
+fi
+
+# --- gofmt -------------------------------------------------------------------------------
+step "gofmt -l ."
+t0=$(date +%s)
+unformatted=$(gofmt -l . 2>&1 || true)
+if [[ -z $unformatted ]]; then
+	record PASS "gofmt" $(($(date +%s) - t0))
+else
+	echo "$unformatted"
+	record FAIL "gofmt" $(($(date +%s) - t0)) "$(wc -l <<<"$unformatted") file(s) need gofmt"
+fi
+
+# --- go vet ------------------------------------------------------------------------------
+step "go vet ./..."
+t0=$(date +%s)
+if go vet ./...; then
+	record PASS "go vet" $(($(date +%s) - t0))
+else
+	record FAIL "go vet" $(($(date +%s) - t0))
+fi
+
+# --- go test -----------------------------------------------------------------------------
+# testlog KIND reads go test -v output and prints the tests that ended in "--- KIND" (SKIP
+# or FAIL), each with the log lines it wrote (which go test prints before the verdict).
+# For FAIL it also prints every line that belongs to no test: build errors, panics and
+# their stacks, package FAIL lines.
+testlog() {
+	awk -v kind="$1" '
+		/^=== (RUN|PAUSE|CONT|NAME)/ { buf = ""; next }
+		$0 ~ "^ *--- " kind ":" { printf "%s\n%s", $0, buf; buf = ""; next }
+		/^ *--- (PASS|SKIP|FAIL):/ { buf = ""; next }
+		/^    / { buf = buf $0 "\n"; next }
+		/^(PASS|FAIL|ok |\?)/ { if (kind == "FAIL" && /^FAIL/) print; next }
+		{ if (kind == "FAIL") print }
+	'
+}
+
+# run_tests NAME [go test flags]: streams package results and skips, keeps the -v log, and
+# on failure prints the failing tests' output.
+run_tests() {
+	local name=$1
+	shift
+	local log="$logdir/${name// /-}.log"
+	step "go test -count=1 -timeout $GO_TEST_TIMEOUT${*:+ $*} ./...  (full -v log: $log)"
+	local t0 st
+	t0=$(date +%s)
+	set +e
+	go test -count=1 -timeout "$GO_TEST_TIMEOUT" -v "$@" ./... 2>&1 | tee "$log" |
+		grep --line-buffered -E '^(ok |FAIL|\?|--- FAIL|panic:)'
+	st=${PIPESTATUS[0]}
+	set -e
+	local pkgs skips
+	pkgs=$(grep -cE '^ok ' "$log" || true)
+	skips=$(grep -cE '^\s*--- SKIP' "$log" || true)
+	if ((skips > 0)); then
+		echo "skipped tests and why:"
+		testlog SKIP <"$log" | sed 's/^/  /'
+	fi
+	if ((st == 0)); then
+		record PASS "$name" $(($(date +%s) - t0)) "$pkgs packages ok, $skips tests skipped"
+	else
+		echo
+		echo "failures (from $log):"
+		testlog FAIL <"$log" | head -n 400
+		record FAIL "$name" $(($(date +%s) - t0)) "exit $st; $pkgs packages ok, see $log"
+	fi
+}
+
+run_tests "go test"
+if [[ $PIBGW_RACE == 1 ]]; then
+	run_tests "go test -race" -race
+fi
+
+# --- fuzz smoke --------------------------------------------------------------------------
+for row in "${FUZZ[@]}"; do
+	read -r pkg fn <<<"$row"
+	if [[ $FUZZTIME == 0 ]]; then
+		record SKIP "fuzz $fn" 0 "FUZZTIME=0"
+		continue
+	fi
+	if ! grep -qsE "^func $fn\(" "$pkg"/*_test.go; then
+		echo "fuzz target $fn not found in $pkg; skipping it"
+		record SKIP "fuzz $fn" 0 "not defined in $pkg yet"
+		continue
+	fi
+	step "go test $pkg -run '^\$' -fuzz '^$fn\$' -fuzztime $FUZZTIME"
+	t0=$(date +%s)
+	if go test "$pkg" -run '^$' -fuzz "^$fn\$" -fuzztime "$FUZZTIME" 2>&1 | tee "$logdir/fuzz-$fn.log" | tail -n 3; then
+		record PASS "fuzz $fn" $(($(date +%s) - t0)) "$FUZZTIME"
+	else
+		tail -n 40 "$logdir/fuzz-$fn.log"
+		echo "a failing input, if any, is under $pkg/testdata/fuzz/$fn/ (log: $logdir/fuzz-$fn.log)"
+		record FAIL "fuzz $fn" $(($(date +%s) - t0))
+	fi
+done
+
+# --- summary -----------------------------------------------------------------------------
+total=$(($(date +%s) - start))
+echo
+echo "==> summary"
+printf '%s\n' "${results[@]}"
+if ((failed)); then
+	echo "FAILED after ${total}s (logs: $logdir)"
+	exit 1
+fi
+echo "all passed in ${total}s"
