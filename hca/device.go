@@ -114,9 +114,9 @@ const (
 	DeviceBadPKeyCntr     = 1 << 1
 	DeviceBadQKeyCntr     = 1 << 2
 	DeviceRawMulti        = 1 << 3
-	DevicePortActiveEvent = 1 << 14
-	DeviceSysImageGUID    = 1 << 15
-	DeviceRCRNRNAKGen     = 1 << 16
+	DevicePortActiveEvent = 1 << 10
+	DeviceSysImageGUID    = 1 << 11
+	DeviceRCRNRNAKGen     = 1 << 12
 	DeviceSRQResize       = 1 << 13
 )
 
