@@ -90,6 +90,10 @@ type Port struct {
 
 	mcMu  sync.RWMutex
 	mcast map[wire.GID][]*QP
+
+	mads   madTable
+	madPSN atomic.Uint32
+	tid    atomic.Uint64
 }
 
 type linkBox struct{ l fabric.Link }

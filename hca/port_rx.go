@@ -78,14 +78,17 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 			c.Inc(CntDropDLID)
 			return
 		}
+		pk.PKeyIndex = 0
+		c.Inc(CntUnicastRcvPkts)
+		if p.receiveMAD(pk) {
+			return
+		}
 		qp := p.qp0.Load()
 		if qp == nil {
 			c.Inc(CntVL15Dropped)
 			c.Inc(CntDropNoQP)
 			return
 		}
-		pk.PKeyIndex = 0
-		c.Inc(CntUnicastRcvPkts)
 		p.deliver(qp, pk)
 		return
 	}
@@ -107,7 +110,20 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	}
 	var qp *QP
 	if dqp == 1 {
+		// IBA 10.9.3: QP1 accepts any P_Key in the table.
+		if !p.checkPKey(pk, pi, gsiPKeyCheck) {
+			return
+		}
+		if p.receiveMAD(pk) {
+			return
+		}
 		qp = p.qp1.Load()
+		if qp == nil {
+			c.Inc(CntDropNoQP)
+			return
+		}
+		p.deliver(qp, pk)
+		return
 	} else {
 		qp = p.dev.lookupQP(dqp)
 		if qp != nil && qp.port.Load() != p {
@@ -135,7 +151,7 @@ func (p *Port) ownsLID(pi *portInfo, dlid uint16) bool {
 // PortInfo:P_KeyViolations and PortRcvErrors.
 func (p *Port) checkPKey(pk *Packet, pi *portInfo, qp *QP) bool {
 	pkey := pk.BTH.PKey()
-	if qp.typ == QPTypeGSI {
+	if qp == gsiPKeyCheck || qp.typ == QPTypeGSI {
 		for i, k := range pi.pkeys {
 			if PKeyMatch(pkey, k) {
 				pk.PKeyIndex = uint16(i)
@@ -153,6 +169,9 @@ func (p *Port) checkPKey(pk *Packet, pi *portInfo, qp *QP) bool {
 	p.counters.Inc(CntRcvErrors)
 	return false
 }
+
+// gsiPKeyCheck stands for QP1 in checkPKey when no GSI verbs QP exists.
+var gsiPKeyCheck = &QP{typ: QPTypeGSI}
 
 func (p *Port) deliver(qp *QP, pk *Packet) {
 	if !qp.receiving() {
