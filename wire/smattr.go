@@ -889,8 +889,8 @@ func (t VLArbitrationTable) VL(i int) uint8 { return t[i*2] & 0xf }
 // Weight returns the weight of entry i (0-31).
 func (t VLArbitrationTable) Weight(i int) uint8 { return t[i*2+1] }
 
-// SetVL sets the VL of entry i, clearing the reserved bits.
-func (t VLArbitrationTable) SetVL(i int, vl uint8) { t[i*2] = vl & 0xf }
+// SetVL sets the VL of entry i.
+func (t VLArbitrationTable) SetVL(i int, vl uint8) { t[i*2] = t[i*2]&0xf0 | vl&0xf }
 
 // SetWeight sets the weight of entry i.
 func (t VLArbitrationTable) SetWeight(i int, w uint8) { t[i*2+1] = w }
@@ -1002,3 +1002,358 @@ func (s SMInfo) SetPriority(v uint8) { s[20] = s[20]&0x0f | v<<4 }
 
 // SetSMState sets the 4-bit SMState.
 func (s SMInfo) SetSMState(v uint8) { s[20] = s[20]&0xf0 | v&0xf }
+
+// ---------------------------------------------------------------------
+// Notice (IBA 13.4.8.2)
+
+// Notice types (IBA 13.4.8.2, Type).
+const (
+	NoticeTypeFatal    = 0
+	NoticeTypeUrgent   = 1
+	NoticeTypeSecurity = 2
+	NoticeTypeSM       = 3 // subnet management
+	NoticeTypeInfo     = 4
+	NoticeTypeEmpty    = 0x7f
+)
+
+// NoticeProducerClassManager is the generic-notice producer type of a
+// class manager; the other producers use the NodeType* values.
+const NoticeProducerClassManager = 4
+
+// Generic trap numbers (IBA 14.2.5.1 Table 131 and 13.4.8.2).
+const (
+	TrapGIDInService               = 64
+	TrapGIDOutOfService            = 65
+	TrapMcastGroupCreated          = 66
+	TrapMcastGroupDeleted          = 67
+	TrapLinkStateChange            = 128 // a switch port changed state: SwitchInfo.PortStateChange set
+	TrapLinkIntegrityThreshold     = 129
+	TrapBufferOverrunThreshold     = 130
+	TrapFlowControlWatchdogExpired = 131
+	TrapLocalChanges               = 144 // CapabilityMask, NodeDescription, width/speed enabled …
+	TrapSystemImageGUIDChange      = 145
+	TrapBadMKey                    = 256
+	TrapBadPKey                    = 257
+	TrapBadQKey                    = 258
+	TrapSwitchExternalPortBadPKey  = 259
+)
+
+// Trap 144 change flags (Notice DataDetails bytes 10-11).
+const (
+	Trap144NodeDescriptionChange  = 1 << 0
+	Trap144LinkWidthEnabledChange = 1 << 1
+	Trap144LinkSpeedEnabledChange = 1 << 2
+	Trap144SMPriorityChange       = 1 << 3
+	Trap144HierarchyInfoChange    = 1 << 4
+	Trap144CapabilityMask2Change  = 1 << 5
+)
+
+// NoticeDataDetailsLen is the size of a Notice's DataDetails.
+const NoticeDataDetailsLen = 54
+
+// Notice is a trap or notice (IBA 13.4.8.2):
+//
+//	byte 0:      IsGeneric(1) Type(7)
+//	bytes 1-3:   ProducerType (generic) or VendorID (vendor specific)
+//	bytes 4-5:   TrapNumber (generic) or DeviceID (vendor specific)
+//	bytes 6-7:   IssuerLID
+//	bytes 8-9:   NoticeToggle(1) NoticeCount(15)
+//	bytes 10-63: DataDetails
+//	bytes 64-79: IssuerGID
+//
+// An SMP Trap(Notice) holds only the first 64 bytes (NoticeSMPLen), so
+// IssuerGID is valid only in the 80-byte form SA Reports carry.
+type Notice []byte
+
+// IsGeneric reports a generic (not vendor-specific) notice.
+func (n Notice) IsGeneric() bool { return n[0]&0x80 != 0 }
+
+// Type returns the NoticeType* value.
+func (n Notice) Type() uint8 { return n[0] & 0x7f }
+
+// ProducerType returns the 24-bit producer type of a generic notice.
+func (n Notice) ProducerType() uint32 { return smGetBits(n, 8, 24) }
+
+// VendorID returns the 24-bit vendor ID of a vendor-specific notice (the
+// same bits as ProducerType).
+func (n Notice) VendorID() uint32 { return smGetBits(n, 8, 24) }
+
+// TrapNumber returns the trap number of a generic notice.
+func (n Notice) TrapNumber() uint16 { return binary.BigEndian.Uint16(n[4:]) }
+
+// DeviceID returns the device ID of a vendor-specific notice (the same
+// bits as TrapNumber).
+func (n Notice) DeviceID() uint16 { return binary.BigEndian.Uint16(n[4:]) }
+
+// IssuerLID returns the LID of the notice's issuer.
+func (n Notice) IssuerLID() uint16 { return binary.BigEndian.Uint16(n[6:]) }
+
+// NoticeToggle returns the toggle bit (alternates per new notice).
+func (n Notice) NoticeToggle() bool { return n[8]&0x80 != 0 }
+
+// NoticeCount returns the 15-bit count of notices not yet sent.
+func (n Notice) NoticeCount() uint16 { return binary.BigEndian.Uint16(n[8:]) & 0x7fff }
+
+// DataDetails returns the 54 bytes of trap-specific details.
+func (n Notice) DataDetails() []byte { return n[10 : 10+NoticeDataDetailsLen] }
+
+// IssuerGID returns the issuer's GID (needs the 80-byte form).
+func (n Notice) IssuerGID() GID { return GID(n[64:80]) }
+
+// SetIsGeneric sets IsGeneric.
+func (n Notice) SetIsGeneric(v bool) { n[0] = setBit(n[0], 0x80, v) }
+
+// SetType sets the 7-bit Type.
+func (n Notice) SetType(v uint8) { n[0] = n[0]&0x80 | v&0x7f }
+
+// SetProducerType sets the 24-bit ProducerType.
+func (n Notice) SetProducerType(v uint32) { smSetBits(n, 8, 24, v) }
+
+// SetVendorID sets the 24-bit VendorID.
+func (n Notice) SetVendorID(v uint32) { smSetBits(n, 8, 24, v) }
+
+// SetTrapNumber sets TrapNumber.
+func (n Notice) SetTrapNumber(v uint16) { binary.BigEndian.PutUint16(n[4:], v) }
+
+// SetDeviceID sets DeviceID.
+func (n Notice) SetDeviceID(v uint16) { binary.BigEndian.PutUint16(n[4:], v) }
+
+// SetIssuerLID sets IssuerLID.
+func (n Notice) SetIssuerLID(v uint16) { binary.BigEndian.PutUint16(n[6:], v) }
+
+// SetNoticeToggle sets NoticeToggle.
+func (n Notice) SetNoticeToggle(v bool) { n[8] = setBit(n[8], 0x80, v) }
+
+// SetNoticeCount sets the 15-bit NoticeCount.
+func (n Notice) SetNoticeCount(v uint16) {
+	binary.BigEndian.PutUint16(n[8:], uint16(n[8]&0x80)<<8|v&0x7fff)
+}
+
+// SetIssuerGID sets IssuerGID (needs the 80-byte form).
+func (n Notice) SetIssuerGID(g GID) { copy(n[64:80], g[:]) }
+
+// SetGenericTrap fills the header of a generic trap: IsGeneric, Type,
+// ProducerType, TrapNumber and IssuerLID; DataDetails is cleared.
+func (n Notice) SetGenericTrap(typ uint8, producer uint32, trap, issuerLID uint16) {
+	n.SetIsGeneric(true)
+	n.SetType(typ)
+	n.SetProducerType(producer)
+	n.SetTrapNumber(trap)
+	n.SetIssuerLID(issuerLID)
+	clear(n.DataDetails())
+}
+
+// Trap128LID returns LIDADDR of trap 128, the switch whose port changed
+// state (DataDetails bytes 0-1).
+func (n Notice) Trap128LID() uint16 { return binary.BigEndian.Uint16(n[10:]) }
+
+// SetTrap128LID sets LIDADDR of trap 128.
+func (n Notice) SetTrap128LID(v uint16) { binary.BigEndian.PutUint16(n[10:], v) }
+
+// Trap 144 DataDetails (IBA 14.2.5.1, Table 131):
+//
+//	bytes 0-1:   Reserved
+//	bytes 2-3:   LIDADDR
+//	byte 4:      Reserved
+//	byte 5:      Reserved(7) OtherLocalChanges(1)
+//	bytes 6-9:   CapabilityMask
+//	bytes 10-11: Reserved(10) change flags (Trap144*Change)
+//	bytes 12-13: CapabilityMask2
+
+// Trap144LID returns LIDADDR of trap 144, the port whose attributes
+// changed.
+func (n Notice) Trap144LID() uint16 { return binary.BigEndian.Uint16(n[12:]) }
+
+// Trap144OtherLocalChanges reports the OtherLocalChanges bit.
+func (n Notice) Trap144OtherLocalChanges() bool { return n[15]&0x01 != 0 }
+
+// Trap144CapabilityMask returns the port's new CapabilityMask.
+func (n Notice) Trap144CapabilityMask() uint32 { return binary.BigEndian.Uint32(n[16:]) }
+
+// Trap144ChangeFlags returns the Trap144*Change bits.
+func (n Notice) Trap144ChangeFlags() uint16 { return binary.BigEndian.Uint16(n[20:]) & 0x3f }
+
+// Trap144CapabilityMask2 returns the port's new CapabilityMask2.
+func (n Notice) Trap144CapabilityMask2() uint16 { return binary.BigEndian.Uint16(n[22:]) }
+
+// SetTrap144LID sets LIDADDR of trap 144.
+func (n Notice) SetTrap144LID(v uint16) { binary.BigEndian.PutUint16(n[12:], v) }
+
+// SetTrap144OtherLocalChanges sets the OtherLocalChanges bit.
+func (n Notice) SetTrap144OtherLocalChanges(v bool) { n[15] = setBit(n[15], 0x01, v) }
+
+// SetTrap144CapabilityMask sets CapabilityMask of trap 144.
+func (n Notice) SetTrap144CapabilityMask(v uint32) { binary.BigEndian.PutUint32(n[16:], v) }
+
+// SetTrap144ChangeFlags sets the six Trap144*Change bits.
+func (n Notice) SetTrap144ChangeFlags(v uint16) { smSetBits(n, 170, 6, uint32(v)) }
+
+// SetTrap144CapabilityMask2 sets CapabilityMask2 of trap 144.
+func (n Notice) SetTrap144CapabilityMask2(v uint16) { binary.BigEndian.PutUint16(n[22:], v) }
+
+// ---------------------------------------------------------------------
+// ClassPortInfo (IBA 13.4.8.1)
+
+// ClassPortInfoLen is the size of ClassPortInfo.
+const ClassPortInfoLen = 72
+
+// ClassPortInfo CapabilityMask bits common to all classes (IBA 13.4.8.1);
+// bits 8-15 are class specific (for the PMA see PMACap*).
+const (
+	ClassCapIsTrapSupported            = 1 << 0
+	ClassCapIsGetSetNoticeSupported    = 1 << 1
+	ClassCapIsCapabilityMask2Supported = 1 << 2
+)
+
+// ClassPortInfo describes a management class agent (IBA 13.4.8.1); the
+// same layout serves every class (SM, SA, PMA, CM, …):
+//
+//	byte 0:      BaseVersion
+//	byte 1:      ClassVersion
+//	bytes 2-3:   CapabilityMask
+//	bytes 4-7:   CapabilityMask2(27) RespTimeValue(5)
+//	bytes 8-23:  RedirectGID
+//	bytes 24-27: RedirectTC(8) RedirectSL(4) RedirectFL(20)
+//	bytes 28-29: RedirectLID
+//	bytes 30-31: RedirectP_Key
+//	bytes 32-35: Reserved(8) RedirectQP(24)
+//	bytes 36-39: RedirectQ_Key
+//	bytes 40-55: TrapGID
+//	bytes 56-59: TrapTC(8) TrapSL(4) TrapFL(20)
+//	bytes 60-61: TrapLID
+//	bytes 62-63: TrapP_Key
+//	bytes 64-67: TrapHL(8) TrapQP(24)
+//	bytes 68-71: TrapQ_Key
+type ClassPortInfo []byte
+
+// BaseVersion returns the highest MAD base version supported.
+func (c ClassPortInfo) BaseVersion() uint8 { return c[0] }
+
+// ClassVersion returns the highest class version supported.
+func (c ClassPortInfo) ClassVersion() uint8 { return c[1] }
+
+// CapabilityMask returns the capability bits.
+func (c ClassPortInfo) CapabilityMask() uint16 { return binary.BigEndian.Uint16(c[2:]) }
+
+// CapabilityMask2 returns the 27-bit CapabilityMask2.
+func (c ClassPortInfo) CapabilityMask2() uint32 { return binary.BigEndian.Uint32(c[4:]) >> 5 }
+
+// RespTimeValue returns the 5-bit response time exponent.
+func (c ClassPortInfo) RespTimeValue() uint8 { return c[7] & 0x1f }
+
+// RedirectGID returns the GID to redirect requests to.
+func (c ClassPortInfo) RedirectGID() GID { return GID(c[8:24]) }
+
+// RedirectTC returns the redirect traffic class.
+func (c ClassPortInfo) RedirectTC() uint8 { return c[24] }
+
+// RedirectSL returns the redirect SL.
+func (c ClassPortInfo) RedirectSL() uint8 { return c[25] >> 4 }
+
+// RedirectFL returns the 20-bit redirect flow label.
+func (c ClassPortInfo) RedirectFL() uint32 { return binary.BigEndian.Uint32(c[24:]) & 0xfffff }
+
+// RedirectLID returns the redirect LID (0: no redirection).
+func (c ClassPortInfo) RedirectLID() uint16 { return binary.BigEndian.Uint16(c[28:]) }
+
+// RedirectPKey returns the redirect P_Key.
+func (c ClassPortInfo) RedirectPKey() uint16 { return binary.BigEndian.Uint16(c[30:]) }
+
+// RedirectQP returns the 24-bit redirect QP.
+func (c ClassPortInfo) RedirectQP() uint32 { return binary.BigEndian.Uint32(c[32:]) & 0xffffff }
+
+// RedirectQKey returns the redirect Q_Key.
+func (c ClassPortInfo) RedirectQKey() uint32 { return binary.BigEndian.Uint32(c[36:]) }
+
+// TrapGID returns the GID traps are sent to.
+func (c ClassPortInfo) TrapGID() GID { return GID(c[40:56]) }
+
+// TrapTC returns the trap traffic class.
+func (c ClassPortInfo) TrapTC() uint8 { return c[56] }
+
+// TrapSL returns the trap SL.
+func (c ClassPortInfo) TrapSL() uint8 { return c[57] >> 4 }
+
+// TrapFL returns the 20-bit trap flow label.
+func (c ClassPortInfo) TrapFL() uint32 { return binary.BigEndian.Uint32(c[56:]) & 0xfffff }
+
+// TrapLID returns the LID traps are sent to.
+func (c ClassPortInfo) TrapLID() uint16 { return binary.BigEndian.Uint16(c[60:]) }
+
+// TrapPKey returns the trap P_Key.
+func (c ClassPortInfo) TrapPKey() uint16 { return binary.BigEndian.Uint16(c[62:]) }
+
+// TrapHL returns the trap hop limit.
+func (c ClassPortInfo) TrapHL() uint8 { return c[64] }
+
+// TrapQP returns the 24-bit trap QP.
+func (c ClassPortInfo) TrapQP() uint32 { return binary.BigEndian.Uint32(c[64:]) & 0xffffff }
+
+// TrapQKey returns the trap Q_Key.
+func (c ClassPortInfo) TrapQKey() uint32 { return binary.BigEndian.Uint32(c[68:]) }
+
+// SetBaseVersion sets BaseVersion.
+func (c ClassPortInfo) SetBaseVersion(v uint8) { c[0] = v }
+
+// SetClassVersion sets ClassVersion.
+func (c ClassPortInfo) SetClassVersion(v uint8) { c[1] = v }
+
+// SetCapabilityMask sets CapabilityMask.
+func (c ClassPortInfo) SetCapabilityMask(v uint16) { binary.BigEndian.PutUint16(c[2:], v) }
+
+// SetCapabilityMask2 sets the 27-bit CapabilityMask2.
+func (c ClassPortInfo) SetCapabilityMask2(v uint32) { smSetBits(c, 32, 27, v) }
+
+// SetRespTimeValue sets the 5-bit RespTimeValue.
+func (c ClassPortInfo) SetRespTimeValue(v uint8) { c[7] = c[7]&0xe0 | v&0x1f }
+
+// SetRedirectGID sets RedirectGID.
+func (c ClassPortInfo) SetRedirectGID(g GID) { copy(c[8:24], g[:]) }
+
+// SetRedirectTC sets RedirectTC.
+func (c ClassPortInfo) SetRedirectTC(v uint8) { c[24] = v }
+
+// SetRedirectSL sets the 4-bit RedirectSL.
+func (c ClassPortInfo) SetRedirectSL(v uint8) { c[25] = c[25]&0x0f | v<<4 }
+
+// SetRedirectFL sets the 20-bit RedirectFL.
+func (c ClassPortInfo) SetRedirectFL(v uint32) { smSetBits(c, 204, 20, v) }
+
+// SetRedirectLID sets RedirectLID.
+func (c ClassPortInfo) SetRedirectLID(v uint16) { binary.BigEndian.PutUint16(c[28:], v) }
+
+// SetRedirectPKey sets RedirectP_Key.
+func (c ClassPortInfo) SetRedirectPKey(v uint16) { binary.BigEndian.PutUint16(c[30:], v) }
+
+// SetRedirectQP sets the 24-bit RedirectQP.
+func (c ClassPortInfo) SetRedirectQP(v uint32) { smSetBits(c, 264, 24, v) }
+
+// SetRedirectQKey sets RedirectQ_Key.
+func (c ClassPortInfo) SetRedirectQKey(v uint32) { binary.BigEndian.PutUint32(c[36:], v) }
+
+// SetTrapGID sets TrapGID.
+func (c ClassPortInfo) SetTrapGID(g GID) { copy(c[40:56], g[:]) }
+
+// SetTrapTC sets TrapTC.
+func (c ClassPortInfo) SetTrapTC(v uint8) { c[56] = v }
+
+// SetTrapSL sets the 4-bit TrapSL.
+func (c ClassPortInfo) SetTrapSL(v uint8) { c[57] = c[57]&0x0f | v<<4 }
+
+// SetTrapFL sets the 20-bit TrapFL.
+func (c ClassPortInfo) SetTrapFL(v uint32) { smSetBits(c, 460, 20, v) }
+
+// SetTrapLID sets TrapLID.
+func (c ClassPortInfo) SetTrapLID(v uint16) { binary.BigEndian.PutUint16(c[60:], v) }
+
+// SetTrapPKey sets TrapP_Key.
+func (c ClassPortInfo) SetTrapPKey(v uint16) { binary.BigEndian.PutUint16(c[62:], v) }
+
+// SetTrapHL sets TrapHL.
+func (c ClassPortInfo) SetTrapHL(v uint8) { c[64] = v }
+
+// SetTrapQP sets the 24-bit TrapQP.
+func (c ClassPortInfo) SetTrapQP(v uint32) { smSetBits(c, 520, 24, v) }
+
+// SetTrapQKey sets TrapQ_Key.
+func (c ClassPortInfo) SetTrapQKey(v uint32) { binary.BigEndian.PutUint32(c[68:], v) }

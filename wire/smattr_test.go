@@ -445,18 +445,16 @@ func TestVLArbitrationTable(t *testing.T) {
 	var fs []smField
 	for i := range VLArbitrationTableBlockSize {
 		fs = append(fs,
+			smField{"VL", i*16 + 4, 4,
+				func(b []byte) uint64 { return uint64(VLArbitrationTable(b).VL(i)) },
+				func(b []byte, v uint64) { VLArbitrationTable(b).SetVL(i, uint8(v)) }},
 			smField{"Weight", i*16 + 8, 8,
 				func(b []byte) uint64 { return uint64(VLArbitrationTable(b).Weight(i)) },
 				func(b []byte, v uint64) { VLArbitrationTable(b).SetWeight(i, uint8(v)) }})
 	}
 	smCheckFields(t, VLArbitrationTableLen, fs)
-	v := VLArbitrationTable(bytes.Repeat([]byte{0xff}, VLArbitrationTableLen))
-	v.SetVL(3, 5)
-	if v.VL(3) != 5 || v[6] != 0x05 || v[7] != 0xff || v[5] != 0xff {
-		t.Errorf("SetVL: % x", []byte(v[4:8]))
-	}
 	// "vlarb 0,1" low table: VL i weight 4 except VL 0 weight 0.
-	v = VLArbitrationTable(make([]byte, VLArbitrationTableLen))
+	v := VLArbitrationTable(make([]byte, VLArbitrationTableLen))
 	for i := range 8 {
 		v.SetVL(i, uint8(i))
 		v.SetWeight(i, 4)
@@ -510,4 +508,108 @@ func TestSMAttrAllocs(t *testing.T) {
 		t.Errorf("%v allocations", n)
 	}
 	_ = sink
+}
+
+func smGIDField(name string, off int, get func([]byte) GID, set func([]byte, GID)) []smField {
+	// A GID as two 64-bit halves, so smCheckFields can drive it.
+	return []smField{
+		{name + ".hi", off, 64,
+			func(b []byte) uint64 { return get(b).SubnetPrefix() },
+			func(b []byte, v uint64) { g := get(b); set(b, MakeGID(v, g.InterfaceID())) }},
+		{name + ".lo", off + 64, 64,
+			func(b []byte) uint64 { return get(b).InterfaceID() },
+			func(b []byte, v uint64) { g := get(b); set(b, MakeGID(g.SubnetPrefix(), v)) }},
+	}
+}
+
+// Offsets from fields.c (IB_NOTICE_*_F), IBA 13.4.8.2.
+func TestNoticeFields(t *testing.T) {
+	fs := []smField{
+		smFlag("IsGeneric", 0, Notice.IsGeneric, Notice.SetIsGeneric),
+		smFld("Type", 1, 7, Notice.Type, Notice.SetType),
+		smFld("ProducerType", 8, 24, Notice.ProducerType, Notice.SetProducerType),
+		smFld("VendorID", 8, 24, Notice.VendorID, Notice.SetVendorID),
+		smFld("TrapNumber", 32, 16, Notice.TrapNumber, Notice.SetTrapNumber),
+		smFld("DeviceID", 32, 16, Notice.DeviceID, Notice.SetDeviceID),
+		smFld("IssuerLID", 48, 16, Notice.IssuerLID, Notice.SetIssuerLID),
+		smFlag("NoticeToggle", 64, Notice.NoticeToggle, Notice.SetNoticeToggle),
+		smFld("NoticeCount", 65, 15, Notice.NoticeCount, Notice.SetNoticeCount),
+		smFld("Trap128LID", 80, 16, Notice.Trap128LID, Notice.SetTrap128LID),
+		smFld("Trap144LID", 96, 16, Notice.Trap144LID, Notice.SetTrap144LID),
+		smFlag("Trap144OtherLocalChanges", 127, Notice.Trap144OtherLocalChanges, Notice.SetTrap144OtherLocalChanges),
+		smFld("Trap144CapabilityMask", 128, 32, Notice.Trap144CapabilityMask, Notice.SetTrap144CapabilityMask),
+		smFld("Trap144ChangeFlags", 170, 6, Notice.Trap144ChangeFlags, Notice.SetTrap144ChangeFlags),
+		smFld("Trap144CapabilityMask2", 176, 16, Notice.Trap144CapabilityMask2, Notice.SetTrap144CapabilityMask2),
+	}
+	fs = append(fs, smGIDField("IssuerGID", 512,
+		func(b []byte) GID { return Notice(b).IssuerGID() },
+		func(b []byte, g GID) { Notice(b).SetIssuerGID(g) })...)
+	smCheckFields(t, NoticeLen, fs)
+}
+
+func TestNoticeTraps(t *testing.T) {
+	// Trap 128 from a switch at LID 1 (what an SMA sends when a port
+	// changes state): generic, urgent, producer switch.
+	n := Notice(bytes.Repeat([]byte{0xee}, NoticeSMPLen))
+	n.SetGenericTrap(NoticeTypeUrgent, NodeTypeSwitch, TrapLinkStateChange, 1)
+	n.SetNoticeToggle(false)
+	n.SetNoticeCount(0)
+	n.SetTrap128LID(1)
+	want := smHex(t, "81000002008000010000"+"0001")
+	if !bytes.Equal(n[:12], want) || !bytes.Equal(n[12:], make([]byte, NoticeSMPLen-12)) {
+		t.Errorf("trap 128: % x", []byte(n))
+	}
+	if !n.IsGeneric() || n.Type() != NoticeTypeUrgent || n.ProducerType() != NodeTypeSwitch ||
+		n.TrapNumber() != 128 || n.IssuerLID() != 1 || n.Trap128LID() != 1 || len(n.DataDetails()) != 54 {
+		t.Error("trap 128 getters")
+	}
+
+	// Trap 144 from a CA port at LID 2 whose CapabilityMask gained IsSM.
+	n.SetGenericTrap(NoticeTypeInfo, NodeTypeCA, TrapLocalChanges, 2)
+	n.SetTrap144LID(2)
+	n.SetTrap144CapabilityMask(0x50c048 | CapIsSM)
+	n.SetTrap144ChangeFlags(Trap144NodeDescriptionChange | 0xffc0) // reserved bits dropped
+	n.SetTrap144OtherLocalChanges(true)
+	n.SetTrap144CapabilityMask2(0x30)
+	want = smHex(t, "84000001009000020000"+"0000"+"0002"+"0001"+"0050c04a"+"0001"+"0030")
+	if !bytes.Equal(n[:24], want) {
+		t.Errorf("trap 144:\n% x\nwant\n% x", []byte(n[:24]), want)
+	}
+	if n.Trap144LID() != 2 || n.Trap144CapabilityMask()&CapIsSM == 0 || !n.Trap144OtherLocalChanges() ||
+		n.Trap144ChangeFlags() != Trap144NodeDescriptionChange || n.Trap144CapabilityMask2() != 0x30 {
+		t.Error("trap 144 getters")
+	}
+}
+
+// Offsets from fields.c (IB_CPI_*_F), IBA 13.4.8.1.
+func TestClassPortInfoFields(t *testing.T) {
+	fs := []smField{
+		smFld("BaseVersion", 0, 8, ClassPortInfo.BaseVersion, ClassPortInfo.SetBaseVersion),
+		smFld("ClassVersion", 8, 8, ClassPortInfo.ClassVersion, ClassPortInfo.SetClassVersion),
+		smFld("CapabilityMask", 16, 16, ClassPortInfo.CapabilityMask, ClassPortInfo.SetCapabilityMask),
+		smFld("CapabilityMask2", 32, 27, ClassPortInfo.CapabilityMask2, ClassPortInfo.SetCapabilityMask2),
+		smFld("RespTimeValue", 59, 5, ClassPortInfo.RespTimeValue, ClassPortInfo.SetRespTimeValue),
+		smFld("RedirectTC", 192, 8, ClassPortInfo.RedirectTC, ClassPortInfo.SetRedirectTC),
+		smFld("RedirectSL", 200, 4, ClassPortInfo.RedirectSL, ClassPortInfo.SetRedirectSL),
+		smFld("RedirectFL", 204, 20, ClassPortInfo.RedirectFL, ClassPortInfo.SetRedirectFL),
+		smFld("RedirectLID", 224, 16, ClassPortInfo.RedirectLID, ClassPortInfo.SetRedirectLID),
+		smFld("RedirectPKey", 240, 16, ClassPortInfo.RedirectPKey, ClassPortInfo.SetRedirectPKey),
+		smFld("RedirectQP", 264, 24, ClassPortInfo.RedirectQP, ClassPortInfo.SetRedirectQP),
+		smFld("RedirectQKey", 288, 32, ClassPortInfo.RedirectQKey, ClassPortInfo.SetRedirectQKey),
+		smFld("TrapTC", 448, 8, ClassPortInfo.TrapTC, ClassPortInfo.SetTrapTC),
+		smFld("TrapSL", 456, 4, ClassPortInfo.TrapSL, ClassPortInfo.SetTrapSL),
+		smFld("TrapFL", 460, 20, ClassPortInfo.TrapFL, ClassPortInfo.SetTrapFL),
+		smFld("TrapLID", 480, 16, ClassPortInfo.TrapLID, ClassPortInfo.SetTrapLID),
+		smFld("TrapPKey", 496, 16, ClassPortInfo.TrapPKey, ClassPortInfo.SetTrapPKey),
+		smFld("TrapHL", 512, 8, ClassPortInfo.TrapHL, ClassPortInfo.SetTrapHL),
+		smFld("TrapQP", 520, 24, ClassPortInfo.TrapQP, ClassPortInfo.SetTrapQP),
+		smFld("TrapQKey", 544, 32, ClassPortInfo.TrapQKey, ClassPortInfo.SetTrapQKey),
+	}
+	fs = append(fs, smGIDField("RedirectGID", 64,
+		func(b []byte) GID { return ClassPortInfo(b).RedirectGID() },
+		func(b []byte, g GID) { ClassPortInfo(b).SetRedirectGID(g) })...)
+	fs = append(fs, smGIDField("TrapGID", 320,
+		func(b []byte) GID { return ClassPortInfo(b).TrapGID() },
+		func(b []byte, g GID) { ClassPortInfo(b).SetTrapGID(g) })...)
+	smCheckFields(t, ClassPortInfoLen, fs)
 }
