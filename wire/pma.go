@@ -13,7 +13,7 @@ const (
 // PMAData returns the 192 bytes of a PMA MAD's attribute data.
 func (m MAD) PMAData() []byte { return m[PMADataOffset:MADLen] }
 
-// Performance management attribute IDs (IBA 16.1.2, Table 240);
+// Performance management attribute IDs (IBA 16.1.2);
 // ClassPortInfo is AttrClassPortInfo.
 const (
 	AttrPortSamplesControl   = 0x0010

@@ -956,7 +956,7 @@ const (
 	SMStateMaster      = 3
 )
 
-// SMInfo Set attribute modifiers (IBA 14.4.1, Table 182).
+// SMInfo Set attribute modifiers (IBA 14.4.1, SM state machine control).
 const (
 	SMInfoHandover    = 1
 	SMInfoAcknowledge = 2
@@ -1020,7 +1020,7 @@ const (
 // class manager; the other producers use the NodeType* values.
 const NoticeProducerClassManager = 4
 
-// Generic trap numbers (IBA 14.2.5.1 Table 131 and 13.4.8.2).
+// Generic trap numbers (IBA 14.2.5.1 and 13.4.8.2).
 const (
 	TrapGIDInService               = 64
 	TrapGIDOutOfService            = 65
@@ -1150,7 +1150,7 @@ func (n Notice) Trap128LID() uint16 { return binary.BigEndian.Uint16(n[10:]) }
 // SetTrap128LID sets LIDADDR of trap 128.
 func (n Notice) SetTrap128LID(v uint16) { binary.BigEndian.PutUint16(n[10:], v) }
 
-// Trap 144 DataDetails (IBA 14.2.5.1, Table 131):
+// Trap 144 DataDetails (IBA 14.2.5.1; opensm ib_mad_notice_attr_t ntc_144):
 //
 //	bytes 0-1:   Reserved
 //	bytes 2-3:   LIDADDR
