@@ -310,4 +310,6 @@ func (sm *SM) Stats() Stats {
 	return s
 }
 
-func (sm *SM) String() string { return fmt.Sprintf("sm(%s port %d)", sm.port.Device().Name(), sm.port.Num()) }
+func (sm *SM) String() string {
+	return fmt.Sprintf("sm(%s port %d)", sm.port.Device().Name(), sm.port.Num())
+}

@@ -36,7 +36,7 @@ func (m MCMember) receives() bool { return m.JoinState&(JoinFull|JoinNonMember) 
 // mftEntry is the set of ports an MLID is forwarded to, bit i for port i.
 type mftEntry [4]uint64
 
-func (e *mftEntry) set(i uint8)       { e[i>>6] |= 1 << (i & 63) }
+func (e *mftEntry) set(i uint8)          { e[i>>6] |= 1 << (i & 63) }
 func (e mftEntry) bits16(pos int) uint16 { return uint16(e[pos*16/64] >> (pos * 16 % 64)) }
 
 // ErrNoMLID is returned when every multicast LID is in use.
