@@ -70,7 +70,30 @@ type portInfo struct {
 	capMask       uint32
 	subnetTimeout uint8
 	pkeys         [PKeyTableLen]uint16
+
+	// PortInfo fields only the SMA reads and writes (IBA 14.2.5.6).
+	mkey            uint64
+	mkeyLease       uint16
+	mkeyProtect     uint8
+	widthEnabled    uint8 // LinkWidthEnabled bits (wire.LinkWidth*)
+	widthActive     uint8
+	speedEnabled    uint8 // LinkSpeedEnabled bits (wire.LinkSpeed*)
+	speedActive     uint8
+	linkDownDefault uint8
+	operVLs         uint8
+	vlHighLimit     uint8
+	hoqLife         uint8
 }
+
+// What a pibgw HCA port supports (PortInfo, IBA 14.2.5.6): pib's 12X QDR link, one data
+// VL (VL0) plus VL15.
+const (
+	portWidthSupported = 0x01 | 0x02 | 0x08 // 1X, 4X, 12X
+	portWidthActive    = 0x08               // 12X
+	portSpeedSupported = 0x1 | 0x2 | 0x4    // SDR, DDR, QDR
+	portSpeedActive    = 0x4                // QDR
+	portVLCap          = 1                  // VL0
+)
 
 // Port is one HCA port: its management state (what the SMA sets), its counters, its
 // attachment to the fabric and its multicast attachments.
@@ -94,6 +117,12 @@ type Port struct {
 	mads   madTable
 	madPSN atomic.Uint32
 	tid    atomic.Uint64
+
+	// SMA tables that are not on the packet path, and the SM's SMInfo hook (sma.go).
+	smaMu  sync.Mutex
+	sl2vl  [8]byte
+	vlArb  [4][64]byte
+	smInfo atomic.Pointer[smInfoBox]
 }
 
 type linkBox struct{ l fabric.Link }
@@ -103,6 +132,9 @@ func newPort(d *Device, n uint8) *Port {
 	pi := &portInfo{
 		state: PortDown, phys: PhysPolling, activeMTU: MTU256,
 		gidPrefix: DefaultGIDPrefix, subnetTimeout: 18,
+		widthEnabled: portWidthSupported, widthActive: portWidthActive,
+		speedEnabled: portSpeedSupported, speedActive: portSpeedActive,
+		linkDownDefault: 2, operVLs: portVLCap,
 		capMask: CapIsTrapSupported | CapIsSLMappingSupported | CapIsSystemImageGUID |
 			CapIsCommManagement | CapIsDeviceManagement | CapIsVendorClass | CapIsClientReregistration,
 	}
@@ -137,8 +169,8 @@ func (p *Port) Query() PortAttr {
 		GIDTblLen: GIDTableLen, PortCapFlags: pi.capMask, MaxMsgSz: MaxMsgSize,
 		BadPKeyCntr:  uint32(p.counters.Get(CntPKeyViolations)),
 		QKeyViolCntr: uint32(p.counters.Get(CntQKeyViolations)),
-		PKeyTblLen:   PKeyTableLen, LID: pi.lid, SMLID: pi.smLID, LMC: pi.lmc, MaxVLNum: 1,
-		SMSL: pi.smSL, SubnetTimeout: pi.subnetTimeout, ActiveWidth: 8, ActiveSpeed: 4,
+		PKeyTblLen:   PKeyTableLen, LID: pi.lid, SMLID: pi.smLID, LMC: pi.lmc, MaxVLNum: portVLCap,
+		SMSL: pi.smSL, SubnetTimeout: pi.subnetTimeout, ActiveWidth: pi.widthActive, ActiveSpeed: pi.speedActive,
 		LinkLayer: "InfiniBand", GUID: p.guid, GIDPrefix: pi.gidPrefix,
 	}
 }
@@ -174,12 +206,27 @@ func PKeyMatch(a, b uint16) bool {
 // update applies f to a copy of the port's info and publishes it, then raises the async
 // events the change implies (IBA 11.6.3).
 func (p *Port) update(f func(pi *portInfo)) {
+	p.updateIf(func(pi *portInfo) bool { f(pi); return true })
+}
+
+// updateIf is update for a change that f may refuse (by returning false, leaving the
+// port as it was): the SMA validates a PortInfo Set against the state it replaces.
+func (p *Port) updateIf(f func(pi *portInfo) bool) bool {
 	p.mu.Lock()
 	old := p.info.Load()
 	pi := *old
-	f(&pi)
+	if !f(&pi) {
+		p.mu.Unlock()
+		return false
+	}
 	p.info.Store(&pi)
 	p.mu.Unlock()
+	p.raiseChanges(old, &pi)
+	return true
+}
+
+// raiseChanges raises the async events for the difference between two states.
+func (p *Port) raiseChanges(old, pi *portInfo) {
 	ev := func(t EventType) { p.dev.raise(AsyncEvent{Type: t, Port: p.num}) }
 	if pi.state != old.state {
 		if pi.state == PortActive {
