@@ -265,10 +265,61 @@ func (qp *QP) Gather(wr *SendWR, dst []byte) WCStatus {
 	return WCSuccess
 }
 
+// GatherAt copies len(dst) bytes of a registered gather list, starting at byte off of
+// the message, with Gather's checks (RC packetisation takes a message piece by piece).
+func (qp *QP) GatherAt(sgl []SGE, off uint64, dst []byte) WCStatus {
+	for _, s := range sgl {
+		if len(dst) == 0 {
+			break
+		}
+		if off >= uint64(s.Length) {
+			off -= uint64(s.Length)
+			continue
+		}
+		n := uint64(s.Length) - off
+		if n > uint64(len(dst)) {
+			n = uint64(len(dst))
+		}
+		mr := qp.dev.LookupKey(s.LKey)
+		if mr == nil || mr.pd != qp.pd {
+			return WCLocProtErr
+		}
+		b, ok := mr.Slice(s.Addr+off, uint32(n))
+		if !ok {
+			return WCLocProtErr
+		}
+		copy(dst, b)
+		dst = dst[n:]
+		off = 0
+	}
+	if len(dst) != 0 {
+		return WCLocLenErr
+	}
+	return WCSuccess
+}
+
+// InlineBytes returns a copy of an inline WR's data (RC keeps it for retransmission).
+func InlineBytes(wr *SendWR, dst []byte) []byte {
+	if wr.inline != nil {
+		return append(dst[:0], wr.inline...)
+	}
+	dst = dst[:0]
+	for _, s := range wr.SGL {
+		dst = append(dst, rawBytes(s.Addr, s.Length)...)
+	}
+	return dst
+}
+
 // Scatter writes src at byte offset off of w's scatter list, checking each SGE's L_Key,
 // PD, LOCAL_WRITE access and bounds (LOC_PROT_ERR) and the list's length (LOC_LEN_ERR).
 func (qp *QP) Scatter(w *RecvWQE, off uint64, src []byte) WCStatus {
-	for _, s := range w.SGE[:w.NumSGE] {
+	return qp.ScatterSGL(w.SGE[:w.NumSGE], off, src)
+}
+
+// ScatterSGL writes src at byte offset off of a scatter list (a receive WQE's, or the
+// local buffers of an RDMA READ or atomic), with Scatter's checks.
+func (qp *QP) ScatterSGL(sgl []SGE, off uint64, src []byte) WCStatus {
+	for _, s := range sgl {
 		if len(src) == 0 {
 			break
 		}
@@ -370,5 +421,16 @@ func (p *Port) detach(gid [16]byte, qp *QP) {
 		delete(p.mcast, gid)
 	} else {
 		p.mcast[gid] = qps
+	}
+}
+
+// RaiseSQDrained reports that a QP in SQD has no send WR in flight any more
+// (IBV_EVENT_SQ_DRAINED, if the QP asked for it with en_sqd_async_notify).
+func (qp *QP) RaiseSQDrained() {
+	qp.mu.Lock()
+	notify := qp.attr.EnSQDAsyncNotify
+	qp.mu.Unlock()
+	if notify {
+		qp.dev.raise(AsyncEvent{Type: EventSQDrained, QP: qp})
 	}
 }

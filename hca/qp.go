@@ -240,9 +240,9 @@ func (qp *QP) Modify(a *QPAttr, mask QPAttrMask) error {
 	qp.state.Store(uint32(next))
 	qp.mu.Unlock()
 
-	if next != cur || next == QPStateReset {
-		qp.changed(cur, next)
-	}
+	// The transport hears of every successful modify, state change or not (RTS→RTS
+	// updates timers and access flags).
+	qp.changed(cur, next)
 	return nil
 }
 
@@ -370,10 +370,11 @@ func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
 	}
 }
 
-// changed runs the side effects of a state change.
+// changed runs the side effects of a modify.
 func (qp *QP) changed(from, to QPState) {
-	switch to {
-	case QPStateReset:
+	switch {
+	case from == to && to != QPStateReset:
+	case to == QPStateReset:
 		// IBA 10.3.1: RESET empties both queues without completions. pib's "manner" check
 		// warns because completions are silently lost.
 		if n := qp.rqLen(); n > 0 {
@@ -382,7 +383,7 @@ func (qp *QP) changed(from, to QPState) {
 		if qp.srq == nil {
 			qp.rq.drain()
 		}
-	case QPStateErr:
+	case to == QPStateErr:
 		qp.flushRecv()
 	}
 	qp.tr.Modified(qp, from, to)

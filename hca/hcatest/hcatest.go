@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/ud"
@@ -26,6 +27,8 @@ type Options struct {
 	Register func(*hca.Device)
 	// Wrap, if set, wraps both directions of HCA i's cable (fault injection, capture).
 	Wrap func(i int, d fabric.Direction, l fabric.Link) fabric.Link
+	// Clock is the devices' clock (default: real time).
+	Clock clock.Clock
 }
 
 // NewFabric builds the fabric.
@@ -39,6 +42,7 @@ func NewFabric(tb testing.TB, n int, o Options) *Fabric {
 		d, err := hca.NewDevice(hca.Config{
 			Name:     fmt.Sprintf("pib_%d", i),
 			NodeGUID: 0x0002_c903_0000_0000 | uint64(i+3)<<8,
+			Clock:    o.Clock,
 		})
 		if err != nil {
 			tb.Fatal(err)

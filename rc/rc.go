@@ -1,0 +1,249 @@
+// Package rc is the Reliable Connection transport (IBA 9.7) and its unreliable sibling
+// UC (IBA 9.8.?): packetisation by path MTU, PSNs, ACK/NAK with AETH, retransmission
+// (go-back-N from the first unacknowledged PSN) on the local ACK timeout and on NAKs, RNR
+// retry, RDMA READ and WRITE, atomics, duplicate detection and replay.
+//
+// Every RC QP's outgoing packets, requests and responses alike, leave through one
+// drainer: whichever goroutine kicks the QP first sends until nothing is left, and kicks
+// that arrive meanwhile (from timers, or re-entrantly from an in-process fabric that
+// delivers the answer to a packet inside the Transmit call that sent it) only flag more
+// work. No lock is held across Transmit.
+package rc
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Register installs the RC and UC transports on d.
+func Register(d *hca.Device) {
+	t := &Transport{}
+	d.SetTransport(hca.QPTypeRC, t)
+	d.SetTransport(hca.QPTypeUC, t)
+}
+
+// Transport implements hca.Transport for RC and UC QPs.
+type Transport struct{}
+
+// conn is the transport state of one RC/UC QP (QP.TransportState).
+type conn struct {
+	qp  *hca.QP
+	uc  bool
+	clk clock.Clock
+
+	path atomic.Pointer[path]
+
+	mu  sync.Mutex // requester state
+	req requester
+
+	rmu  sync.Mutex // responder state
+	resp responder
+
+	running atomic.Bool
+	pending atomic.Bool
+	failing atomic.Bool // a fatal error waits to move the QP to ERR
+}
+
+// Window is the most request packets a QP has unacknowledged at once (pib used 64).
+const Window = 256
+
+func getConn(qp *hca.QP) *conn {
+	c, _ := qp.TransportState.(*conn)
+	return c
+}
+
+// Modified follows the QP through its states: INIT creates the state, RTR sets the
+// responder's expected PSN, RTS the requester's next PSN, ERR flushes, RESET forgets.
+func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
+	c := getConn(qp)
+	if c == nil {
+		c = &conn{qp: qp, uc: qp.Type() == hca.QPTypeUC, clk: qp.Device().Clock()}
+		qp.TransportState = c
+	}
+	a := qp.Attr()
+	if to >= hca.QPStateRTR && to != hca.QPStateErr {
+		c.setPath(&a)
+	}
+	switch {
+	case to == hca.QPStateReset:
+		c.reset()
+	case to == hca.QPStateErr:
+		c.flush()
+	case to == hca.QPStateRTR && from == hca.QPStateInit:
+		c.rmu.Lock()
+		c.resp = responder{ePSN: a.RQPSN & psnMask}
+		c.resp.res = make([]rdRes, max(int(a.MaxDestRdAtomic), 1))
+		c.rmu.Unlock()
+	case to == hca.QPStateRTS && (from == hca.QPStateRTR || from == hca.QPStateSQD || from == hca.QPStateRTS):
+		c.mu.Lock()
+		if from == hca.QPStateRTR {
+			c.req.init(a.SQPSN&psnMask, int(a.Cap.MaxSendWR))
+		}
+		c.req.timeout = ackTimeout(a.Timeout)
+		c.req.retryCnt, c.req.rnrRetry, c.req.maxRdAtomic = a.RetryCnt, a.RNRRetry, int(max(a.MaxRdAtomic, 1))
+		if from == hca.QPStateRTR {
+			c.req.retryLeft, c.req.rnrLeft = a.RetryCnt, a.RNRRetry
+		}
+		c.mu.Unlock()
+		defer c.kick()
+	case to == hca.QPStateSQD:
+		c.checkDrained()
+	}
+	c.rmu.Lock()
+	c.resp.minRNR = a.MinRNRTimer
+	c.resp.access = a.QPAccessFlags
+	c.rmu.Unlock()
+}
+
+func (c *conn) setPath(a *hca.QPAttr) {
+	port := c.qp.Port()
+	pkey, _ := port.PKey(int(a.PKeyIndex))
+	p := &path{
+		port: port, dlid: a.AHAttr.DLID, sl: a.AHAttr.SL, global: a.AHAttr.IsGlobal,
+		grh: a.AHAttr.GRH, pkey: pkey, destQPN: a.DestQPNum, mtu: a.PathMTU.Bytes(),
+	}
+	lmcMask := uint16(1)<<port.LMC() - 1
+	p.slid = port.LID() | uint16(a.AHAttr.SrcPathBits)&lmcMask
+	if p.global {
+		p.sgid, _ = port.GID(int(a.AHAttr.GRH.SGIDIndex))
+	}
+	if p.mtu == 0 {
+		p.mtu = 256
+	}
+	c.path.Store(p)
+}
+
+// PostSend queues a WR on the send queue and starts sending.
+func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
+	c := getConn(qp)
+	p := c.path.Load()
+	c.mu.Lock()
+	err := c.req.post(c, p, wr)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	c.kick()
+	c.runFail()
+	return nil
+}
+
+// Receive sorts a packet into the responder (requests) or the requester (responses).
+func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
+	c := getConn(qp)
+	op := pk.BTH.OpCode()
+	want := wire.TransportRC
+	if c.uc {
+		want = wire.TransportUC
+	}
+	if op.Transport() != want {
+		qp.Port().Counters().Inc(hca.CntDropQPType)
+		return
+	}
+	// IBA 9.6.1.5 (C9-54): a connected QP takes packets only from its peer.
+	if p := c.path.Load(); p == nil || pk.LRH.SLID() != p.dlid {
+		qp.Port().Counters().Inc(hca.CntDropNoQP)
+		return
+	}
+	switch op {
+	case wire.RCAcknowledge, wire.RCAtomicAcknowledge, wire.RCRDMAReadResponseFirst,
+		wire.RCRDMAReadResponseMiddle, wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly:
+		if qp.State() < hca.QPStateRTS {
+			qp.Port().Counters().Inc(hca.CntDropQPState)
+			return
+		}
+		c.mu.Lock()
+		c.req.response(c, pk)
+		c.mu.Unlock()
+	default:
+		c.rmu.Lock()
+		c.resp.request(c, pk)
+		c.rmu.Unlock()
+	}
+	c.kick()
+	c.runFail()
+}
+
+// kick runs the drainer unless another goroutine (or an outer frame of this one) already
+// does, in which case it leaves it a flag.
+func (c *conn) kick() {
+	c.pending.Store(true)
+	for c.pending.Load() {
+		if !c.running.CompareAndSwap(false, true) {
+			return
+		}
+		for c.pending.Swap(false) {
+			for c.drainOnce() {
+			}
+		}
+		c.running.Store(false)
+	}
+}
+
+// drainOnce builds one batch (responses first, then requests) and transmits it. It
+// reports whether the batch was full, i.e. whether there may be more to send.
+func (c *conn) drainOnce() bool {
+	p := c.path.Load()
+	if p == nil {
+		return false
+	}
+	s := c.qp.State()
+	b := batchPool.Get().(*batch)
+	if s >= hca.QPStateRTR && s != hca.QPStateErr {
+		c.rmu.Lock()
+		c.resp.output(c, p, b)
+		c.rmu.Unlock()
+	}
+	if s == hca.QPStateRTS || s == hca.QPStateSQD {
+		c.mu.Lock()
+		c.req.output(c, p, b, s == hca.QPStateSQD)
+		c.mu.Unlock()
+	}
+	n := b.n
+	if n > 0 {
+		p.port.Transmit(b.pkts[:n])
+	}
+	for i := range b.pkts[:n] {
+		b.pkts[i] = nil
+	}
+	b.n = 0
+	batchPool.Put(b)
+	return n == batchMax
+}
+
+// reset forgets everything (ModifyQP to RESET: IBA 10.3.1, no completions).
+func (c *conn) reset() {
+	c.mu.Lock()
+	c.req.stopTimer()
+	c.req = requester{}
+	c.mu.Unlock()
+	c.rmu.Lock()
+	c.resp = responder{}
+	c.rmu.Unlock()
+}
+
+// flush completes every outstanding send WR with IBV_WC_WR_FLUSH_ERR (the receive queue
+// is flushed by hca).
+func (c *conn) flush() {
+	c.mu.Lock()
+	c.req.stopTimer()
+	c.req.flushAll(c.qp)
+	c.mu.Unlock()
+	c.rmu.Lock()
+	c.resp.out = c.resp.out[:0]
+	c.rmu.Unlock()
+}
+
+// fail notes a fatal error (IBA 9.9.2: the QP goes to the Error state); runFail, called
+// where no lock is held, carries it out.
+func (c *conn) fail() { c.failing.Store(true) }
+
+func (c *conn) runFail() {
+	if c.failing.CompareAndSwap(true, false) {
+		c.qp.SetError()
+	}
+}

@@ -1,0 +1,666 @@
+package rc
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// swqe is a send WQE as the requester tracks it until it completes.
+type swqe struct {
+	wr       hca.SendWR
+	sgl      [hca.MaxSGE]hca.SGE
+	inline   []byte
+	length   uint64
+	mtu      int
+	npkts    uint32 // packets of the message (READ: response packets)
+	firstPSN uint32
+	sent     uint32 // packets sent (READ, atomic: npkts once the request is out)
+	recvd    uint32 // READ: response packets received in order
+	issued   bool   // READ/atomic counted in rdAtomicOut
+	done     bool
+	status   hca.WCStatus
+}
+
+func (w *swqe) lastPSN() uint32 { return psnAdd(w.firstPSN, w.npkts-1) }
+
+func (w *swqe) rdAtomic() bool {
+	o := w.wr.Opcode
+	return o == hca.WRRDMARead || o == hca.WRAtomicCmpAndSwp || o == hca.WRAtomicFetchAndAdd
+}
+
+// requester is the send side of a connection (IBA 9.7.4, 9.7.5.1).
+type requester struct {
+	ring        []swqe
+	head, next  int // oldest incomplete; next to send from
+	tail, count int
+	nextPSN     uint32 // first PSN of the next posted WQE
+	ackedPSN    uint32 // last PSN acknowledged (cumulative)
+	rdAtomicOut int
+
+	timeout            time.Duration
+	retryCnt, rnrRetry uint8
+	retryLeft, rnrLeft uint8
+	maxRdAtomic        int
+	timer              clock.Timer
+	timerOn            bool
+	rnrWait            bool
+	rnrTimer           clock.Timer
+	readGap            uint32 // PSN a read-response gap was last re-requested from
+	readGapSet         bool
+	drainedNotified    bool
+}
+
+func (r *requester) init(sqPSN uint32, depth int) {
+	if depth < 1 {
+		depth = 1
+	}
+	r.ring = make([]swqe, depth)
+	r.nextPSN = sqPSN
+	r.ackedPSN = psnAdd(sqPSN, psnMask) // sqPSN - 1
+}
+
+func (r *requester) slot(i int) int {
+	if i >= len(r.ring) {
+		return i - len(r.ring)
+	}
+	return i
+}
+
+// post copies wr into the send queue (IBA 10.8.2.?: the WR's memory stays the caller's
+// until completion; its SGL is copied now).
+func (r *requester) post(c *conn, p *path, wr *hca.SendWR) error {
+	if r.ring == nil || p == nil {
+		return hca.Errorf("post_send", hca.EINVAL, "QP %#x has no send queue state", c.qp.Num())
+	}
+	if r.count == len(r.ring) {
+		return hca.Errorf("post_send", hca.ENOMEM, "send queue full (%d WRs)", len(r.ring))
+	}
+	if c.uc && (wr.Opcode == hca.WRRDMARead || wr.Opcode == hca.WRAtomicCmpAndSwp || wr.Opcode == hca.WRAtomicFetchAndAdd) {
+		return hca.Errorf("post_send", hca.EINVAL, "%s is not valid on a UC QP", wr.Opcode)
+	}
+	w := &r.ring[r.tail]
+	inline := w.inline
+	*w = swqe{wr: *wr, inline: inline[:0], mtu: p.mtu}
+	w.wr.SGL = w.sgl[:copy(w.sgl[:], wr.SGL)]
+	w.length = hca.MessageLen(wr.SGL)
+	if wr.SendFlags&hca.SendInline != 0 {
+		w.inline = hca.InlineBytes(wr, w.inline)
+	}
+	switch wr.Opcode {
+	case hca.WRRDMARead:
+		w.npkts = npackets(w.length, p.mtu)
+	case hca.WRAtomicCmpAndSwp, hca.WRAtomicFetchAndAdd:
+		w.npkts = 1
+	case hca.WRLocalInv:
+		w.npkts = 0
+	default:
+		w.npkts = npackets(w.length, p.mtu)
+	}
+	w.firstPSN = r.nextPSN
+	r.nextPSN = psnAdd(r.nextPSN, w.npkts)
+	r.tail = r.slot(r.tail + 1)
+	r.count++
+	return nil
+}
+
+// output fills b with request packets: new WQEs in order, within the window, the
+// initiator depth for READ/atomic (max_rd_atomic) and fences (IBA 10.8.3.3).
+func (r *requester) output(c *conn, p *path, b *batch, sqd bool) {
+	if r.rnrWait || r.ring == nil {
+		return
+	}
+	for !b.full() && r.next != r.tail {
+		w := &r.ring[r.next]
+		if w.sent == 0 && !w.issued {
+			if sqd {
+				break // SQD: finish what started, start nothing new
+			}
+			if w.wr.SendFlags&hca.SendFence != 0 && r.rdAtomicOut > 0 {
+				break
+			}
+			if w.rdAtomic() && r.rdAtomicOut >= r.maxRdAtomic {
+				break
+			}
+		}
+		if w.npkts == 0 { // local operation: no packets
+			w.done = true
+			r.next = r.slot(r.next + 1)
+			continue
+		}
+		psn := psnAdd(w.firstPSN, w.sent)
+		if !c.uc && psnDiff(psn, r.ackedPSN) > Window {
+			break
+		}
+		if !r.build(c, p, b, w) {
+			break
+		}
+		if !r.timerOn && !c.uc {
+			r.armTimer(c)
+		}
+		if w.sent == w.npkts {
+			r.next = r.slot(r.next + 1)
+			if c.uc { // UC: complete once sent (IBA 9.8.?)
+				w.done = true
+			}
+		}
+	}
+	if c.uc {
+		r.complete(c)
+	}
+}
+
+// build adds the next packet of w to b.
+func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
+	qp := c.qp
+	i := w.sent
+	last := i == w.npkts-1
+	first := i == 0
+	wr := &w.wr
+	psn := psnAdd(w.firstPSN, i)
+	switch wr.Opcode {
+	case hca.WRRDMARead:
+		off := uint64(w.recvd) * uint64(w.mtu)
+		buf, o := b.start(p, hdr{op: wire.RCRDMAReadRequest, psn: psnAdd(w.firstPSN, w.recvd), ackReq: true}, wire.RETHLen)
+		reth := wire.RETH(buf[o : o+wire.RETHLen])
+		reth.SetVA(wr.RemoteAddr + off)
+		reth.SetRKey(wr.RKey)
+		reth.SetDMALen(uint32(w.length - off))
+		b.finish(buf)
+		w.sent = w.npkts
+		if !w.issued {
+			w.issued = true
+			r.rdAtomicOut++
+		}
+		return true
+	case hca.WRAtomicCmpAndSwp, hca.WRAtomicFetchAndAdd:
+		op := wire.RCCompareSwap
+		if wr.Opcode == hca.WRAtomicFetchAndAdd {
+			op = wire.RCFetchAdd
+		}
+		buf, o := b.start(p, hdr{op: op, psn: psn, ackReq: true}, wire.AtomicETHLen)
+		a := wire.AtomicETH(buf[o : o+wire.AtomicETHLen])
+		a.SetVA(wr.RemoteAddr)
+		a.SetRKey(wr.RKey)
+		if op == wire.RCCompareSwap {
+			a.SetSwapData(wr.Swap)
+			a.SetCompareData(wr.CompareAdd)
+		} else {
+			a.SetSwapData(wr.CompareAdd) // the add operand (IBA 9.5.?: SwapOrAddData)
+			a.SetCompareData(0)
+		}
+		b.finish(buf)
+		w.sent = 1
+		if !w.issued {
+			w.issued = true
+			r.rdAtomicOut++
+		}
+		return true
+	}
+	off := uint64(i) * uint64(w.mtu)
+	n := int(min(uint64(w.mtu), w.length-off))
+	if w.length == 0 {
+		n = 0
+	}
+	op, eth := requestOpcode(wr.Opcode, first, last, c.uc)
+	h := hdr{op: op, psn: psn, payload: n, se: last && wr.SendFlags&hca.SendSolicited != 0}
+	// Ask for an ACK at the end of every message and every 16 packets within a long one,
+	// so the window keeps moving (IBA 9.7.5.1.? leaves the choice to the requester).
+	h.ackReq = !c.uc && (last || i%16 == 15)
+	buf, o := b.start(p, h, ethLen(eth))
+	if eth&ethRETH != 0 {
+		reth := wire.RETH(buf[o : o+wire.RETHLen])
+		reth.SetVA(wr.RemoteAddr)
+		reth.SetRKey(wr.RKey)
+		reth.SetDMALen(uint32(w.length))
+		o += wire.RETHLen
+	}
+	if eth&ethImm != 0 {
+		wire.ImmDt(buf[o : o+wire.ImmDtLen]).SetImm(wr.ImmData)
+		o += wire.ImmDtLen
+	}
+	if eth&ethIETH != 0 {
+		wire.IETH(buf[o : o+wire.IETHLen]).SetRKey(wr.InvalidateRKey)
+		o += wire.IETHLen
+	}
+	if n > 0 {
+		dst := buf[o : o+n]
+		if w.inline != nil || wr.SendFlags&hca.SendInline != 0 {
+			copy(dst, w.inline[off:])
+		} else if st := qp.GatherAt(wr.SGL, off, dst); st != hca.WCSuccess {
+			// IBA 10.8.3.?: a local protection error completes the WQE in error and takes
+			// the QP to Error.
+			r.localError(c, w, st)
+			return false
+		}
+	}
+	b.finish(buf)
+	w.sent++
+	return true
+}
+
+const (
+	ethRETH = 1 << iota
+	ethImm
+	ethIETH
+)
+
+// requestOpcode picks the opcode of packet (first, last) of a SEND or WRITE (IBA 9.4,
+// table 38) and the extended headers it carries, as a mask and their total length.
+func requestOpcode(o hca.WROpcode, first, last, uc bool) (wire.Opcode, int) {
+	var op wire.Opcode
+	eth := 0
+	switch o {
+	case hca.WRSend, hca.WRSendWithImm, hca.WRSendWithInv:
+		switch {
+		case first && last:
+			op = wire.RCSendOnly
+		case first:
+			op = wire.RCSendFirst
+		case last:
+			op = wire.RCSendLast
+		default:
+			op = wire.RCSendMiddle
+		}
+		if last && o == hca.WRSendWithImm {
+			op++ // SendLast → SendLastImm, SendOnly → SendOnlyImm
+			eth |= ethImm
+		}
+		if last && o == hca.WRSendWithInv {
+			if op == wire.RCSendOnly {
+				op = wire.RCSendOnlyInv
+			} else {
+				op = wire.RCSendLastInv
+			}
+			eth |= ethIETH
+		}
+	default: // RDMA WRITE (with immediate)
+		switch {
+		case first && last:
+			op = wire.RCRDMAWriteOnly
+			eth |= ethRETH
+		case first:
+			op = wire.RCRDMAWriteFirst
+			eth |= ethRETH
+		case last:
+			op = wire.RCRDMAWriteLast
+		default:
+			op = wire.RCRDMAWriteMiddle
+		}
+		if last && o == hca.WRRDMAWriteWithImm {
+			op++ // WriteLast → WriteLastImm, WriteOnly → WriteOnlyImm
+			eth |= ethImm
+		}
+	}
+	if uc {
+		op |= 0x20 // UC opcodes are the RC ones with transport bits 001 (IBA table 38)
+	}
+	return op, eth
+}
+
+func ethLen(eth int) int {
+	n := 0
+	if eth&ethRETH != 0 {
+		n += wire.RETHLen
+	}
+	if eth&ethImm != 0 {
+		n += wire.ImmDtLen
+	}
+	if eth&ethIETH != 0 {
+		n += wire.IETHLen
+	}
+	return n
+}
+
+// response handles an ACK, NAK, READ response or atomic acknowledge (IBA 9.7.5.1).
+func (r *requester) response(c *conn, pk *hca.Packet) {
+	if r.ring == nil {
+		return
+	}
+	psn := pk.BTH.PSN()
+	switch op := pk.BTH.OpCode(); op {
+	case wire.RCAcknowledge:
+		a := pk.AETH
+		switch {
+		case a.IsACK():
+			r.ack(c, psn)
+		case a.IsRNRNAK():
+			r.ack(c, psnAdd(psn, psnMask))
+			r.rnr(c, psn, a.RNRTimer())
+		default:
+			r.ack(c, psnAdd(psn, psnMask))
+			r.nak(c, psn, a.NAKCode())
+		}
+	case wire.RCAtomicAcknowledge:
+		if w := r.find(psn); w != nil && w.rdAtomic() && !w.done && w.firstPSN == psn {
+			var v [8]byte
+			binary.LittleEndian.PutUint64(v[:], pk.AtomicAckETH.OrigRemData())
+			if st := c.qp.ScatterSGL(w.wr.SGL, 0, v[:]); st != hca.WCSuccess {
+				w.status = st
+			}
+			w.done = true
+		}
+		r.ack(c, psn)
+	default: // READ responses
+		w := r.find(psn)
+		if w == nil || w.wr.Opcode != hca.WRRDMARead || w.done {
+			return // a duplicate or stale response
+		}
+		want := psnAdd(w.firstPSN, w.recvd)
+		if psn != want {
+			// A gap: the responses in between were lost. Re-request from the first
+			// missing one, once per gap (IBA 9.7.5.1.?).
+			if psnDiff(psn, want) > 0 && (!r.readGapSet || r.readGap != want) {
+				r.readGap, r.readGapSet = want, true
+				r.goBack(want)
+			}
+			return
+		}
+		if !readOpcodeFits(op, w.recvd, w.npkts) {
+			return
+		}
+		off := uint64(w.recvd) * uint64(w.mtu)
+		if st := c.qp.ScatterSGL(w.wr.SGL, off, pk.Payload); st != hca.WCSuccess {
+			r.localError(c, w, st)
+			return
+		}
+		w.recvd++
+		if w.recvd == w.npkts {
+			w.done = true
+		}
+		if pk.AETH != nil {
+			r.ack(c, psn)
+		}
+	}
+	r.complete(c)
+}
+
+func readOpcodeFits(op wire.Opcode, idx, n uint32) bool {
+	switch op {
+	case wire.RCRDMAReadResponseOnly:
+		return n == 1
+	case wire.RCRDMAReadResponseFirst:
+		return idx == 0 && n > 1
+	case wire.RCRDMAReadResponseMiddle:
+		return idx > 0 && idx < n-1
+	case wire.RCRDMAReadResponseLast:
+		return idx == n-1 && n > 1
+	}
+	return false
+}
+
+// find returns the incomplete WQE whose PSN range holds psn.
+func (r *requester) find(psn uint32) *swqe {
+	for i, k := r.head, 0; k < r.count; i, k = r.slot(i+1), k+1 {
+		w := &r.ring[i]
+		if w.npkts == 0 {
+			continue
+		}
+		if psnDiff(psn, w.firstPSN) >= 0 && psnDiff(psn, w.lastPSN()) <= 0 {
+			return w
+		}
+	}
+	return nil
+}
+
+// ack processes a cumulative acknowledgement of every PSN up to psn (IBA 9.7.5.1.1).
+func (r *requester) ack(c *conn, psn uint32) {
+	progress := false
+	if psnDiff(psn, r.ackedPSN) > 0 {
+		r.ackedPSN, progress = psn, true
+	}
+	for i, k := r.head, 0; k < r.count; i, k = r.slot(i+1), k+1 {
+		w := &r.ring[i]
+		if w.done || w.npkts == 0 {
+			continue
+		}
+		if psnDiff(w.lastPSN(), psn) > 0 {
+			break
+		}
+		if w.rdAtomic() {
+			// An ACK past a READ or atomic whose response never came: the response was
+			// lost (IBA 9.7.5.1.?: implied NAK). Ask again.
+			r.ackedPSN = psnAdd(w.firstPSN, psnMask)
+			if w.wr.Opcode == hca.WRRDMARead {
+				r.ackedPSN = psnAdd(w.firstPSN, w.recvd+psnMask)
+			}
+			r.goBackTo(i)
+			break
+		}
+		w.done, progress = true, true
+	}
+	if progress {
+		r.retryLeft, r.rnrLeft = r.retryCnt, r.rnrRetry
+		r.restartTimer(c)
+	}
+}
+
+// nak handles a NAK for psn (IBA 9.7.5.1.?, table 44).
+func (r *requester) nak(c *conn, psn uint32, code uint8) {
+	if code == wire.NAKPSNSequenceError {
+		r.goBack(psn)
+		return
+	}
+	w := r.find(psn)
+	if w == nil {
+		return
+	}
+	st := hca.WCRemOpErr
+	switch code {
+	case wire.NAKInvalidRequest:
+		st = hca.WCRemInvReqErr
+	case wire.NAKRemoteAccessError:
+		st = hca.WCRemAccessErr
+	case wire.NAKInvalidRDRequest:
+		st = hca.WCRemInvRdReqErr
+	}
+	w.status, w.done = st, true
+	r.complete(c)
+}
+
+// rnr handles an RNR NAK: wait the responder's timer, then resend from psn; rnr_retry 7
+// retries forever (IBA 9.7.5.2.8, C9-?).
+func (r *requester) rnr(c *conn, psn uint32, code uint8) {
+	if r.rnrRetry != 7 {
+		if r.rnrLeft == 0 {
+			if w := r.find(psn); w != nil {
+				w.status, w.done = hca.WCRNRRetryExcErr, true
+				r.complete(c)
+			}
+			return
+		}
+		r.rnrLeft--
+	}
+	r.rnrWait = true
+	r.stopTimer()
+	f := func() {
+		c.mu.Lock()
+		if r.rnrWait {
+			r.rnrWait = false
+			r.goBack(psn)
+		}
+		c.mu.Unlock()
+		c.kick()
+		c.runFail()
+	}
+	if r.rnrTimer == nil {
+		r.rnrTimer = c.clk.AfterFunc(rnrDelay(code), f)
+	} else {
+		r.rnrTimer.Stop()
+		r.rnrTimer = c.clk.AfterFunc(rnrDelay(code), f)
+	}
+}
+
+// goBack arranges to resend everything from psn on (go-back-N, IBA 9.7.5.1.?).
+func (r *requester) goBack(psn uint32) {
+	for i, k := r.head, 0; k < r.count; i, k = r.slot(i+1), k+1 {
+		w := &r.ring[i]
+		if w.npkts == 0 || w.done {
+			continue
+		}
+		if psnDiff(psn, w.lastPSN()) <= 0 {
+			r.goBackTo(i)
+			if d := psnDiff(psn, w.firstPSN); d > 0 && !w.rdAtomic() {
+				w.sent = uint32(d)
+			}
+			return
+		}
+	}
+}
+
+// goBackTo resets the send pointer to WQE index i: it and every later one are sent again.
+func (r *requester) goBackTo(i int) {
+	r.next = i
+	for j := i; j != r.tail; j = r.slot(j + 1) {
+		w := &r.ring[j]
+		if !w.done {
+			w.sent = 0
+		}
+	}
+}
+
+// complete reports finished WQEs from the head in order, and an errored one followed by
+// the QP's move to ERR (IBA 10.8.3).
+func (r *requester) complete(c *conn) {
+	qp := c.qp
+	for r.count > 0 {
+		w := &r.ring[r.head]
+		if !w.done {
+			break
+		}
+		if w.issued {
+			r.rdAtomicOut--
+		}
+		if w.status != hca.WCSuccess || qp.Signaled(&w.wr) {
+			wc := hca.WC{WRID: w.wr.WRID, Status: w.status, Opcode: hca.WCOpcodeOf(w.wr.Opcode)}
+			if w.status == hca.WCSuccess && w.wr.Opcode == hca.WRRDMARead {
+				wc.ByteLen = uint32(w.length)
+			}
+			qp.CompleteSend(&wc)
+		}
+		failed := w.status != hca.WCSuccess
+		if r.next == r.head {
+			r.next = r.slot(r.head + 1)
+		}
+		r.head = r.slot(r.head + 1)
+		r.count--
+		if failed {
+			r.stopTimer()
+			c.fail()
+			return
+		}
+	}
+	if r.count == 0 {
+		r.stopTimer()
+	}
+	if qp.State() == hca.QPStateSQD {
+		r.notifyDrained(c)
+	}
+}
+
+// localError completes w (and the WQEs before it, flushed) in error.
+func (r *requester) localError(c *conn, w *swqe, st hca.WCStatus) {
+	for i := r.head; ; i = r.slot(i + 1) {
+		x := &r.ring[i]
+		if x == w {
+			break
+		}
+		if !x.done {
+			x.status, x.done = hca.WCWRFlushErr, true
+		}
+	}
+	w.status, w.done = st, true
+	r.complete(c)
+}
+
+// flushAll completes every remaining WQE with IBV_WC_WR_FLUSH_ERR.
+func (r *requester) flushAll(qp *hca.QP) {
+	// The QP is in ERR: flushed WRs complete whether signaled or not (IBA 10.8.3.?).
+	for r.count > 0 {
+		w := &r.ring[r.head]
+		qp.CompleteSend(&hca.WC{WRID: w.wr.WRID, Status: hca.WCWRFlushErr, Opcode: hca.WCOpcodeOf(w.wr.Opcode)})
+		r.head = r.slot(r.head + 1)
+		r.count--
+	}
+	r.next = r.head
+	r.rdAtomicOut = 0
+}
+
+func (r *requester) outstanding() bool { return r.count > 0 }
+
+func (r *requester) armTimer(c *conn) {
+	if r.timeout == 0 {
+		return
+	}
+	r.timerOn = true
+	if r.timer == nil {
+		r.timer = c.clk.AfterFunc(r.timeout, func() { c.ackTimeout() })
+		return
+	}
+	r.timer.Reset(r.timeout)
+}
+
+func (r *requester) restartTimer(c *conn) {
+	if r.count == 0 || r.next == r.head && r.ring[r.head].sent == 0 {
+		r.stopTimer()
+		return
+	}
+	r.armTimer(c)
+}
+
+func (r *requester) stopTimer() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.timerOn = false
+}
+
+// ackTimeout is the local ACK timer firing (IBA 9.7.6.1.3): retry from the first
+// unacknowledged PSN, or give up with IBV_WC_RETRY_EXC_ERR after retry_cnt retries.
+func (c *conn) ackTimeout() {
+	c.mu.Lock()
+	r := &c.req
+	if !r.timerOn || r.count == 0 || r.rnrWait {
+		c.mu.Unlock()
+		return
+	}
+	r.timerOn = false
+	if r.retryLeft == 0 {
+		w := &r.ring[r.head]
+		w.status, w.done = hca.WCRetryExcErr, true
+		r.complete(c)
+		c.mu.Unlock()
+		c.runFail()
+		return
+	}
+	r.retryLeft--
+	r.goBack(psnAdd(r.ackedPSN, 1))
+	c.mu.Unlock()
+	c.kick()
+	c.runFail()
+}
+
+// notifyDrained raises IBV_EVENT_SQ_DRAINED once the SQD state has nothing in flight.
+func (r *requester) notifyDrained(c *conn) {
+	if r.drainedNotified {
+		return
+	}
+	for i, k := r.head, 0; k < r.count; i, k = r.slot(i+1), k+1 {
+		w := &r.ring[i]
+		if w.sent > 0 || w.issued {
+			return
+		}
+	}
+	r.drainedNotified = true
+	c.qp.RaiseSQDrained()
+}
+
+func (c *conn) checkDrained() {
+	c.mu.Lock()
+	c.req.drainedNotified = false
+	c.req.notifyDrained(c)
+	c.mu.Unlock()
+}

@@ -1,0 +1,450 @@
+package rc
+
+import (
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// rdRes is a responder resource: a READ or atomic the responder executed, kept to answer
+// a duplicate of its request (IBA 9.7.5.2.?: reads are re-executed, atomics replayed).
+type rdRes struct {
+	valid  bool
+	atomic bool
+	psn    uint32
+	npkts  uint32
+	orig   uint64
+}
+
+// out is one response the responder owes, sent by the drainer in order.
+type out struct {
+	kind   uint8
+	psn    uint32
+	synd   uint8
+	msn    uint32
+	mr     *hca.MR // read
+	va     uint64
+	length uint64
+	idx    uint32 // read: next response packet
+	npkts  uint32
+	orig   uint64 // atomic
+}
+
+const (
+	outAck = iota
+	outRead
+	outAtomic
+)
+
+// responder is the receive side of a connection (IBA 9.7.4.?, 9.7.5.2).
+type responder struct {
+	ePSN    uint32
+	msn     uint32
+	minRNR  uint8
+	access  hca.AccessFlags
+	nakSent bool
+
+	wqe     hca.RecvWQE
+	haveWQE bool
+	inSend  bool
+	sendOff uint64
+
+	inWrite bool
+	wMR     *hca.MR
+	wVA     uint64
+	wLeft   uint64
+	wTotal  uint64
+
+	res     []rdRes
+	resNext int
+
+	out     []out
+	outHead int
+}
+
+func (r *responder) push(o out) {
+	if o.kind == outAck && len(r.out) > r.outHead {
+		// Coalesce: a newer ACK or NAK supersedes one not yet sent (ACKs are cumulative).
+		if last := &r.out[len(r.out)-1]; last.kind == outAck && last.synd&wire.SyndromeKindMask == wire.SyndromeACK {
+			*last = o
+			return
+		}
+	}
+	if r.outHead > 0 && r.outHead == len(r.out) {
+		r.out, r.outHead = r.out[:0], 0
+	}
+	r.out = append(r.out, o)
+}
+
+func (r *responder) ack(psn uint32) {
+	r.push(out{kind: outAck, psn: psn, synd: wire.SyndromeACKCredit(wire.CreditInvalid), msn: r.msn})
+}
+
+func (r *responder) nak(psn uint32, code uint8) {
+	r.push(out{kind: outAck, psn: psn, synd: wire.SyndromeNAKCode(code), msn: r.msn})
+}
+
+// rcOp maps a UC opcode onto its RC twin (same low five bits, IBA table 38).
+func rcOp(op wire.Opcode) wire.Opcode { return op & 0x1F }
+
+// request handles one request packet from the peer's requester.
+func (r *responder) request(c *conn, pk *hca.Packet) {
+	qp := c.qp
+	if s := qp.State(); s < hca.QPStateRTR || s > hca.QPStateSQE {
+		qp.Port().Counters().Inc(hca.CntDropQPState)
+		return
+	}
+	if r.res == nil {
+		return
+	}
+	psn := pk.BTH.PSN()
+	op := rcOp(pk.BTH.OpCode())
+	d := psnDiff(psn, r.ePSN)
+	if c.uc {
+		r.ucRequest(c, pk, op, psn, d)
+		return
+	}
+	switch {
+	case d > 0:
+		// IBA 9.7.5.2.1: a PSN ahead of the expected one means lost packets: NAK
+		// (sequence error) once, and drop until the requester goes back.
+		if !r.nakSent {
+			r.nakSent = true
+			r.nak(r.ePSN, wire.NAKPSNSequenceError)
+		}
+		return
+	case d < 0:
+		r.duplicate(c, pk, op, psn)
+		return
+	}
+	r.nakSent = false
+	r.execute(c, pk, op, psn)
+}
+
+// ucRequest: UC has no ACKs; a gap drops the message in progress and waits for the next
+// first or only packet (IBA 9.8.3).
+func (r *responder) ucRequest(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32, d int32) {
+	if d != 0 {
+		r.inSend, r.sendOff, r.inWrite = false, 0, false
+		r.ePSN = psn
+		if !isFirstOrOnly(op) {
+			r.ePSN = psnAdd(psn, 1)
+			return
+		}
+	}
+	r.execute(c, pk, op, psn)
+}
+
+func isFirstOrOnly(op wire.Opcode) bool {
+	switch op {
+	case wire.RCSendFirst, wire.RCSendOnly, wire.RCSendOnlyImm, wire.RCSendOnlyInv,
+		wire.RCRDMAWriteFirst, wire.RCRDMAWriteOnly, wire.RCRDMAWriteOnlyImm:
+		return true
+	}
+	return false
+}
+
+// fatal NAKs psn with code and takes the QP to ERR (IBA 9.9.2, class C/D errors).
+func (r *responder) fatal(c *conn, psn uint32, code uint8) {
+	if !c.uc {
+		r.nak(psn, code)
+	}
+	c.fail()
+}
+
+func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32) {
+	qp := c.qp
+	p := c.path.Load()
+	switch op {
+	case wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast, wire.RCSendLastImm,
+		wire.RCSendOnly, wire.RCSendOnlyImm, wire.RCSendLastInv, wire.RCSendOnlyInv:
+		first := op == wire.RCSendFirst || op == wire.RCSendOnly || op == wire.RCSendOnlyImm || op == wire.RCSendOnlyInv
+		last := op != wire.RCSendFirst && op != wire.RCSendMiddle
+		if first == r.inSend || r.inWrite {
+			// A SEND that does not continue the message in progress, or a middle/last
+			// with none: IBA 9.7.5.2.3, invalid request.
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		if first {
+			if !r.haveWQE {
+				if !qp.TakeRecv(&r.wqe) {
+					r.rnr(c, psn)
+					return
+				}
+				r.haveWQE = true
+			}
+			r.inSend, r.sendOff = true, 0
+		}
+		// IBA 9.7.5.2.?: every packet but the last carries exactly one MTU.
+		if !last && len(pk.Payload) != p.mtu {
+			r.recvError(c, psn, hca.WCLocLenErr, wire.NAKInvalidRequest)
+			return
+		}
+		if st := qp.Scatter(&r.wqe, r.sendOff, pk.Payload); st != hca.WCSuccess {
+			code := uint8(wire.NAKInvalidRequest)
+			if st == hca.WCLocProtErr {
+				code = wire.NAKRemoteOpError
+			}
+			r.recvError(c, psn, st, code)
+			return
+		}
+		r.sendOff += uint64(len(pk.Payload))
+		r.ePSN = psnAdd(psn, 1)
+		if last {
+			wc := hca.WC{WRID: r.wqe.WRID, Status: hca.WCSuccess, Opcode: hca.WCRecv, ByteLen: uint32(r.sendOff),
+				SrcQP: p.destQPN, SLID: pk.LRH.SLID(), SL: pk.LRH.SL()}
+			if pk.ImmDt != nil {
+				wc.WCFlags |= hca.WCWithImm
+				wc.ImmData = pk.ImmDt.Imm()
+			}
+			if pk.IETH != nil {
+				wc.WCFlags |= hca.WCWithInv
+				wc.ImmData = pk.IETH.RKey()
+			}
+			r.haveWQE, r.inSend = false, false
+			r.msn = (r.msn + 1) & psnMask
+			qp.CompleteRecv(&wc, pk.BTH.SE())
+		}
+	case wire.RCRDMAWriteFirst, wire.RCRDMAWriteOnly, wire.RCRDMAWriteOnlyImm,
+		wire.RCRDMAWriteMiddle, wire.RCRDMAWriteLast, wire.RCRDMAWriteLastImm:
+		first := op == wire.RCRDMAWriteFirst || op == wire.RCRDMAWriteOnly || op == wire.RCRDMAWriteOnlyImm
+		last := op != wire.RCRDMAWriteFirst && op != wire.RCRDMAWriteMiddle
+		if first == r.inWrite || r.inSend {
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		if first {
+			reth := pk.RETH
+			mr, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteWrite)
+			if !ok {
+				r.fatal(c, psn, wire.NAKRemoteAccessError)
+				return
+			}
+			r.wMR, r.wVA, r.wLeft, r.wTotal = mr, reth.VA(), uint64(reth.DMALen()), uint64(reth.DMALen())
+		}
+		n := uint64(len(pk.Payload))
+		if n > r.wLeft || (!last && n != uint64(p.mtu)) || (last && n != r.wLeft) {
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		imm := op == wire.RCRDMAWriteOnlyImm || op == wire.RCRDMAWriteLastImm
+		if imm && !r.haveWQE {
+			// WRITE with immediate consumes a receive WQE (IBA 9.4.?); none: RNR NAK.
+			if !qp.TakeRecv(&r.wqe) {
+				r.rnr(c, psn)
+				return
+			}
+			r.haveWQE = true
+		}
+		if n > 0 {
+			dst, _ := r.wMR.Slice(r.wVA, uint32(n))
+			copy(dst, pk.Payload)
+		}
+		r.wVA += n
+		r.wLeft -= n
+		r.inWrite = !last
+		r.ePSN = psnAdd(psn, 1)
+		if last {
+			r.msn = (r.msn + 1) & psnMask
+			if imm {
+				r.haveWQE = false
+				wc := hca.WC{WRID: r.wqe.WRID, Status: hca.WCSuccess, Opcode: hca.WCRecvRDMAWithImm,
+					ByteLen: uint32(r.wTotal), SrcQP: p.destQPN, SLID: pk.LRH.SLID(), SL: pk.LRH.SL(),
+					WCFlags: hca.WCWithImm, ImmData: pk.ImmDt.Imm()}
+				qp.CompleteRecv(&wc, pk.BTH.SE())
+			}
+		}
+	case wire.RCRDMAReadRequest:
+		if r.inSend || r.inWrite {
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		reth := pk.RETH
+		mr, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
+		if !ok {
+			r.fatal(c, psn, wire.NAKRemoteAccessError)
+			return
+		}
+		n := npackets(uint64(reth.DMALen()), p.mtu)
+		r.keep(rdRes{valid: true, psn: psn, npkts: n})
+		r.ePSN = psnAdd(psn, n)
+		r.msn = (r.msn + 1) & psnMask
+		r.push(out{kind: outRead, psn: psn, mr: mr, va: reth.VA(), length: uint64(reth.DMALen()), npkts: n, msn: r.msn})
+		return
+	case wire.RCCompareSwap, wire.RCFetchAdd:
+		if r.inSend || r.inWrite {
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		a := pk.AtomicETH
+		if a.VA()%8 != 0 {
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		mr, ok := r.access_(qp, a.RKey(), a.VA(), 8, hca.AccessRemoteAtomic)
+		if !ok {
+			r.fatal(c, psn, wire.NAKRemoteAccessError)
+			return
+		}
+		b, _ := mr.Slice(a.VA(), 8)
+		// The 8 bytes are aligned because the VA is the buffer's real address: operate
+		// atomically, so that atomics from several QPs on one location serialise.
+		word := (*uint64)(unsafe.Pointer(&b[0]))
+		var orig uint64
+		if op == wire.RCCompareSwap {
+			for {
+				orig = atomic.LoadUint64(word)
+				if orig != a.CompareData() || atomic.CompareAndSwapUint64(word, orig, a.SwapData()) {
+					break
+				}
+			}
+		} else {
+			orig = atomic.AddUint64(word, a.SwapData()) - a.SwapData()
+		}
+		r.keep(rdRes{valid: true, atomic: true, psn: psn, npkts: 1, orig: orig})
+		r.ePSN = psnAdd(psn, 1)
+		r.msn = (r.msn + 1) & psnMask
+		r.push(out{kind: outAtomic, psn: psn, orig: orig, msn: r.msn})
+		return
+	default:
+		r.fatal(c, psn, wire.NAKInvalidRequest)
+		return
+	}
+	if pk.BTH.AckReq() && !c.uc {
+		r.ack(psn)
+	}
+}
+
+// access_ checks an R_Key for an access (IBA 9.7.5.2.4, C9-?): it names an MR of the QP's
+// PD that allows the access, the QP allows it too, and [va, va+n) lies inside.
+func (r *responder) access_(qp *hca.QP, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, bool) {
+	mr := qp.Device().LookupKey(rkey)
+	if mr == nil || mr.PD() != qp.PD() || mr.Access()&acc == 0 || r.access&acc == 0 {
+		return nil, false
+	}
+	if n > 1<<31 {
+		return nil, false
+	}
+	if _, ok := mr.Slice(va, uint32(n)); !ok {
+		return nil, false
+	}
+	return mr, true
+}
+
+func (r *responder) keep(x rdRes) {
+	r.res[r.resNext] = x
+	r.resNext = (r.resNext + 1) % len(r.res)
+}
+
+// rnr answers a request that needs a receive WQE when none is posted (IBA 9.7.5.2.8).
+func (r *responder) rnr(c *conn, psn uint32) {
+	if c.uc {
+		r.ePSN = psnAdd(psn, 1) // UC drops the message
+		return
+	}
+	r.push(out{kind: outAck, psn: psn, synd: wire.SyndromeRNR(r.minRNR), msn: r.msn})
+}
+
+// recvError completes the receive WQE in error and NAKs (IBA 9.9.?: the QP goes to ERR).
+func (r *responder) recvError(c *conn, psn uint32, st hca.WCStatus, code uint8) {
+	if r.haveWQE {
+		c.qp.CompleteRecv(&hca.WC{WRID: r.wqe.WRID, Status: st, Opcode: hca.WCRecv}, false)
+		r.haveWQE = false
+	}
+	r.inSend = false
+	r.fatal(c, psn, code)
+}
+
+// duplicate answers a request the responder has seen before (IBA 9.7.5.2.2): SENDs and
+// WRITEs are acknowledged again, READs re-executed, atomics answered from the saved result.
+func (r *responder) duplicate(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32) {
+	switch op {
+	case wire.RCRDMAReadRequest:
+		reth := pk.RETH
+		mr, ok := r.access_(c.qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
+		if !ok {
+			return
+		}
+		p := c.path.Load()
+		n := npackets(uint64(reth.DMALen()), p.mtu)
+		msn := r.msn
+		r.push(out{kind: outRead, psn: psn, mr: mr, va: reth.VA(), length: uint64(reth.DMALen()), npkts: n, msn: msn})
+	case wire.RCCompareSwap, wire.RCFetchAdd:
+		for _, x := range r.res {
+			if x.valid && x.atomic && x.psn == psn {
+				r.push(out{kind: outAtomic, psn: psn, orig: x.orig, msn: r.msn})
+				return
+			}
+		}
+	default:
+		r.ack(psnAdd(r.ePSN, psnMask))
+	}
+}
+
+// output moves owed responses into b, in order.
+func (r *responder) output(c *conn, p *path, b *batch) {
+	for !b.full() && r.outHead < len(r.out) {
+		o := &r.out[r.outHead]
+		switch o.kind {
+		case outAck:
+			buf, off := b.start(p, hdr{op: wire.RCAcknowledge, psn: o.psn}, wire.AETHLen)
+			a := wire.AETH(buf[off : off+wire.AETHLen])
+			a.SetSyndrome(o.synd)
+			a.SetMSN(o.msn)
+			b.finish(buf)
+			r.outHead++
+		case outAtomic:
+			buf, off := b.start(p, hdr{op: wire.RCAtomicAcknowledge, psn: o.psn}, wire.AETHLen+wire.AtomicAckETHLen)
+			a := wire.AETH(buf[off : off+wire.AETHLen])
+			a.SetSyndrome(wire.SyndromeACKCredit(wire.CreditInvalid))
+			a.SetMSN(o.msn)
+			wire.AtomicAckETH(buf[off+wire.AETHLen:]).SetOrigRemData(o.orig)
+			b.finish(buf)
+			r.outHead++
+		case outRead:
+			i := o.idx
+			off64 := uint64(i) * uint64(p.mtu)
+			n := int(min(uint64(p.mtu), o.length-off64))
+			if o.length == 0 {
+				n = 0
+			}
+			var op wire.Opcode
+			switch {
+			case o.npkts == 1:
+				op = wire.RCRDMAReadResponseOnly
+			case i == 0:
+				op = wire.RCRDMAReadResponseFirst
+			case i == o.npkts-1:
+				op = wire.RCRDMAReadResponseLast
+			default:
+				op = wire.RCRDMAReadResponseMiddle
+			}
+			ethLen := 0
+			if op != wire.RCRDMAReadResponseMiddle {
+				ethLen = wire.AETHLen // IBA 9.3.?: first, last and only carry an AETH
+			}
+			buf, off := b.start(p, hdr{op: op, psn: psnAdd(o.psn, i), payload: n}, ethLen)
+			if ethLen > 0 {
+				a := wire.AETH(buf[off : off+wire.AETHLen])
+				a.SetSyndrome(wire.SyndromeACKCredit(wire.CreditInvalid))
+				a.SetMSN(o.msn)
+				off += wire.AETHLen
+			}
+			if n > 0 {
+				src, _ := o.mr.Slice(o.va+off64, uint32(n))
+				copy(buf[off:off+n], src)
+			}
+			b.finish(buf)
+			o.idx++
+			if o.idx == o.npkts {
+				r.outHead++
+			}
+		}
+	}
+	if r.outHead == len(r.out) {
+		r.out, r.outHead = r.out[:0], 0
+	}
+}
