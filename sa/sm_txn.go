@@ -113,7 +113,9 @@ func (sm *SM) send(t *txn, now time.Time) {
 	sm.mu.Unlock()
 	sm.nInflight++
 	sm.smpSent.Add(1)
-	_ = sm.port.SendMAD(hca.MADAddr{DLID: 0xFFFF, QPN: 0}, b)
+	// SendSMP is the originating SMI (IBA 14.2.2.1): hop count 0 is answered by our own
+	// SMA, otherwise the hop pointer starts at 1 and the SMP leaves by InitialPath[1].
+	_ = sm.port.SendSMP(hca.MADAddr{DLID: 0xFFFF, QPN: 0}, b)
 }
 
 // handleResponse is the port's handler for SMP responses. It runs on the delivering

@@ -1,0 +1,164 @@
+// Package satest builds fabrics for subnet-manager tests and benchmarks: soft HCAs with
+// their agents and the UD transport, switches, cables, and an SM on the first HCA. Nothing
+// is configured by hand: LIDs, routes and port states come from the SM's sweep.
+package satest
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/ud"
+)
+
+// GUID bases of the nodes a Fabric builds.
+const (
+	HCAGUIDBase    = 0x0002_c903_0000_0000 // HCA i: base | (i+1)<<8, port 1 = | 1
+	SwitchGUIDBase = 0x0002_c902_0000_0000 // switch i: base | (i+1)<<8
+)
+
+// Fabric is a built fabric. HCAs[0] is where the SM runs.
+type Fabric struct {
+	HCAs     []*hca.Device
+	Switches []*fabric.Switch
+	// HCACables[i] plugs HCA i's port 1 into its switch (or into HCA 1, back to back).
+	HCACables []*fabric.Cable
+	// Links are the switch-to-switch cables, in build order.
+	Links []Link
+	Clock clock.Clock
+	SM    *sa.SM
+}
+
+// Link is a switch-to-switch cable and where it plugs in.
+type Link struct {
+	Cable        *fabric.Cable
+	A, B         int // switch indices
+	PortA, PortB int
+}
+
+// Options tune the builders; the zero value uses a fake clock at a fixed start time.
+type Options struct {
+	Clock clock.Clock
+}
+
+func (o *Options) clock() clock.Clock {
+	if o.Clock == nil {
+		o.Clock = clock.NewFake(fakeStart)
+	}
+	return o.Clock
+}
+
+var fakeStart = clockStart()
+
+func (f *Fabric) newHCA(tb testing.TB, i int) *hca.Device {
+	tb.Helper()
+	d, err := hca.NewDevice(hca.Config{
+		Name:     fmt.Sprintf("pib_%d", i),
+		NodeGUID: HCAGUIDBase | uint64(i+1)<<8,
+		NodeDesc: fmt.Sprintf("pibgw HCA-%d", i+1),
+		Clock:    f.Clock,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ud.Register(d)
+	d.StartAgents()
+	f.HCAs = append(f.HCAs, d)
+	return d
+}
+
+func (f *Fabric) newSwitch(ports int) *fabric.Switch {
+	i := len(f.Switches)
+	sw := newSwitch(fabric.SwitchConfig{Ports: ports}, SwitchGUIDBase|uint64(i+1)<<8, fmt.Sprintf("pibgw switch-%d", i+1))
+	f.Switches = append(f.Switches, sw)
+	return sw
+}
+
+func (f *Fabric) link(a, pa, b, pb int) {
+	c := fabric.NewCable(f.Switches[a].Port(pa), f.Switches[b].Port(pb))
+	f.Links = append(f.Links, Link{Cable: c, A: a, B: b, PortA: pa, PortB: pb})
+}
+
+// BackToBack is two HCAs cabled together with no switch.
+func BackToBack(tb testing.TB, o Options) *Fabric {
+	f := &Fabric{Clock: o.clock()}
+	a, b := f.newHCA(tb, 0), f.newHCA(tb, 1)
+	f.HCACables = append(f.HCACables, fabric.NewCable(a.Port(1), b.Port(1)))
+	f.HCACables = append(f.HCACables, f.HCACables[0])
+	return f
+}
+
+// OneSwitch is n HCAs on one switch with n ports: HCA i on port i+1.
+func OneSwitch(tb testing.TB, n int, o Options) *Fabric {
+	f := &Fabric{Clock: o.clock()}
+	sw := f.newSwitch(n)
+	for i := 0; i < n; i++ {
+		d := f.newHCA(tb, i)
+		f.HCACables = append(f.HCACables, fabric.NewCable(d.Port(1), sw.Port(i+1)))
+	}
+	return f
+}
+
+// Tree is a two-level tree: leaves leaf switches with perLeaf HCAs each (ports
+// 1..perLeaf) and one uplink to each of spines spine switches (leaf port perLeaf+1+s to
+// spine s's port 1+leaf). Switches are numbered leaves first, then spines; HCA i sits
+// on leaf i/perLeaf.
+func Tree(tb testing.TB, leaves, perLeaf, spines int, o Options) *Fabric {
+	f := &Fabric{Clock: o.clock()}
+	for l := 0; l < leaves; l++ {
+		f.newSwitch(perLeaf + spines)
+	}
+	for s := 0; s < spines; s++ {
+		f.newSwitch(leaves)
+	}
+	for l := 0; l < leaves; l++ {
+		for s := 0; s < spines; s++ {
+			f.link(l, perLeaf+1+s, leaves+s, 1+l)
+		}
+	}
+	for i := 0; i < leaves*perLeaf; i++ {
+		d := f.newHCA(tb, i)
+		f.HCACables = append(f.HCACables, fabric.NewCable(d.Port(1), f.Switches[i/perLeaf].Port(1+i%perLeaf)))
+	}
+	return f
+}
+
+// SmallTree is issue 3's two-level tree: 4 leaf switches × 8 HCAs, 2 spines.
+func SmallTree(tb testing.TB, o Options) *Fabric { return Tree(tb, 4, 8, 2, o) }
+
+// FatTree648 is ../shared/data/topologies/fat648.ibnd built in code: 36 leaf and 18
+// spine switches of 36 ports, 18 HCAs per leaf (648 HCAs), every leaf cabled once to
+// every spine.
+func FatTree648(tb testing.TB, o Options) *Fabric { return Tree(tb, 36, 18, 18, o) }
+
+// StartSM creates the SM on HCA 0's port 1 with cfg (Port and Clock are filled in) and
+// starts it. On these in-process fabrics the first sweep is complete on return.
+func (f *Fabric) StartSM(tb testing.TB, cfg sa.Config) *sa.SM {
+	tb.Helper()
+	cfg.Port = f.HCAs[0].Port(1)
+	if cfg.Clock == nil {
+		cfg.Clock = f.Clock
+	}
+	sm, err := sa.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := sm.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	f.SM = sm
+	tb.Cleanup(sm.Close)
+	return sm
+}
+
+// Ports returns port 1 of every HCA.
+func (f *Fabric) Ports() []*hca.Port {
+	ps := make([]*hca.Port, len(f.HCAs))
+	for i, d := range f.HCAs {
+		ps[i] = d.Port(1)
+	}
+	return ps
+}
