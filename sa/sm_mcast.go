@@ -303,14 +303,13 @@ func computeMFTs(t *Topology, groups map[uint16][]MCMember) map[*Node]map[uint16
 			for u := s; !onTree[u] && parent[u] >= 0; u = parent[u] {
 				onTree[u] = true
 				par := parent[u]
-				// u leaves toward its parent by the port whose remote is the parent's
-				// port via[u]; find it from the parent's side.
-				pp := sws[par].Ports[via[u]]
+				// u reaches its parent through its port via[u].
+				up := sws[u].Ports[via[u]]
 				eu := masks[u]
-				eu.set(pp.Remote.Num)
+				eu.set(up.Num)
 				masks[u] = eu
 				ep := masks[par]
-				ep.set(via[u])
+				ep.set(up.Remote.Num)
 				masks[par] = ep
 			}
 		}
