@@ -194,3 +194,128 @@ func udAllPairs(t *testing.T, f *satest.Fabric) {
 
 var _ = time.Second
 var _ clock.Clock
+
+func TestSMTwoLevelTree(t *testing.T) {
+	f := satest.SmallTree(t, satest.Options{})
+	sm := f.StartSM(t, sa.Config{})
+	allActive(t, f)
+	checkSubnet(t, f)
+	top := sm.Topology()
+	if n := len(top.Switches()); n != 6 {
+		t.Fatalf("%d switches discovered, want 6", n)
+	}
+	if n := len(top.Nodes); n != 6+32 {
+		t.Fatalf("%d nodes discovered, want 38", n)
+	}
+	udAllPairs(t, f)
+	lids := make(map[uint64]uint16)
+	for _, p := range f.Ports() {
+		lids[p.GUID()] = p.LID()
+	}
+	sent := sm.Stats().SMPsSent
+
+	// A light sweep of a quiet subnet only reads SwitchInfo.
+	clk := f.Clock.(*clock.Fake)
+	clk.Advance(10 * time.Second)
+	st := sm.Stats()
+	if st.LightSweeps != 1 || st.HeavySweeps != 1 || st.SMPsSent-sent != 6 {
+		t.Fatalf("after a quiet light sweep: %+v (sent %d before)", st, sent)
+	}
+
+	// Pull leaf 0's cable to spine 0: the next light sweep sees PortStateChange,
+	// re-sweeps and routes around it through spine 1.
+	var dead satest.Link
+	for _, l := range f.Links {
+		if l.A == 0 && l.B == 4 {
+			dead = l
+		}
+	}
+	dead.Cable.SetUp(false)
+	clk.Advance(10 * time.Second)
+	if st := sm.Stats(); st.HeavySweeps != 2 {
+		t.Fatalf("no heavy sweep after the link went down: %+v", st)
+	}
+	checkSubnet(t, f)
+	for _, p := range f.Ports() {
+		if p.LID() != lids[p.GUID()] {
+			t.Errorf("%s: LID changed %d -> %d", p.Device().Name(), lids[p.GUID()], p.LID())
+		}
+	}
+	top = sm.Topology()
+	for _, a := range top.Endports() {
+		for _, b := range top.Endports() {
+			hops, ok := top.Route(a.LID, b.LID)
+			if !ok {
+				t.Fatalf("no route %d -> %d after the re-sweep", a.LID, b.LID)
+			}
+			for _, h := range hops {
+				if h.Switch.GUID == top.Switches()[0].GUID && h.OutPort == uint8(dead.PortA) {
+					t.Fatalf("route %d -> %d still uses the dead link", a.LID, b.LID)
+				}
+			}
+		}
+	}
+	udAllPairs(t, f)
+
+	// Plug it back: the ports come up in Init and the SM makes them Active again.
+	dead.Cable.SetUp(true)
+	clk.Advance(10 * time.Second)
+	if st := sm.Stats(); st.HeavySweeps != 3 {
+		t.Fatalf("no heavy sweep after the link came back: %+v", st)
+	}
+	p := sm.Topology().Switches()[0].Ports[dead.PortA]
+	if p.State != sa.PortStateActive {
+		t.Errorf("re-plugged port state %d, want Active", p.State)
+	}
+	udAllPairs(t, f)
+}
+
+func TestSMPartitions(t *testing.T) {
+	f := satest.OneSwitch(t, 4, satest.Options{})
+	g := func(i int) uint64 { return f.HCAs[i].Port(1).GUID() }
+	sm := f.StartSM(t, sa.Config{Partitions: []sa.Partition{
+		sa.DefaultPartition(),
+		{Name: "p2", PKey: 0x0002, Members: []sa.Member{{GUID: g(1), Full: true}, {GUID: g(2)}, {GUID: g(3)}}},
+	}})
+	allActive(t, f)
+	want := map[int][]uint16{
+		0: {0xFFFF},
+		1: {0xFFFF, 0x8002},
+		2: {0xFFFF, 0x0002},
+		3: {0xFFFF, 0x0002},
+	}
+	for i, w := range want {
+		got := f.HCAs[i].Port(1).PKeys()
+		var exp [hca.PKeyTableLen]uint16
+		copy(exp[:], w)
+		if got != exp {
+			t.Errorf("HCA %d P_Keys %x, want %x", i, got[:4], w)
+		}
+		if tk := sm.Topology().PKeys(g(i)); len(tk) == 0 || tk[0] != 0xFFFF {
+			t.Errorf("HCA %d: topology P_Keys %x", i, tk)
+		}
+	}
+	// P_Key index 1 is 0x8002 on HCA 1 and 0x0002 on HCAs 2 and 3.
+	full, lim2, lim3 := newUDEP(t, f.HCAs[1], 1), newUDEP(t, f.HCAs[2], 1), newUDEP(t, f.HCAs[3], 1)
+	if !full.send(t, lim2, "full->limited") || !lim3.send(t, full, "limited->full") {
+		t.Fatal("traffic between a full and a limited member lost")
+	}
+	before := f.HCAs[3].Port(1).Counters().Get(hca.CntPKeyViolations)
+	if lim2.send(t, lim3, "limited->limited") {
+		t.Fatal("two limited members talked")
+	}
+	if after := f.HCAs[3].Port(1).Counters().Get(hca.CntPKeyViolations); after != before+1 {
+		t.Errorf("P_Key violations %d -> %d, want one more", before, after)
+	}
+}
+
+func TestSMInfoAnswered(t *testing.T) {
+	f := satest.OneSwitch(t, 2, satest.Options{})
+	sm := f.StartSM(t, sa.Config{Priority: 5})
+	if sm.Topology().SMLID != 1 {
+		t.Fatalf("SMLID %d", sm.Topology().SMLID)
+	}
+	if p := f.HCAs[1].Port(1).Query(); p.SMLID != 1 {
+		t.Errorf("HCA 1 SMLID %d", p.SMLID)
+	}
+}
