@@ -3,6 +3,8 @@ package sa
 import (
 	"bytes"
 	"slices"
+
+	"github.com/pibgw/pibgw/wire"
 )
 
 // The heavy sweep (IBA 14.4; opensm's flow): breadth-first discovery by directed-route
@@ -86,18 +88,17 @@ func (s *sweep) complete(t *txn) {
 }
 
 func (s *sweep) nodeInfo(t *txn) {
-	d := t.data[:]
-	guid := be.Uint64(d[niNodeGUID:])
-	lp := d[niLocalPort]
+	ni := wire.NodeInfo(t.data[:])
+	guid := ni.NodeGUID()
+	lp := ni.LocalPortNum()
 	n := s.byGUID[guid]
 	if n == nil {
 		n = &Node{
-			Type: d[niNodeType], GUID: guid, SystemImageGUID: be.Uint64(d[niSysImageGUID:]),
-			NumPorts: int(d[niNumPorts]), PartitionCap: be.Uint16(d[niPartitionCap:]),
-			DeviceID: be.Uint16(d[niDeviceID:]), Revision: be.Uint32(d[niRevision:]),
-			VendorID: be.Uint32(d[niLocalPort:]) & 0xFFFFFF, DRPath: t.path,
+			Type: ni.NodeType(), GUID: guid, SystemImageGUID: ni.SystemImageGUID(),
+			NumPorts: int(ni.NumPorts()), PartitionCap: ni.PartitionCap(),
+			DeviceID: ni.DeviceID(), Revision: ni.Revision(), VendorID: ni.VendorID(), DRPath: t.path,
 		}
-		copy(n.NodeInfo[:], d)
+		copy(n.NodeInfo[:], ni)
 		n.Ports = make([]*Port, n.NumPorts+1)
 		s.byGUID[guid] = n
 		s.topo.Nodes = append(s.topo.Nodes, n)
@@ -107,7 +108,7 @@ func (s *sweep) nodeInfo(t *txn) {
 		sm := s.sm
 		sm.enqueue(sm.newTxn(opNodeDesc, n, 0, 0, t.path))
 		if n.IsSwitch() {
-			pg := be.Uint64(d[niPortGUID:])
+			pg := ni.PortGUID()
 			for i := range n.Ports {
 				n.Ports[i] = &Port{Node: n, Num: uint8(i), GUID: pg, DRPath: t.path}
 			}
@@ -125,7 +126,7 @@ func (s *sweep) nodeInfo(t *txn) {
 		if n.IsSwitch() || lp == 0 {
 			return
 		}
-		p = &Port{Node: n, Num: lp, GUID: be.Uint64(d[niPortGUID:]), DRPath: t.path}
+		p = &Port{Node: n, Num: lp, GUID: ni.PortGUID(), DRPath: t.path}
 		n.Ports[lp] = p
 		s.sm.enqueue(s.sm.newTxn(opPortInfo, n, lp, uint32(lp), t.path))
 	}
@@ -165,18 +166,18 @@ func (s *sweep) portInfo(t *txn) {
 
 // decode fills the typed fields from Info.
 func (p *Port) decode() {
-	d := p.Info[:]
+	pi := wire.PortInfo(p.Info[:])
 	if p.Node.Type != NodeTypeSwitch || p.Num == 0 {
-		p.LID = be.Uint16(d[piLID:])
-		p.LMC = d[piLMC] & 7
+		p.LID = pi.LID()
+		p.LMC = pi.LMC()
 	}
-	p.CapMask = be.Uint32(d[piCapMask:])
-	p.State = d[piSpeedState] & 0xF
-	p.PhysState = d[piPhysDown] >> 4
-	p.MTUCap = d[piInitReplyMTU] & 0xF
-	p.NeighborMTU = d[piNeighMTUSMSL] >> 4
-	p.LinkWidthActive = d[piWidthActive]
-	p.LinkSpeedActive = d[piSpeedActEn] >> 4
+	p.CapMask = pi.CapabilityMask()
+	p.State = pi.PortState()
+	p.PhysState = pi.PortPhysicalState()
+	p.MTUCap = pi.MTUCap()
+	p.NeighborMTU = pi.NeighborMTU()
+	p.LinkWidthActive = pi.LinkWidthActive()
+	p.LinkSpeedActive = pi.LinkSpeedActive()
 }
 
 // linked reports whether p has a live link to a discovered port.

@@ -231,7 +231,10 @@ func TestSMTwoLevelTree(t *testing.T) {
 		}
 	}
 	dead.Cable.SetUp(false)
+	// The light sweep's SMPs through the dead link time out (4 × 200 ms) before the
+	// heavy sweep starts.
 	clk.Advance(10 * time.Second)
+	clk.Advance(2 * time.Second)
 	if st := sm.Stats(); st.HeavySweeps != 2 {
 		t.Fatalf("no heavy sweep after the link went down: %+v", st)
 	}
@@ -260,6 +263,7 @@ func TestSMTwoLevelTree(t *testing.T) {
 	// Plug it back: the ports come up in Init and the SM makes them Active again.
 	dead.Cable.SetUp(true)
 	clk.Advance(10 * time.Second)
+	clk.Advance(2 * time.Second)
 	if st := sm.Stats(); st.HeavySweeps != 3 {
 		t.Fatalf("no heavy sweep after the link came back: %+v", st)
 	}
