@@ -9,6 +9,7 @@ import (
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/sa/satest"
+	"github.com/pibgw/pibgw/wire"
 )
 
 const testQKey = 0x22222222
@@ -321,5 +322,61 @@ func TestSMInfoAnswered(t *testing.T) {
 	}
 	if p := f.HCAs[1].Port(1).Query(); p.SMLID != 1 {
 		t.Errorf("HCA 1 SMLID %d", p.SMLID)
+	}
+	// SubnGet(SMInfo) from HCA 1 to the SM's port by directed route: out of HCA 1's
+	// port 1, out of the switch's port 1.
+	p := f.HCAs[1].Port(1)
+	var got []byte
+	p.RegisterMADHandler(wire.MgmtClassSubnDirected, true, hca.MADHandlerFunc(func(m *hca.MAD) {
+		got = append([]byte(nil), m.Data...)
+	}))
+	req := make([]byte, wire.MADLen)
+	m := wire.MAD(req)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassSubnDirected)
+	m.SetClassVersion(wire.ClassVersionSM)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x77)
+	m.SetAttrID(wire.AttrSMInfo)
+	smp := wire.SMP(req)
+	smp.SetHopCount(2)
+	smp.SetDrSLID(0xFFFF)
+	smp.SetDrDLID(0xFFFF)
+	copy(smp.InitialPath()[1:], []byte{1, 1})
+	if err := p.SendSMP(hca.MADAddr{DLID: 0xFFFF}, req); err != nil {
+		t.Fatal(err)
+	}
+	if got == nil {
+		t.Fatal("no SMInfo response")
+	}
+	r := wire.SMP(got)
+	if r.DRStatus() != 0 {
+		t.Fatalf("SMInfo status %#x", r.DRStatus())
+	}
+	si := wire.SMInfo(r.SMPData())
+	if si.GUID() != f.HCAs[0].Port(1).GUID() || si.Priority() != 5 || si.SMState() != sa.SMStateMaster {
+		t.Errorf("SMInfo GUID %#x priority %d state %d", si.GUID(), si.Priority(), si.SMState())
+	}
+}
+
+func TestSMPartitionEnforcement(t *testing.T) {
+	f := satest.OneSwitch(t, 3, satest.Options{})
+	g := func(i int) uint64 { return f.HCAs[i].Port(1).GUID() }
+	sm := f.StartSM(t, sa.Config{PartitionEnforcement: true, Partitions: []sa.Partition{
+		{Name: "p3", PKey: 0x0003, Members: []sa.Member{{GUID: g(1), Full: true}, {GUID: g(2)}}},
+	}})
+	allActive(t, f)
+	if st := sm.Stats(); st.SMPsFailed != 0 {
+		t.Fatalf("%d SMPs failed", st.SMPsFailed)
+	}
+	sw := sm.Topology().Switches()[0]
+	if k := sw.Ports[3].PKeys; len(k) < 2 || k[0] != 0xFFFF || k[1] != 0x8003 {
+		t.Errorf("switch port 3 P_Keys %x", k)
+	}
+	// (Whether the switch honours PortInfo:PartitionEnforcementInbound/Outbound is the
+	// switch SMA's business; the SM sets both on ports it gave a P_Key table.)
+	full, lim := newUDEP(t, f.HCAs[1], 1), newUDEP(t, f.HCAs[2], 1)
+	if !full.send(t, lim, "x") {
+		t.Error("partition traffic lost with enforcement on")
 	}
 }
