@@ -8,8 +8,9 @@ import (
 
 func clockStart() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 
-// newSwitch builds a switch with its identity and management agent.
+// newSwitch builds a managed switch (ports wait in Init for the SM) with its identity;
+// NewSwitch installs its SMA.
 func newSwitch(cfg fabric.SwitchConfig, guid uint64, desc string) *fabric.Switch {
-	_, _ = guid, desc // TODO: the switch SMA's identity
+	cfg.NodeGUID, cfg.NodeDesc, cfg.Managed = guid, desc, true
 	return fabric.NewSwitch(cfg)
 }
