@@ -2,6 +2,7 @@ package rc
 
 import (
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
@@ -21,6 +22,7 @@ type swqe struct {
 	sent     uint32 // packets sent (READ, atomic: npkts once the request is out)
 	recvd    uint32 // READ: response packets received in order
 	issued   bool   // READ/atomic counted in rdAtomicOut
+	reissue  bool   // READ/atomic whose responses were lost: send the request again
 	done     bool
 	status   hca.WCStatus
 }
@@ -51,6 +53,9 @@ type requester struct {
 	rnrTimer           clock.Timer
 	readGap            uint32 // PSN a read-response gap was last re-requested from
 	readGapSet         bool
+	reissues           int    // WQEs with reissue set
+	nakPSN             uint32 // PSN of the last sequence NAK acted on
+	nakSet             bool
 	drainedNotified    bool
 }
 
@@ -110,8 +115,23 @@ func (r *requester) post(c *conn, p *path, wr *hca.SendWR) error {
 // output fills b with request packets: new WQEs in order, within the window, the
 // initiator depth for READ/atomic (max_rd_atomic) and fences (IBA 10.8.3.3).
 func (r *requester) output(c *conn, p *path, b *batch, sqd bool) {
+	defer r.checkInvariant("output")
 	if r.rnrWait || r.ring == nil {
 		return
+	}
+	if r.reissues > 0 {
+		for i, k := r.head, 0; k < r.count && i != r.next && !b.full(); i, k = r.slot(i+1), k+1 {
+			if w := &r.ring[i]; w.reissue {
+				w.reissue = false
+				r.reissues--
+				if !w.done {
+					r.build(c, p, b, w)
+					if !r.timerOn {
+						r.armTimer(c)
+					}
+				}
+			}
+		}
 	}
 	for !b.full() && r.next != r.tail {
 		w := &r.ring[r.next]
@@ -128,6 +148,11 @@ func (r *requester) output(c *conn, p *path, b *batch, sqd bool) {
 		}
 		if w.npkts == 0 { // local operation: no packets
 			w.done = true
+			r.next = r.slot(r.next + 1)
+			continue
+		}
+		if w.done { // acknowledged while queued for a resend: nothing to send
+			w.sent = w.npkts
 			r.next = r.slot(r.next + 1)
 			continue
 		}
@@ -163,6 +188,9 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 	psn := psnAdd(w.firstPSN, i)
 	switch wr.Opcode {
 	case hca.WRRDMARead:
+		if debugTimeouts && w.recvd >= w.npkts {
+			panic(fmt.Sprintf("build READ with recvd %d npkts %d done %v sent %v", w.recvd, w.npkts, w.done, w.sent))
+		}
 		off := uint64(w.recvd) * uint64(w.mtu)
 		buf, o := b.start(p, hdr{op: wire.RCRDMAReadRequest, psn: psnAdd(w.firstPSN, w.recvd), ackReq: true}, wire.RETHLen)
 		reth := wire.RETH(buf[o : o+wire.RETHLen])
@@ -181,7 +209,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		if wr.Opcode == hca.WRAtomicFetchAndAdd {
 			op = wire.RCFetchAdd
 		}
-		buf, o := b.start(p, hdr{op: op, psn: psn, ackReq: true}, wire.AtomicETHLen)
+		buf, o := b.start(p, hdr{op: op, psn: w.firstPSN, ackReq: true}, wire.AtomicETHLen)
 		a := wire.AtomicETH(buf[o : o+wire.AtomicETHLen])
 		a.SetVA(wr.RemoteAddr)
 		a.SetRKey(wr.RKey)
@@ -355,7 +383,7 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 			// missing one, once per gap (IBA 9.7.5.1.?).
 			if psnDiff(psn, want) > 0 && (!r.readGapSet || r.readGap != want) {
 				r.readGap, r.readGapSet = want, true
-				r.goBack(want)
+				r.reissueWQE(r.index(w))
 			}
 			return
 		}
@@ -368,6 +396,7 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 			return
 		}
 		w.recvd++
+		r.retryLeft, r.rnrLeft = r.retryCnt, r.rnrRetry // forward progress
 		if w.recvd == w.npkts {
 			w.done = true
 		}
@@ -378,16 +407,15 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 	r.complete(c)
 }
 
+// readOpcodeFits checks a READ response's opcode against its place in the message. A
+// READ re-requested from the middle is answered First…Last (or Only) from that point, so
+// only the end of the message is pinned.
 func readOpcodeFits(op wire.Opcode, idx, n uint32) bool {
 	switch op {
-	case wire.RCRDMAReadResponseOnly:
-		return n == 1
-	case wire.RCRDMAReadResponseFirst:
-		return idx == 0 && n > 1
-	case wire.RCRDMAReadResponseMiddle:
-		return idx > 0 && idx < n-1
-	case wire.RCRDMAReadResponseLast:
-		return idx == n-1 && n > 1
+	case wire.RCRDMAReadResponseOnly, wire.RCRDMAReadResponseLast:
+		return idx == n-1
+	case wire.RCRDMAReadResponseFirst, wire.RCRDMAReadResponseMiddle:
+		return idx < n-1
 	}
 	return false
 }
@@ -408,6 +436,7 @@ func (r *requester) find(psn uint32) *swqe {
 
 // ack processes a cumulative acknowledgement of every PSN up to psn (IBA 9.7.5.1.1).
 func (r *requester) ack(c *conn, psn uint32) {
+	defer r.checkInvariant("ack")
 	progress := false
 	if psnDiff(psn, r.ackedPSN) > 0 {
 		r.ackedPSN, progress = psn, true
@@ -421,14 +450,10 @@ func (r *requester) ack(c *conn, psn uint32) {
 			break
 		}
 		if w.rdAtomic() {
-			// An ACK past a READ or atomic whose response never came: the response was
-			// lost (IBA 9.7.5.1.?: implied NAK). Ask again.
-			r.ackedPSN = psnAdd(w.firstPSN, psnMask)
-			if w.wr.Opcode == hca.WRRDMARead {
-				r.ackedPSN = psnAdd(w.firstPSN, w.recvd+psnMask)
-			}
-			r.goBackTo(i)
-			break
+			// An ACK past a READ or atomic whose response has not come: it was lost or is
+			// late (IBA 9.7.5.1.?: implied NAK). Ask again; what follows is acknowledged.
+			r.reissueWQE(i)
+			continue
 		}
 		w.done, progress = true, true
 	}
@@ -441,6 +466,12 @@ func (r *requester) ack(c *conn, psn uint32) {
 // nak handles a NAK for psn (IBA 9.7.5.1.?, table 44).
 func (r *requester) nak(c *conn, psn uint32, code uint8) {
 	if code == wire.NAKPSNSequenceError {
+		// The responder NAKs a sequence error once per expected PSN; a copy that comes
+		// again (duplicated or late) must not trigger a second go-back.
+		if r.nakSet && r.nakPSN == psn {
+			return
+		}
+		r.nakPSN, r.nakSet = psn, true
 		r.goBack(psn)
 		return
 	}
@@ -494,7 +525,8 @@ func (r *requester) rnr(c *conn, psn uint32, code uint8) {
 	}
 }
 
-// goBack arranges to resend everything from psn on (go-back-N, IBA 9.7.5.1.?).
+// goBack arranges to resend everything from psn on (go-back-N, IBA 9.7.5.1.?). It never
+// moves the send pointer forward: what has not been sent yet will be.
 func (r *requester) goBack(psn uint32) {
 	for i, k := r.head, 0; k < r.count; i, k = r.slot(i+1), k+1 {
 		w := &r.ring[i]
@@ -502,8 +534,15 @@ func (r *requester) goBack(psn uint32) {
 			continue
 		}
 		if psnDiff(psn, w.lastPSN()) <= 0 {
+			if r.pos(i) > r.pos(r.next) {
+				return
+			}
+			d := psnDiff(psn, w.firstPSN)
+			if i == r.next && (w.rdAtomic() || d < 0 || uint32(d) >= w.sent) {
+				return // already about to send from there or earlier
+			}
 			r.goBackTo(i)
-			if d := psnDiff(psn, w.firstPSN); d > 0 && !w.rdAtomic() {
+			if d > 0 && !w.rdAtomic() {
 				w.sent = uint32(d)
 			}
 			return
@@ -511,13 +550,49 @@ func (r *requester) goBack(psn uint32) {
 	}
 }
 
+// pos is the distance of ring index i from the head.
+func (r *requester) pos(i int) int {
+	if i >= r.head {
+		return i - r.head
+	}
+	return i + len(r.ring) - r.head
+}
+
+// reissueWQE arranges for the READ or atomic at index i to be requested again (from the
+// first missing response), without resending what follows it.
+func (r *requester) reissueWQE(i int) {
+	w := &r.ring[i]
+	if w.done || w.reissue {
+		return
+	}
+	if w.sent > 0 && i != r.next {
+		w.reissue = true
+		r.reissues++
+	}
+}
+
+// index returns the ring index of w.
+func (r *requester) index(w *swqe) int {
+	for i, k := r.head, 0; k < r.count; i, k = r.slot(i+1), k+1 {
+		if &r.ring[i] == w {
+			return i
+		}
+	}
+	return r.head
+}
+
 // goBackTo resets the send pointer to WQE index i: it and every later one are sent again.
 func (r *requester) goBackTo(i int) {
+	defer r.checkInvariant("goBackTo")
 	r.next = i
 	for j := i; j != r.tail; j = r.slot(j + 1) {
 		w := &r.ring[j]
 		if !w.done {
 			w.sent = 0
+		}
+		if w.reissue {
+			w.reissue = false
+			r.reissues--
 		}
 	}
 }
@@ -525,6 +600,7 @@ func (r *requester) goBackTo(i int) {
 // complete reports finished WQEs from the head in order, and an errored one followed by
 // the QP's move to ERR (IBA 10.8.3).
 func (r *requester) complete(c *conn) {
+	defer r.checkInvariant("complete")
 	qp := c.qp
 	for r.count > 0 {
 		w := &r.ring[r.head]
@@ -637,7 +713,20 @@ func (c *conn) ackTimeout() {
 		return
 	}
 	r.retryLeft--
+	if debugTimeouts {
+		w := &r.ring[r.head]
+		println("timeout: head", r.head, "next", r.next, "op", w.wr.Opcode.String(), "first", w.firstPSN, "npkts", w.npkts, "sent", w.sent, "recvd", w.recvd, "done", w.done, "reissue", w.reissue, "acked", r.ackedPSN, "retryLeft", r.retryLeft)
+	}
+	r.nakSet, r.readGapSet = false, false
+	// READs and atomics whose answers are missing though later PSNs were acknowledged
+	// are asked again; everything unacknowledged is sent again.
+	for i, k := r.head, 0; k < r.count && i != r.next; i, k = r.slot(i+1), k+1 {
+		if w := &r.ring[i]; !w.done && w.rdAtomic() && psnDiff(w.lastPSN(), r.ackedPSN) <= 0 {
+			r.reissueWQE(i)
+		}
+	}
 	r.goBack(psnAdd(r.ackedPSN, 1))
+	r.armTimer(c)
 	c.mu.Unlock()
 	c.kick()
 	c.runFail()
@@ -663,4 +752,19 @@ func (c *conn) checkDrained() {
 	c.req.drainedNotified = false
 	c.req.notifyDrained(c)
 	c.mu.Unlock()
+}
+
+var debugTimeouts = false
+
+// checkInvariant panics (tests only) when a WQE before the send pointer was never sent.
+func (r *requester) checkInvariant(where string) {
+	if !debugTimeouts {
+		return
+	}
+	for i, k := r.head, 0; k < r.count && i != r.next; i, k = r.slot(i+1), k+1 {
+		w := &r.ring[i]
+		if !w.done && w.sent == 0 && w.npkts > 0 {
+			panic(where + ": unsent WQE behind the send pointer")
+		}
+	}
 }

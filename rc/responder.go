@@ -1,6 +1,7 @@
 package rc
 
 import (
+	"fmt"
 	"sync/atomic"
 	"unsafe"
 
@@ -62,6 +63,8 @@ type responder struct {
 
 	out     []out
 	outHead int
+
+	lastFatal string // why the responder last took the QP to ERR, for inspection
 }
 
 func (r *responder) push(o out) {
@@ -148,6 +151,7 @@ func isFirstOrOnly(op wire.Opcode) bool {
 
 // fatal NAKs psn with code and takes the QP to ERR (IBA 9.9.2, class C/D errors).
 func (r *responder) fatal(c *conn, psn uint32, code uint8) {
+	r.lastFatal = fmt.Sprintf("NAK code %d at PSN %#x (ePSN %#x inSend %v inWrite %v)", code, psn, r.ePSN, r.inSend, r.inWrite)
 	if !c.uc {
 		r.nak(psn, code)
 	}
@@ -266,6 +270,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		mr, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
 		if !ok {
 			r.fatal(c, psn, wire.NAKRemoteAccessError)
+			r.lastFatal += fmt.Sprintf(" READ va %#x len %d rkey %#x", reth.VA(), reth.DMALen(), reth.RKey())
 			return
 		}
 		n := npackets(uint64(reth.DMALen()), p.mtu)
