@@ -3,6 +3,7 @@ package fabric
 import (
 	"fmt"
 	"math/bits"
+	"sync"
 	"sync/atomic"
 
 	"github.com/pibgw/pibgw/wire"
@@ -86,12 +87,14 @@ const (
 	DropPortDown                       // the out port has no cable or its cable is down
 	DropNoManagement                   // addressed to port 0 and no management agent set
 	DropBadPort                        // LFT entry names a port the switch does not have
+	DropPortState                      // a data packet on a port that is not Active (IBA 7.2): only SMPs pass
+	DropManagement                     // to the switch's agent, but not an SMP or PMA MAD it answers, or a directed route that ends nowhere
 	numDropReasons
 )
 
 var dropReasonNames = [numDropReasons]string{
 	"malformed", "lid0", "permissive", "no-route", "no-mft", "raw-lnh", "port-down",
-	"no-management", "bad-port",
+	"no-management", "bad-port", "port-state", "management",
 }
 
 func (r DropReason) String() string {
@@ -111,6 +114,8 @@ type PortCounters struct {
 	RcvData      uint64
 	XmitDiscards uint64 // packets for this out port dropped because it was down
 	RcvErrors    uint64 // malformed packets received on this port
+	// Unicast and multicast packets (PortCountersExtended, IBA 16.1.4.11).
+	UnicastXmitPkts, UnicastRcvPkts, MulticastXmitPkts, MulticastRcvPkts uint64
 	// Drops counts packets received on this port and discarded, by reason.
 	Drops [numDropReasons]uint64
 }
@@ -124,7 +129,31 @@ type SwitchConfig struct {
 	Ports int
 	// MFTCap is the number of MLIDs from 0xC000 the MFT covers; default 1024.
 	MFTCap int
+
+	// Identity the switch's subnet management agent reports (NodeInfo, IBA 14.2.5.3).
+	// NodeGUID is also every port's GUID; zero picks a process-unique GUID
+	// (DefaultSwitchGUIDBase + n). SystemImageGUID defaults to NodeGUID, NodeDesc to
+	// "pibgw switch <GUID>".
+	NodeGUID        uint64
+	SystemImageGUID uint64
+	NodeDesc        string
+	VendorID        uint32 // 24 bits
+	DeviceID        uint16
+	Revision        uint32
+	// PKeyTableLen is the number of P_Key entries of port 0 (NodeInfo:PartitionCap) and
+	// of each external port (SwitchInfo:PartitionEnforcementCap); default 32.
+	PKeyTableLen int
+	// Managed makes the ports behave as under a subnet manager (IBA 7.2, 14.2.5.6): a
+	// port whose link trains comes up in Init and forwards only SMPs (VL15) until the SM
+	// sets it Armed and then Active. When false, ports go Active as soon as their link is
+	// up, for fabrics without an SM (tests, static configurations).
+	Managed bool
 }
+
+// DefaultSwitchGUIDBase is where the GUIDs of switches configured without one start.
+const DefaultSwitchGUIDBase = 0x0002_C9FF_FE00_0000
+
+var switchSeq atomic.Uint64
 
 // Switch forwards packets between its ports by DLID (IBA 18.2.4): unicast through the
 // linear forwarding table, multicast through the multicast forwarding table.
@@ -142,10 +171,38 @@ type Switch struct {
 	mftCap   int
 	mftWords int
 
-	mgmt atomic.Pointer[receiverBox]
+	mgmt atomic.Pointer[mgmtBox]
+
+	// Management state (sma.go): identity is fixed at creation, the rest changes under mmu.
+	guid, sysGUID uint64
+	desc          string
+	vendorID      uint32
+	deviceID      uint16
+	revision      uint32
+	pkeyCap       int
+	managed       bool
+	tid           atomic.Uint64
+
+	mmu   sync.Mutex
+	port0 port0Info
+	si    switchInfo
+	sl2vl map[uint16][8]byte // SLtoVLMappingTable by in<<8|out; absent = all SLs to VL0
+	psc   func(sw *Switch, port int, up bool)
 }
 
-type receiverBox struct{ r Receiver }
+type mgmtBox struct{ h ManagementHandler }
+
+// ManagementHandler takes packets addressed to the switch itself (its management port
+// 0), with the external port each arrived on.
+type ManagementHandler interface {
+	HandleManagement(inPort int, pkts [][]byte)
+}
+
+// ManagementFunc adapts a function to a ManagementHandler.
+type ManagementFunc func(inPort int, pkts [][]byte)
+
+// HandleManagement implements ManagementHandler.
+func (f ManagementFunc) HandleManagement(inPort int, pkts [][]byte) { f(inPort, pkts) }
 
 // swPort is one port of a switch, and the Port a cable plugs into.
 type swPort struct {
@@ -154,9 +211,16 @@ type swPort struct {
 	link atomic.Pointer[linkBox]
 	up   atomic.Bool
 
+	// state is the logical PortState (IBA 14.2.5.6): forwarding reads it once per run
+	// of packets. phys is PortPhysicalState.
+	state, phys atomic.Uint32
+
 	xmitPkts, rcvPkts, xmitData, rcvData, xmitDiscards, rcvErrors atomic.Uint64
+	ucXmit, ucRcv, mcXmit, mcRcv                                  atomic.Uint64
 	drops                                                         [numDropReasons]atomic.Uint64
-	_                                                             [64]byte // keep ports on separate cache lines
+
+	mi portMgmt // under sw.mmu
+	_  [64]byte // keep ports on separate cache lines
 }
 
 // NewSwitch returns a switch with empty forwarding tables: every LFT entry is 0xFF (drop)
@@ -190,6 +254,8 @@ func NewSwitch(cfg SwitchConfig) *Switch {
 	for i := range sw.ports {
 		sw.ports[i].sw, sw.ports[i].num = sw, i
 	}
+	sw.initManagement(cfg)
+	sw.mgmt.Store(&mgmtBox{agent{sw}})
 	return sw
 }
 
@@ -204,16 +270,22 @@ func (sw *Switch) Port(i int) Port {
 	return &sw.ports[i]
 }
 
-// SetManagement sets the receiver of packets addressed to the switch itself: those whose
-// LFT entry is port 0, multicast whose mask holds port 0, and permissive-DLID packets
-// (directed-route SMPs, IBA 14.2.2). nil removes it; such packets are then dropped.
-func (sw *Switch) SetManagement(r Receiver) {
-	if r == nil {
+// SetManagement replaces the handler of packets addressed to the switch itself: those
+// whose LFT entry is port 0, multicast whose mask holds port 0, and permissive-DLID
+// packets (directed-route SMPs, IBA 14.2.2). A new switch has its own agent installed
+// (Agent: the SMI that forwards directed-route SMPs, the SMA and the PMA); nil removes
+// every handler, and such packets are then dropped.
+func (sw *Switch) SetManagement(h ManagementHandler) {
+	if h == nil {
 		sw.mgmt.Store(nil)
 		return
 	}
-	sw.mgmt.Store(&receiverBox{r})
+	sw.mgmt.Store(&mgmtBox{h})
 }
+
+// Agent returns the switch's own management agent, to reinstall it with SetManagement
+// or to wrap it.
+func (sw *Switch) Agent() ManagementHandler { return agent{sw} }
 
 // SendFromPort transmits pkts out of external port port, as the switch's management
 // agent does when it answers. Packets are dropped and counted when the port is down.
@@ -221,7 +293,7 @@ func (sw *Switch) SendFromPort(port int, pkts [][]byte) {
 	if port < 1 || port > sw.nports {
 		return
 	}
-	sw.ports[port].transmit(pkts)
+	sw.ports[port].transmit(pkts, false)
 }
 
 // SetLFT sets the out port of unicast LID lid. Port 0 means the switch itself; 0xFF drops.
@@ -325,6 +397,8 @@ func (sw *Switch) Counters(port int) PortCounters {
 	c.XmitPkts, c.RcvPkts = p.xmitPkts.Load(), p.rcvPkts.Load()
 	c.XmitData, c.RcvData = p.xmitData.Load(), p.rcvData.Load()
 	c.XmitDiscards, c.RcvErrors = p.xmitDiscards.Load(), p.rcvErrors.Load()
+	c.UnicastXmitPkts, c.UnicastRcvPkts = p.ucXmit.Load(), p.ucRcv.Load()
+	c.MulticastXmitPkts, c.MulticastRcvPkts = p.mcXmit.Load(), p.mcRcv.Load()
 	for i := range c.Drops {
 		c.Drops[i] = p.drops[i].Load()
 	}
@@ -344,25 +418,31 @@ func (sw *Switch) PortUp(port int) bool {
 func (p *swPort) Attach(l Link) {
 	if l == nil {
 		p.link.Store(nil)
-		p.up.Store(false)
+		p.setLink(false)
 		return
 	}
 	p.link.Store(&linkBox{l})
-	p.up.Store(true)
+	p.setLink(true)
 }
 
 // LinkStateChanged implements LinkStateReceiver.
-func (p *swPort) LinkStateChanged(up bool) { p.up.Store(up) }
+func (p *swPort) LinkStateChanged(up bool) { p.setLink(up) }
 
 // transmit sends pkts out of p, counting them, or drops them when p is down.
-func (p *swPort) transmit(pkts [][]byte) {
+func (p *swPort) transmit(pkts [][]byte, mcast bool) {
 	lb := p.link.Load()
 	if lb == nil || !p.up.Load() {
 		p.xmitDiscards.Add(uint64(len(pkts)))
 		return
 	}
-	p.xmitPkts.Add(uint64(len(pkts)))
+	n := uint64(len(pkts))
+	p.xmitPkts.Add(n)
 	p.xmitData.Add(words(pkts))
+	if mcast {
+		p.mcXmit.Add(n)
+	} else {
+		p.ucXmit.Add(n)
+	}
 	lb.l.Send(pkts)
 }
 
@@ -384,6 +464,10 @@ const (
 	routeDrop      route = 3 << 24 // | DropReason
 	routeMgmt      route = 4 << 24 // permissive DLID to the management agent
 	routeKindMask  route = 0xFF << 24
+	// routeVL15 marks unicast and multicast routes of VL15 packets (SMPs), which pass
+	// ports that are not Active (IBA 7.6.5).
+	routeVL15      route = 1 << 23
+	routeValueMask route = 0xFFFF
 )
 
 func (sw *Switch) route(pkt []byte) route {
@@ -418,12 +502,18 @@ func (sw *Switch) route(pkt []byte) route {
 		if int(port) > sw.nports {
 			return routeDrop | route(DropBadPort)
 		}
+		if lrh.VL() == 15 {
+			return routeUnicast | routeVL15 | route(port)
+		}
 		return routeUnicast | route(port)
 	case dlid == LIDPermissive:
 		return routeMgmt
 	default:
 		if _, ok := sw.mftIndex(dlid); !ok {
 			return routeDrop | route(DropNoMFT)
+		}
+		if lrh.VL() == 15 {
+			return routeMulticast | routeVL15 | route(dlid)
 		}
 		return routeMulticast | route(dlid)
 	}
@@ -438,6 +528,8 @@ func (p *swPort) Receive(pkts [][]byte) {
 	sw := p.sw
 	p.rcvPkts.Add(uint64(len(pkts)))
 	p.rcvData.Add(words(pkts))
+	// IBA 7.2: a port that is not Active passes only SMPs (VL15); one load per batch.
+	active := p.state.Load() == portActive
 	r := sw.route(pkts[0])
 	for i := 0; i < len(pkts); {
 		j := i + 1
@@ -447,16 +539,25 @@ func (p *swPort) Receive(pkts [][]byte) {
 				break
 			}
 		}
-		p.forward(r, pkts[i:j])
+		p.forward(r, pkts[i:j], active)
 		i, r = j, next
 	}
 }
 
-func (p *swPort) forward(r route, run [][]byte) {
+const portActive = 4 // PortInfo:PortState Active
+
+func (p *swPort) forward(r route, run [][]byte, active bool) {
 	sw := p.sw
-	switch r & routeKindMask {
+	kind := r & routeKindMask
+	data := r&routeVL15 == 0
+	if data && !active && (kind == routeUnicast || kind == routeMulticast) {
+		p.drops[DropPortState].Add(uint64(len(run)))
+		return
+	}
+	switch kind {
 	case routeUnicast:
-		out := int(r &^ routeKindMask)
+		p.ucRcv.Add(uint64(len(run)))
+		out := int(r & routeValueMask)
 		if out == 0 {
 			p.toManagement(run)
 			return
@@ -464,10 +565,15 @@ func (p *swPort) forward(r route, run [][]byte) {
 		op := &sw.ports[out]
 		if op.link.Load() == nil || !op.up.Load() {
 			p.drops[DropPortDown].Add(uint64(len(run)))
+		} else if data && op.state.Load() != portActive {
+			p.drops[DropPortState].Add(uint64(len(run)))
+			op.xmitDiscards.Add(uint64(len(run)))
+			return
 		}
-		op.transmit(run)
+		op.transmit(run, false)
 	case routeMulticast:
-		mlid := uint16(r &^ routeKindMask)
+		p.mcRcv.Add(uint64(len(run)))
+		mlid := uint16(r & routeValueMask)
 		i, _ := sw.mftIndex(mlid)
 		sent := false
 		for w := 0; w < sw.mftWords; w++ {
@@ -485,7 +591,12 @@ func (p *swPort) forward(r route, run [][]byte) {
 					p.toManagement(run)
 					continue
 				}
-				sw.ports[out].transmit(run)
+				op := &sw.ports[out]
+				if data && op.state.Load() != portActive {
+					op.xmitDiscards.Add(uint64(len(run)))
+					continue
+				}
+				op.transmit(run, true)
 			}
 		}
 		if !sent {
@@ -498,7 +609,7 @@ func (p *swPort) forward(r route, run [][]byte) {
 		}
 		p.toManagement(run)
 	default:
-		reason := DropReason(r &^ routeKindMask)
+		reason := DropReason(r & routeValueMask)
 		p.drops[reason].Add(uint64(len(run)))
 		if reason == DropMalformed {
 			p.rcvErrors.Add(uint64(len(run)))
@@ -515,5 +626,5 @@ func (p *swPort) toManagement(run [][]byte) {
 	mp := &p.sw.ports[0]
 	mp.xmitPkts.Add(uint64(len(run)))
 	mp.xmitData.Add(words(run))
-	m.r.Receive(run)
+	m.h.HandleManagement(p.num, run)
 }

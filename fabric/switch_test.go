@@ -138,7 +138,7 @@ func TestSwitchMulticast(t *testing.T) {
 	}
 	// Port 0 in a mask means the switch's own management agent.
 	mgmt := fabrictest.NewRecorder()
-	f.sw.SetManagement(mgmt)
+	f.sw.SetManagement(fabric.ManagementFunc(func(_ int, p [][]byte) { mgmt.Receive(p) }))
 	f.sw.SetMFT(mlid+2, fabric.MakePortMask(0, 3))
 	f.hosts[1].Send(udPkt(mlid+2, "to sma"))
 	if mgmt.Len() != 1 || f.hosts[3].Len() != 1 {
@@ -148,6 +148,7 @@ func TestSwitchMulticast(t *testing.T) {
 
 func TestSwitchDrops(t *testing.T) {
 	f := newTestFabric(t, 3)
+	f.sw.SetManagement(nil) // no agent: packets for the switch itself are dropped
 	p := udPkt(hostLID(2), "x")
 	short := p[:6]
 	badLen := append(append([]byte(nil), p...), 0, 0, 0, 0) // PktLen no longer matches
@@ -221,8 +222,10 @@ func TestSwitchManagement(t *testing.T) {
 	f.sw.SetLFT(swLID, 0)
 	var mu sync.Mutex
 	var got [][]byte
-	f.sw.SetManagement(fabric.ReceiverFunc(func(p [][]byte) {
+	var inPorts []int
+	f.sw.SetManagement(fabric.ManagementFunc(func(in int, p [][]byte) {
 		mu.Lock()
+		inPorts = append(inPorts, in)
 		defer mu.Unlock()
 		for _, q := range p {
 			got = append(got, append([]byte(nil), q...))
@@ -233,6 +236,11 @@ func TestSwitchManagement(t *testing.T) {
 	f.hosts[2].Send(lid, dr)
 	if len(got) != 2 || !bytes.Equal(got[0], lid) || !bytes.Equal(got[1], dr) {
 		t.Fatalf("management got %d packets", len(got))
+	}
+	for _, in := range inPorts {
+		if in != 2 {
+			t.Fatalf("management saw ingress ports %v, want 2", inPorts)
+		}
 	}
 	if c := f.sw.Counters(0); c.XmitPkts != 2 {
 		t.Fatalf("management port XmitPkts = %d", c.XmitPkts)

@@ -123,6 +123,7 @@ type Port struct {
 	sl2vl  [8]byte
 	vlArb  [4][64]byte
 	smInfo atomic.Pointer[smInfoBox]
+	traps  atomic.Pointer[trapBox]
 }
 
 type linkBox struct{ l fabric.Link }

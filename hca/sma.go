@@ -56,6 +56,20 @@ func (p *Port) SetSMInfoAgent(a SMInfoAgent) {
 	p.smInfo.Store(&smInfoBox{a})
 }
 
+type trapBox struct{ h MADHandler }
+
+// SetTrapHandler installs the handler of Trap(Notice) SMPs (IBA 14.2.5.1, method 0x05)
+// that arrive at this port — switches send trap 128 to the master SM's LID when a port's
+// link changes. The subnet manager on the port installs it and answers with
+// TrapRepress itself; without a handler, traps are dropped. nil removes it.
+func (p *Port) SetTrapHandler(h MADHandler) {
+	if h == nil {
+		p.traps.Store(nil)
+		return
+	}
+	p.traps.Store(&trapBox{h})
+}
+
 // StartAgents registers the SMA (classes 0x01 and 0x81) and the PMA (class 0x04) on
 // every port of the device.
 func (d *Device) StartAgents() {
@@ -85,6 +99,14 @@ var madScratchPool = sync.Pool{New: func() any { return new(madScratch) }}
 // handleSMP answers one SMP request that arrived at p from the fabric.
 func (p *Port) handleSMP(m *MAD) {
 	req := wire.SMP(m.Data)
+	if req.MAD().Method() == wire.MethodTrap {
+		if t := p.traps.Load(); t != nil {
+			t.h.HandleMAD(m)
+		} else {
+			p.counters.Inc(CntDropNoQP)
+		}
+		return
+	}
 	a := MADAddr{DLID: m.From.SLID, SL: m.From.SL, QPN: m.From.QPN}
 	var hp uint8
 	if req.IsDirectedRoute() {
