@@ -1,0 +1,5 @@
+//go:build !race
+
+package sa_test
+
+const raceEnabledSA = false
