@@ -41,7 +41,7 @@ func (sw *Switch) manage(in int, b []byte) {
 	ip := &sw.ports[in]
 	var pk wire.Packet
 	if pk.Parse(b) != nil || pk.BTH == nil || pk.DETH == nil || pk.BTH.OpCode() != wire.UDSendOnly ||
-		len(pk.Payload) != wire.MADLen || pk.BTH.PadCnt() != 0 || !wire.CheckICRC(b) ||
+		len(pk.Payload) != wire.MADLen || pk.BTH.PadCnt() != 0 || !icrcOK(b, pk.BTH) ||
 		ip.phys.Load() == PhysStateDisabled {
 		ip.drops[DropManagement].Add(1)
 		return
@@ -81,6 +81,23 @@ func (sw *Switch) manage(in int, b []byte) {
 	ip.drops[DropManagement].Add(1)
 }
 
+// icrcPendingMark is the BTH.Resv8a value with which an in-process sender marks a packet
+// whose ICRC it deferred (the ICRC masks Resv8a, so the mark never changes it).
+const icrcPendingMark = 0x80
+
+// icrcOK is the agent's ICRC check (IBA 7.8.1): a packet marked ICRC-pending never left
+// the process and passes; any other must carry a correct ICRC.
+func icrcOK(b []byte, bth wire.BTH) bool {
+	return bth[4] == icrcPendingMark || wire.CheckICRC(b)
+}
+
+// seal finishes a packet the agent built from a copy of another: BTH.Resv8a back to 0
+// (it may hold the pending mark) and a computed ICRC. bthOff is the BTH's offset.
+func seal(pkt []byte, bthOff int) {
+	pkt[bthOff+4] = 0
+	wire.SetICRC(pkt)
+}
+
 // replyLID answers a LID-routed SMP or a PMA MAD: the response goes back to the
 // request's SLID and source QP through the switch's own forwarding.
 func (sw *Switch) replyLID(in int, b []byte, pk *wire.Packet, madOff int) {
@@ -114,7 +131,7 @@ func (sw *Switch) replyLID(in int, b []byte, pk *wire.Packet, madOff int) {
 	if dqp == 1 {
 		deth.SetQKey(gsiQKey)
 	}
-	wire.SetICRC(out)
+	seal(out, off)
 	sw.sendFromPort0(out, mb)
 }
 
@@ -196,15 +213,17 @@ func (sw *Switch) smiDirected(in int, b []byte, madOff int) {
 	lrh := wire.LRH(out)
 	drop := func() { sw.ports[in].drops[DropManagement].Add(1) }
 	forward := func(hp uint8, port uint8) {
+		// On the directed-route part of a path the DLID is permissive (IBA 14.2.2).
 		s.SetHopPointer(hp)
-		wire.SetICRC(out)
+		lrh.SetDLID(permissiveLID)
+		seal(out, wire.LRHLen)
 		sw.sendOut(int(port), out, mb)
 	}
 	lidRoute := func(hp uint8, dlid uint16) {
 		s.SetHopPointer(hp)
 		lrh.SetDLID(dlid)
 		lrh.SetSLID(sw.ownSLID(0))
-		wire.SetICRC(out)
+		seal(out, wire.LRHLen)
 		sw.sendFromPort0(out, mb)
 	}
 	if !req.D() {
@@ -243,7 +262,7 @@ func (sw *Switch) smiDirected(in int, b []byte, madOff int) {
 			s.SetHopPointer(hp)
 			lrh.SetDLID(lrh.SLID())
 			lrh.SetSLID(sw.ownSLID(0))
-			wire.SetICRC(out)
+			seal(out, wire.LRHLen)
 			sw.sendFromPort0(out, mb)
 		default:
 			// C14-9:5; and a hop count of 0 never leaves the node that sent it.
