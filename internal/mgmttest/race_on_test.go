@@ -1,0 +1,5 @@
+//go:build race
+
+package mgmttest
+
+const raceEnabled = true
