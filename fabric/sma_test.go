@@ -272,3 +272,57 @@ func TestDRForwardingAllocs(t *testing.T) {
 		t.Fatal("nothing forwarded or answered")
 	}
 }
+
+// TestSwitchLIDRoutedAgents: a LID-routed SMP and a PMA GMP to the switch's LID are
+// answered to the sender's LID and QP.
+func TestSwitchLIDRoutedAgents(t *testing.T) {
+	f := newTestFabric(t, 3)
+	const swLID = 0x0001
+	f.sw.SetLID(swLID, 0)
+	if f.sw.LFT(swLID) != 0 || f.sw.LID() != swLID {
+		t.Fatal("SetLID did not route the switch's LID to port 0")
+	}
+	mad := make([]byte, wire.MADLen)
+	m := wire.MAD(mad)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassSubnLID)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x77)
+	m.SetAttrID(wire.AttrPortInfo)
+	m.SetAttrMod(0)
+	f.hosts[2].Send(fabrictest.UD{VL: 15, DLID: swLID, SLID: hostLID(2), DestQP: 0, SrcQP: 0, Payload: mad}.Build())
+	resp := f.last(t, 2)
+	lrh := wire.LRH(resp)
+	s := smpOf(t, resp)
+	if lrh.DLID() != hostLID(2) || lrh.SLID() != swLID || lrh.VL() != 15 || s.MAD().Status() != 0 ||
+		s.MAD().Method() != wire.MethodGetResp || s.MAD().TID() != 0x77 {
+		t.Fatalf("LID-routed SMP response: dlid %#x slid %#x status %#x", lrh.DLID(), lrh.SLID(), s.MAD().Status())
+	}
+	if pi := wire.PortInfo(s.SMPData()); pi.LID() != swLID || pi.LocalPortNum() != 2 || pi.PortState() != wire.PortStateActive {
+		t.Fatalf("port 0 PortInfo %x", []byte(pi))
+	}
+	// PMA: PortCounters of port 2 over QP1 with the GSI Q_Key, from QP 0x55.
+	clear(mad)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassPerfMgt)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetAttrID(wire.AttrPortCounters)
+	wire.PortCounters(m.PMAData()).SetPortSelect(2)
+	f.hosts[2].Send(fabrictest.UD{DLID: swLID, SLID: hostLID(2), DestQP: 1, SrcQP: 0x55, QKey: 0x80010000, Payload: mad}.Build())
+	resp = f.last(t, 2)
+	var p wire.Packet
+	if err := p.Parse(resp); err != nil || p.BTH.DestQP() != 0x55 || p.DETH.SrcQP() != 1 || p.DETH.QKey() != 0x80010000 {
+		t.Fatalf("PMA response addressing: %v", err)
+	}
+	pc := wire.PortCounters(wire.MAD(p.Payload).PMAData())
+	if wire.MAD(p.Payload).Status() != 0 || pc.PortRcvPkts() != 2 || pc.PortXmitPkts() != 1 {
+		t.Fatalf("port 2 PortCounters: status %#x rcv %d xmit %d", wire.MAD(p.Payload).Status(), pc.PortRcvPkts(), pc.PortXmitPkts())
+	}
+	// A GMP with the wrong Q_Key is dropped and counted.
+	f.hosts[2].Send(fabrictest.UD{DLID: swLID, SLID: hostLID(2), DestQP: 1, SrcQP: 0x55, QKey: 0x1234, Payload: mad}.Build())
+	if f.hosts[2].Len() != 0 || f.sw.Counters(2).Dropped(fabric.DropManagement) != 1 {
+		t.Fatal("GMP with a bad Q_Key answered")
+	}
+}
