@@ -8,6 +8,16 @@ import (
 
 type atomicU64 = atomic.Uint64
 
+// resetTotal zeroes a packet total without changing the unicast count derived from it.
+func (p *swPort) resetTotal(total *atomicU64, adj *atomic.Int64) {
+	adj.Add(int64(total.Swap(0)))
+}
+
+// resetUnicast zeroes the unicast count derived from total and mcast.
+func (p *swPort) resetUnicast(total, mcast *atomicU64, adj *atomic.Int64) {
+	adj.Store(-int64(total.Load() - mcast.Load()))
+}
+
 // The switch's performance management agent (IBA 16.1): ClassPortInfo, PortCounters and
 // PortCountersExtended of port 0, of each external port, or summed over all external
 // ports (PortSelect 0xFF), from the switch's real per-port counters.
@@ -73,11 +83,16 @@ func (sw *Switch) pmaAttr(set bool, attr uint16, req, out []byte) uint16 {
 				}{
 					{wire.PCPortRcvErrors, &p.rcvErrors}, {wire.PCPortXmitDiscards, &p.xmitDiscards},
 					{wire.PCPortXmitData, &p.xmitData}, {wire.PCPortRcvData, &p.rcvData},
-					{wire.PCPortXmitPkts, &p.xmitPkts}, {wire.PCPortRcvPkts, &p.rcvPkts},
 				} {
 					if in.Selected(f.c) {
 						f.v.Store(0)
 					}
+				}
+				if in.Selected(wire.PCPortXmitPkts) {
+					p.resetTotal(&p.xmitPkts, &p.ucXmitAdj)
+				}
+				if in.Selected(wire.PCPortRcvPkts) {
+					p.resetTotal(&p.rcvPkts, &p.ucRcvAdj)
 				}
 				if in.Selected(wire.PCPortRcvSwitchRelayErrors) {
 					for _, r := range relayDrops {
@@ -119,13 +134,29 @@ func (sw *Switch) pmaAttr(set bool, attr uint16, req, out []byte) uint16 {
 			sel := in.CounterSelect()
 			for i := lo; i <= hi; i++ {
 				p := &sw.ports[i]
-				for bit, v := range [...]*atomicU64{
-					&p.xmitData, &p.rcvData, &p.xmitPkts, &p.rcvPkts,
-					&p.ucXmit, &p.ucRcv, &p.mcXmit, &p.mcRcv,
-				} {
-					if sel>>bit&1 != 0 {
-						v.Store(0)
-					}
+				if sel&wire.CounterSelectExtPortXmitData != 0 {
+					p.xmitData.Store(0)
+				}
+				if sel&wire.CounterSelectExtPortRcvData != 0 {
+					p.rcvData.Store(0)
+				}
+				if sel&wire.CounterSelectExtPortXmitPkts != 0 {
+					p.resetTotal(&p.xmitPkts, &p.ucXmitAdj)
+				}
+				if sel&wire.CounterSelectExtPortRcvPkts != 0 {
+					p.resetTotal(&p.rcvPkts, &p.ucRcvAdj)
+				}
+				if sel&wire.CounterSelectExtPortUnicastXmitPkts != 0 {
+					p.resetUnicast(&p.xmitPkts, &p.mcXmit, &p.ucXmitAdj)
+				}
+				if sel&wire.CounterSelectExtPortUnicastRcvPkts != 0 {
+					p.resetUnicast(&p.rcvPkts, &p.mcRcv, &p.ucRcvAdj)
+				}
+				if sel&wire.CounterSelectExtPortMulticastXmitPkts != 0 {
+					p.ucXmitAdj.Add(-int64(p.mcXmit.Swap(0)))
+				}
+				if sel&wire.CounterSelectExtPortMulticastRcvPkts != 0 {
+					p.ucRcvAdj.Add(-int64(p.mcRcv.Swap(0)))
 				}
 			}
 		}

@@ -216,8 +216,11 @@ type swPort struct {
 	state, phys atomic.Uint32
 
 	xmitPkts, rcvPkts, xmitData, rcvData, xmitDiscards, rcvErrors atomic.Uint64
-	ucXmit, ucRcv, mcXmit, mcRcv                                  atomic.Uint64
-	drops                                                         [numDropReasons]atomic.Uint64
+	mcXmit, mcRcv                                                 atomic.Uint64
+	// Unicast counts are derived, total − multicast + adj, to keep the unicast fast
+	// path free of extra atomics; a PMA reset moves adj (pma.go).
+	ucXmitAdj, ucRcvAdj atomic.Int64
+	drops               [numDropReasons]atomic.Uint64
 
 	mi portMgmt // under sw.mmu
 	_  [64]byte // keep ports on separate cache lines
@@ -397,8 +400,9 @@ func (sw *Switch) Counters(port int) PortCounters {
 	c.XmitPkts, c.RcvPkts = p.xmitPkts.Load(), p.rcvPkts.Load()
 	c.XmitData, c.RcvData = p.xmitData.Load(), p.rcvData.Load()
 	c.XmitDiscards, c.RcvErrors = p.xmitDiscards.Load(), p.rcvErrors.Load()
-	c.UnicastXmitPkts, c.UnicastRcvPkts = p.ucXmit.Load(), p.ucRcv.Load()
 	c.MulticastXmitPkts, c.MulticastRcvPkts = p.mcXmit.Load(), p.mcRcv.Load()
+	c.UnicastXmitPkts = derived(c.XmitPkts, c.MulticastXmitPkts, p.ucXmitAdj.Load())
+	c.UnicastRcvPkts = derived(c.RcvPkts, c.MulticastRcvPkts, p.ucRcvAdj.Load())
 	for i := range c.Drops {
 		c.Drops[i] = p.drops[i].Load()
 	}
@@ -440,10 +444,18 @@ func (p *swPort) transmit(pkts [][]byte, mcast bool) {
 	p.xmitData.Add(words(pkts))
 	if mcast {
 		p.mcXmit.Add(n)
-	} else {
-		p.ucXmit.Add(n)
 	}
 	lb.l.Send(pkts)
+}
+
+// derived is a unicast count: all packets less the multicast ones, plus the adjustment
+// PMA resets leave (never below zero under a racing reset).
+func derived(total, mcast uint64, adj int64) uint64 {
+	v := int64(total-mcast) + adj
+	if v < 0 {
+		return 0
+	}
+	return uint64(v)
 }
 
 func words(pkts [][]byte) uint64 {
@@ -550,13 +562,15 @@ func (p *swPort) forward(r route, run [][]byte, active bool) {
 	sw := p.sw
 	kind := r & routeKindMask
 	data := r&routeVL15 == 0
+	if kind == routeMulticast {
+		p.mcRcv.Add(uint64(len(run)))
+	}
 	if data && !active && (kind == routeUnicast || kind == routeMulticast) {
 		p.drops[DropPortState].Add(uint64(len(run)))
 		return
 	}
 	switch kind {
 	case routeUnicast:
-		p.ucRcv.Add(uint64(len(run)))
 		out := int(r & routeValueMask)
 		if out == 0 {
 			p.toManagement(run)
@@ -572,7 +586,6 @@ func (p *swPort) forward(r route, run [][]byte, active bool) {
 		}
 		op.transmit(run, false)
 	case routeMulticast:
-		p.mcRcv.Add(uint64(len(run)))
 		mlid := uint16(r & routeValueMask)
 		i, _ := sw.mftIndex(mlid)
 		sent := false
