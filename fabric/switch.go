@@ -112,7 +112,7 @@ type PortCounters struct {
 	RcvPkts      uint64
 	XmitData     uint64
 	RcvData      uint64
-	XmitDiscards uint64 // packets for this out port dropped because it was down
+	XmitDiscards uint64 // packets for this out port dropped: it was down, or not Active for data
 	RcvErrors    uint64 // malformed packets received on this port
 	// Unicast and multicast packets (PortCountersExtended, IBA 16.1.4.11).
 	UnicastXmitPkts, UnicastRcvPkts, MulticastXmitPkts, MulticastRcvPkts uint64
