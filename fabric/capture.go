@@ -83,6 +83,8 @@ type CaptureWriter struct {
 	closed bool
 	stats  CaptureStats
 	hdr    [pcapRecordLen + ERFHeaderLen + wire.VCRCLen]byte
+	// scratch holds a copy of a packet whose deferred ICRC is finalized for the file.
+	scratch []byte
 }
 
 // NewCaptureWriter starts a capture on w; the pcap file header goes into the buffer at
@@ -154,6 +156,13 @@ func (cw *CaptureWriter) writeRecord(iface uint8, ts, sec, nsec uint64, p []byte
 	if _, err := cw.bw.Write(h[:pcapRecordLen+ERFHeaderLen]); err != nil {
 		cw.err = err
 		return
+	}
+	if wire.ICRCPending(p) {
+		// What a capture shows is what a wire would carry: the ICRC computed, the
+		// in-process mark gone (see wire.FinalizeICRC).
+		cw.scratch = append(cw.scratch[:0], p...)
+		p = cw.scratch
+		wire.FinalizeICRC(p)
 	}
 	body := p[:min(len(p), capLen)]
 	if _, err := cw.bw.Write(body); err != nil {

@@ -200,7 +200,7 @@ func (p *Port) SendMAD(a MADAddr, mad []byte) error {
 	}
 	bth.SetPSN(p.madPSN.Add(1) & 0xFFFFFF)
 	copy(b[off+wire.BTHLen+wire.DETHLen:], mad)
-	wire.SetICRC(b)
+	wire.SetICRCPending(b)
 	mb.batch[0] = b
 	p.Transmit(mb.batch[:])
 	return nil

@@ -54,7 +54,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		return
 	}
 	// IBA 7.8.1 / C7-?: a packet whose ICRC does not check is dropped.
-	if !wire.CheckICRC(b) {
+	if !wire.CheckReceivedICRC(b) {
 		c.Inc(CntRcvErrors)
 		c.Inc(CntDropICRC)
 		return

@@ -20,7 +20,7 @@ func DebugState(qp *hca.QP) string {
 	}
 	c.mu.Unlock()
 	c.rmu.Lock()
-	s += fmt.Sprintf("\nresp: ePSN=%#x msn=%d nakSent=%v inSend=%v inWrite=%v out=%d/%d", c.resp.ePSN, c.resp.msn, c.resp.nakSent, c.resp.inSend, c.resp.inWrite, c.resp.outHead, len(c.resp.out)) + " fatal=" + c.resp.lastFatal
+	s += fmt.Sprintf("\nresp: ePSN=%#x msn=%d nakSent=%v inSend=%v inWrite=%v out=%d/%d", c.resp.ePSN, c.resp.msn, c.resp.nakSent, c.resp.inSend, c.resp.inWrite, c.resp.outHead, len(c.resp.out)) + fmt.Sprintf(" oosLast=%#x", c.resp.oosLast) + " fatal=" + c.resp.lastFatal
 	c.rmu.Unlock()
 	return s
 }

@@ -96,9 +96,10 @@ func (b *batch) start(p *path, h hdr, ethLen int) ([]byte, int) {
 	return buf, off
 }
 
-// finish computes the ICRC and queues the packet.
+// finish queues the packet, its ICRC deferred until it becomes observable
+// (wire.SetICRCPending).
 func (b *batch) finish(buf []byte) {
-	wire.SetICRC(buf)
+	wire.SetICRCPending(buf)
 	b.pkts[b.n] = buf
 	b.n++
 }

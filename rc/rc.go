@@ -43,9 +43,28 @@ type conn struct {
 	rmu  sync.Mutex // responder state
 	resp responder
 
+	stats Stats
+
 	running atomic.Bool
 	pending atomic.Bool
 	failing atomic.Bool // a fatal error waits to move the QP to ERR
+}
+
+// Stats counts a connection's recovery events (pibgw's inspection shows them).
+type Stats struct {
+	Timeouts      atomic.Uint64 // local ACK timer expiries that retransmitted
+	SeqNAKs       atomic.Uint64 // PSN sequence NAKs acted on (go-back-N)
+	RNRNAKs       atomic.Uint64 // RNR NAKs received
+	Retransmitted atomic.Uint64 // request packets sent again
+	Duplicates    atomic.Uint64 // duplicate requests answered by the responder
+}
+
+// ConnStats returns the recovery counters of an RC/UC QP (nil for other QPs).
+func ConnStats(qp *hca.QP) *Stats {
+	if c := getConn(qp); c != nil {
+		return &c.stats
+	}
+	return nil
 }
 
 // Window is the most request packets a QP has unacknowledged at once (pib used 64).

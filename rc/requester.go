@@ -53,10 +53,14 @@ type requester struct {
 	rnrTimer           clock.Timer
 	readGap            uint32 // PSN a read-response gap was last re-requested from
 	readGapSet         bool
-	reissues           int    // WQEs with reissue set
-	nakPSN             uint32 // PSN of the last sequence NAK acted on
-	nakSet             bool
-	drainedNotified    bool
+	reissues           int // WQEs with reissue set
+	// sentSinceNak counts packets sent since the last go-back on a sequence NAK: a NAK
+	// for the same PSN counts again only once the resend has started.
+	sentSinceNak    uint32
+	deadline        time.Time // when the ACK timer is due
+	nakPSN          uint32    // PSN of the last sequence NAK acted on
+	nakSet          bool
+	drainedNotified bool
 }
 
 func (r *requester) init(sqPSN uint32, depth int) {
@@ -267,6 +271,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 	}
 	b.finish(buf)
 	w.sent++
+	r.sentSinceNak++
 	return true
 }
 
@@ -468,10 +473,11 @@ func (r *requester) nak(c *conn, psn uint32, code uint8) {
 	if code == wire.NAKPSNSequenceError {
 		// The responder NAKs a sequence error once per expected PSN; a copy that comes
 		// again (duplicated or late) must not trigger a second go-back.
-		if r.nakSet && r.nakPSN == psn {
+		if r.nakSet && r.nakPSN == psn && r.sentSinceNak == 0 {
 			return
 		}
-		r.nakPSN, r.nakSet = psn, true
+		r.nakPSN, r.nakSet, r.sentSinceNak = psn, true, 0
+		c.stats.SeqNAKs.Add(1)
 		r.goBack(psn)
 		return
 	}
@@ -506,6 +512,7 @@ func (r *requester) rnr(c *conn, psn uint32, code uint8) {
 		r.rnrLeft--
 	}
 	r.rnrWait = true
+	c.stats.RNRNAKs.Add(1)
 	r.stopTimer()
 	f := func() {
 		c.mu.Lock()
@@ -672,6 +679,7 @@ func (r *requester) armTimer(c *conn) {
 		return
 	}
 	r.timerOn = true
+	r.deadline = c.clk.Now().Add(r.timeout)
 	if r.timer == nil {
 		r.timer = c.clk.AfterFunc(r.timeout, func() { c.ackTimeout() })
 		return
@@ -703,6 +711,22 @@ func (c *conn) ackTimeout() {
 		c.mu.Unlock()
 		return
 	}
+	// A timer re-armed while its previous expiry was already on its way must not count
+	// as a timeout.
+	if now := c.clk.Now(); now.Before(r.deadline) {
+		r.timer.Reset(r.deadline.Sub(now))
+		c.mu.Unlock()
+		return
+	}
+	// Nor does a timer that expires while this QP is still transmitting: the answers to
+	// what it sends arrive when the transmission returns (in process: inside it), and the
+	// goroutine doing it may simply not have had a CPU (IBA 9.7.6.1.3 times a request
+	// from its transmission).
+	if c.running.Load() {
+		r.armTimer(c)
+		c.mu.Unlock()
+		return
+	}
 	r.timerOn = false
 	if r.retryLeft == 0 {
 		w := &r.ring[r.head]
@@ -713,10 +737,7 @@ func (c *conn) ackTimeout() {
 		return
 	}
 	r.retryLeft--
-	if debugTimeouts {
-		w := &r.ring[r.head]
-		println("timeout: head", r.head, "next", r.next, "op", w.wr.Opcode.String(), "first", w.firstPSN, "npkts", w.npkts, "sent", w.sent, "recvd", w.recvd, "done", w.done, "reissue", w.reissue, "acked", r.ackedPSN, "retryLeft", r.retryLeft)
-	}
+	c.stats.Timeouts.Add(1)
 	r.nakSet, r.readGapSet = false, false
 	// READs and atomics whose answers are missing though later PSNs were acknowledged
 	// are asked again; everything unacknowledged is sent again.
@@ -754,6 +775,7 @@ func (c *conn) checkDrained() {
 	c.mu.Unlock()
 }
 
+// debugTimeouts turns on internal consistency checks (tests set it from RC_DEBUG).
 var debugTimeouts = false
 
 // checkInvariant panics (tests only) when a WQE before the send pointer was never sent.

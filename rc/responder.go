@@ -41,11 +41,13 @@ const (
 
 // responder is the receive side of a connection (IBA 9.7.4.?, 9.7.5.2).
 type responder struct {
-	ePSN    uint32
-	msn     uint32
-	minRNR  uint8
-	access  hca.AccessFlags
-	nakSent bool
+	ePSN     uint32
+	msn      uint32
+	minRNR   uint8
+	access   hca.AccessFlags
+	nakSent  bool
+	oosLast  uint32 // PSN of the last out-of-sequence request seen while NAKed
+	oosCount uint32 // out-of-sequence requests seen
 
 	wqe     hca.RecvWQE
 	haveWQE bool
@@ -113,10 +115,16 @@ func (r *responder) request(c *conn, pk *hca.Packet) {
 	case d > 0:
 		// IBA 9.7.5.2.1: a PSN ahead of the expected one means lost packets: NAK
 		// (sequence error) once, and drop until the requester goes back.
-		if !r.nakSent {
+		// It NAKs again when the PSNs it sees stop rising (the requester started a new
+		// round, and the packet it went back for was lost again) and every 64 packets
+		// that keep coming out of sequence (the NAK itself was lost). The requester
+		// ignores a repeat it has already acted on.
+		r.oosCount++
+		if !r.nakSent || psnDiff(psn, r.oosLast) <= 0 || r.oosCount%64 == 0 {
 			r.nakSent = true
 			r.nak(r.ePSN, wire.NAKPSNSequenceError)
 		}
+		r.oosLast = psn
 		return
 	case d < 0:
 		r.duplicate(c, pk, op, psn)
@@ -366,6 +374,7 @@ func (r *responder) recvError(c *conn, psn uint32, st hca.WCStatus, code uint8) 
 // duplicate answers a request the responder has seen before (IBA 9.7.5.2.2): SENDs and
 // WRITEs are acknowledged again, READs re-executed, atomics answered from the saved result.
 func (r *responder) duplicate(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32) {
+	c.stats.Duplicates.Add(1)
 	switch op {
 	case wire.RCRDMAReadRequest:
 		reth := pk.RETH

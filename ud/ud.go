@@ -151,7 +151,7 @@ func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
 		return nil
 	}
 	clear(b[off+int(n) : off+int(n)+pad])
-	wire.SetICRC(b)
+	wire.SetICRCPending(b)
 	tb.batch[0] = b
 	port.Transmit(tb.batch[:])
 	tb.batch[0] = nil

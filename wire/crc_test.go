@@ -210,3 +210,36 @@ func TestCRCSmallMatchesStdlib(t *testing.T) {
 		}
 	}
 }
+
+func TestICRCPending(t *testing.T) {
+	for _, global := range []bool{false, true} {
+		pkt := make([]byte, 8+40+12+8+100+4)
+		for i := range pkt {
+			pkt[i] = byte(i * 13)
+		}
+		lnh := LNHLocal
+		if global {
+			lnh = LNHGlobal
+		} else {
+			pkt = pkt[40:]
+		}
+		LRH(pkt).SetLNH(lnh)
+		o := bthOffset(pkt)
+		pkt[o+4] = 0
+		SetICRC(pkt)
+		want := append([]byte(nil), pkt...)
+		SetICRCPending(pkt)
+		if !ICRCPending(pkt) || !CheckReceivedICRC(pkt) {
+			t.Fatal("pending packet not recognised")
+		}
+		clear(pkt[len(pkt)-ICRCLen:])
+		FinalizeICRC(pkt)
+		if string(pkt) != string(want) || ICRCPending(pkt) {
+			t.Fatalf("global=%v: finalized packet differs from one built with SetICRC", global)
+		}
+		pkt[o+20] ^= 1
+		if CheckReceivedICRC(pkt) {
+			t.Fatal("a damaged finalized packet passed")
+		}
+	}
+}
