@@ -81,21 +81,16 @@ func (sw *Switch) manage(in int, b []byte) {
 	ip.drops[DropManagement].Add(1)
 }
 
-// icrcPendingMark is the BTH.Resv8a value with which an in-process sender marks a packet
-// whose ICRC it deferred (the ICRC masks Resv8a, so the mark never changes it).
-const icrcPendingMark = 0x80
-
 // icrcOK is the agent's ICRC check (IBA 7.8.1): a packet marked ICRC-pending never left
-// the process and passes; any other must carry a correct ICRC.
+// the process and passes; any other must carry a correct ICRC (wire.CheckReceivedICRC).
 func icrcOK(b []byte, bth wire.BTH) bool {
-	return bth[4] == icrcPendingMark || wire.CheckICRC(b)
+	return wire.CheckReceivedICRC(b)
 }
 
-// seal finishes a packet the agent built from a copy of another: BTH.Resv8a back to 0
-// (it may hold the pending mark) and a computed ICRC. bthOff is the BTH's offset.
+// seal finishes a packet the agent built from a copy of another, its ICRC deferred to
+// where it becomes observable (wire.SetICRCPending, wire.FinalizeICRC).
 func seal(pkt []byte, bthOff int) {
-	pkt[bthOff+4] = 0
-	wire.SetICRC(pkt)
+	wire.SetICRCPending(pkt)
 }
 
 // replyLID answers a LID-routed SMP or a PMA MAD: the response goes back to the

@@ -33,7 +33,7 @@ func smpOf(t *testing.T, pkt []byte) wire.SMP {
 	if err := p.Parse(pkt); err != nil || len(p.Payload) != wire.MADLen {
 		t.Fatalf("not a MAD packet: %v", err)
 	}
-	if !wire.CheckICRC(pkt) {
+	if !wire.CheckReceivedICRC(pkt) {
 		t.Fatal("ICRC does not check")
 	}
 	return wire.SMP(p.Payload)

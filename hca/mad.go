@@ -35,6 +35,8 @@ type MAD struct {
 	From MADAddr
 	// Data is the 256-byte MAD; it is valid only during the handler call.
 	Data []byte
+
+	grh GlobalRoute // storage for From.GRH
 }
 
 // MADHandler consumes MADs. It runs on the goroutine that delivered the packet, so it
@@ -117,10 +119,9 @@ func (p *Port) receiveMAD(pk *Packet) bool {
 		DLID: pk.LRH.DLID(), SLID: pk.LRH.SLID(), SL: pk.LRH.SL(), QPN: pk.DETH.SrcQP(),
 		QKey: pk.DETH.QKey(), PKeyIndex: pk.PKeyIndex,
 	}
-	var grh GlobalRoute
 	if pk.GRH != nil {
-		grh = GlobalRoute{DGID: pk.GRH.SGID(), FlowLabel: pk.GRH.FlowLabel(), HopLimit: pk.GRH.HopLmt(), TrafficClass: pk.GRH.TClass()}
-		in.From.GRH = &grh
+		in.grh = GlobalRoute{DGID: pk.GRH.SGID(), FlowLabel: pk.GRH.FlowLabel(), HopLimit: pk.GRH.HopLmt(), TrafficClass: pk.GRH.TClass()}
+		in.From.GRH = &in.grh
 	}
 	h.HandleMAD(in)
 	*in = MAD{}
