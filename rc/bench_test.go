@@ -132,12 +132,15 @@ func BenchmarkRCSendLatency(b *testing.B) {
 					panic(err)
 				}
 			}
-			for {
+			for spins := 0; ; spins++ {
 				if s.rcq.Poll(wcs[:1]) == 1 {
 					break
 				}
 				if stop.Load() {
 					return
+				}
+				if spins%64 == 63 {
+					runtime.Gosched() // let the peer run if both share a P
 				}
 			}
 			rw[0].WRID = wcs[0].WRID
