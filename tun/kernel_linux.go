@@ -1,0 +1,429 @@
+package tun
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	wgtun "golang.zx2c4.com/wireguard/tun"
+)
+
+// virtioNetHdrLen is the head-room wireguard's TUN needs in Write for the virtio-net
+// header it puts in front of each (possibly coalesced) packet.
+const virtioNetHdrLen = 10
+
+// The kernel TUN's Write uses the head-room; MinOffset must cover it.
+var _ [MinOffset - virtioNetHdrLen]struct{}
+
+// Kernel is a Linux TUN device (IFF_TUN, no packet information, virtio-net header with
+// TCP and UDP segmentation offloads), created by CreateKernel. Reads split the kernel's
+// large segments into packets of at most MTU bytes; writes coalesce consecutive TCP and
+// UDP segments of one flow, so the kernel takes fewer, larger packets.
+//
+// One goroutine may Read while another Writes.
+type Kernel struct {
+	dev   wgtun.Device
+	name  string
+	netns string
+	index int
+	h     *netlink.Handle
+	log   *slog.Logger
+
+	mtu    atomic.Int32
+	closed atomic.Bool
+
+	wmu  sync.Mutex
+	wbuf [][]byte // the caller's slice headers, which wireguard's GRO reorders
+
+	closeOnce sync.Once
+	closeErr  error
+	events    chan struct{} // closed when the event drain ends
+}
+
+var _ Device = (*Kernel)(nil)
+
+// CreateKernel creates and configures a kernel TUN device as cfg says. On error nothing
+// is left behind. Close removes the device.
+func CreateKernel(cfg KernelConfig) (*Kernel, error) {
+	if err := checkKernelConfig(&cfg); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	what := describe(cfg.Name, cfg.NetNS)
+
+	var ns netns.NsHandle = -1
+	if cfg.NetNS != "" {
+		var err error
+		if ns, err = openNetNS(cfg.NetNS); err != nil {
+			return nil, err
+		}
+		defer ns.Close()
+	}
+
+	// Create the device on a thread inside the namespace, so it never exists (nor
+	// collides by name) in ours, and wireguard's name, index and MTU ioctls and its
+	// netlink monitor all see the namespace.
+	var dev wgtun.Device
+	create := func() error {
+		var err error
+		dev, err = wgtun.CreateTUN(cfg.Name, cfg.MTU)
+		return err
+	}
+	var err error
+	if ns >= 0 {
+		err = inNetNS(ns, create)
+	} else {
+		err = create()
+	}
+	if err != nil {
+		return nil, devError("create", what, err)
+	}
+	k := &Kernel{dev: dev, netns: cfg.NetNS, log: log, events: make(chan struct{})}
+	if err := k.open(ns); err != nil {
+		go func() {
+			for range dev.Events() {
+			}
+		}()
+		dev.Close()
+		if k.h != nil {
+			k.h.Close()
+		}
+		return nil, devError("open", what, err)
+	}
+	go k.drainEvents()
+	what = describe(k.name, cfg.NetNS)
+	if err := k.configure(cfg); err != nil {
+		k.Close()
+		return nil, devError("configure", what, err)
+	}
+	k.log.Debug("tun: created", "dev", k.name, "netns", k.netns, "index", k.index, "mtu", cfg.MTU,
+		"infiniband", cfg.Infiniband, "batch", dev.BatchSize())
+	return k, nil
+}
+
+// open finds the new device's name and index, through a netlink handle in its namespace.
+func (k *Kernel) open(ns netns.NsHandle) error {
+	var err error
+	if k.name, err = k.dev.Name(); err != nil {
+		return err
+	}
+	if ns >= 0 {
+		k.h, err = netlink.NewHandleAt(ns)
+	} else {
+		k.h, err = netlink.NewHandle()
+	}
+	if err != nil {
+		return fmt.Errorf("netlink: %w", err)
+	}
+	link, err := k.h.LinkByName(k.name)
+	if err != nil {
+		return fmt.Errorf("netlink: find link %q: %w", k.name, err)
+	}
+	k.index = link.Attrs().Index
+	k.mtu.Store(int32(link.Attrs().MTU))
+	return nil
+}
+
+func checkKernelConfig(cfg *KernelConfig) error {
+	if len(cfg.Name) >= unix.IFNAMSIZ {
+		return fmt.Errorf("tun: device name %q is longer than %d bytes", cfg.Name, unix.IFNAMSIZ-1)
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultKernelMTU
+	}
+	if cfg.MTU < 68 || cfg.MTU > 65535 {
+		return fmt.Errorf("tun: %s: MTU %d out of range 68–65535", describe(cfg.Name, cfg.NetNS), cfg.MTU)
+	}
+	for _, p := range cfg.Addrs {
+		if !p.IsValid() {
+			return fmt.Errorf("tun: %s: invalid address %v", describe(cfg.Name, cfg.NetNS), p)
+		}
+		if p.Addr().Is6() && !p.Addr().Is4In6() && cfg.MTU < 1280 {
+			return fmt.Errorf("tun: %s: IPv6 address %v needs MTU ≥ 1280, have %d", describe(cfg.Name, cfg.NetNS), p, cfg.MTU)
+		}
+	}
+	for _, p := range cfg.Routes {
+		if !p.IsValid() {
+			return fmt.Errorf("tun: %s: invalid route %v", describe(cfg.Name, cfg.NetNS), p)
+		}
+	}
+	if len(cfg.Routes) > 0 && !cfg.Up {
+		return fmt.Errorf("tun: %s: routes need the device up (set Up)", describe(cfg.Name, cfg.NetNS))
+	}
+	return nil
+}
+
+// configure sets link type, flags, addresses, state and routes on the new device.
+func (k *Kernel) configure(cfg KernelConfig) error {
+	link, err := k.h.LinkByIndex(k.index)
+	if err != nil {
+		return fmt.Errorf("netlink: find link: %w", err)
+	}
+	if cfg.Infiniband {
+		// The kernel refuses TUNSETLINK on a device that is up (EBUSY); it is down until
+		// we bring it up below.
+		if err := k.ioctl(unix.TUNSETLINK, ARPHRDInfiniband, false); err != nil {
+			return fmt.Errorf("set link type infiniband (TUNSETLINK): %w", err)
+		}
+	}
+	// A TUN device is created POINTOPOINT|NOARP|MULTICAST; make sure of MULTICAST, so the
+	// kernel sends IGMP and MLD reports through the device for the groups joined on it.
+	if link.Attrs().Flags&net.FlagMulticast == 0 {
+		if err := k.h.LinkSetMulticastOn(link); err != nil {
+			return fmt.Errorf("set multicast on: %w", err)
+		}
+	}
+	for _, p := range cfg.Addrs {
+		a := &netlink.Addr{IPNet: prefixToIPNet(p)}
+		if p.Addr().Is6() {
+			// DAD is pointless on a NOARP device (the kernel skips it anyway) and would
+			// delay the address.
+			a.Flags = unix.IFA_F_NODAD
+		}
+		if err := k.h.AddrAdd(link, a); err != nil {
+			return fmt.Errorf("add address %v: %w", p, err)
+		}
+	}
+	if cfg.Up {
+		if err := k.h.LinkSetUp(link); err != nil {
+			return fmt.Errorf("set up: %w", err)
+		}
+	}
+	for _, p := range cfg.Routes {
+		r := &netlink.Route{LinkIndex: k.index, Dst: prefixToIPNet(p), Scope: netlink.SCOPE_LINK}
+		if err := k.h.RouteReplace(r); err != nil {
+			return fmt.Errorf("add route %v: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// ioctl issues a TUN ioctl on the device's file, with an integer argument passed by
+// value or, if byPtr, by pointer.
+func (k *Kernel) ioctl(req uint, arg int, byPtr bool) error {
+	sc, err := k.dev.File().SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	err = sc.Control(func(fd uintptr) {
+		if byPtr {
+			ierr = unix.IoctlSetPointerInt(int(fd), req, arg)
+		} else {
+			ierr = unix.IoctlSetInt(int(fd), req, arg)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return ierr
+}
+
+// drainEvents consumes wireguard's device events (its monitors block when nobody does)
+// and follows MTU changes made outside pibgw.
+func (k *Kernel) drainEvents() {
+	defer close(k.events)
+	for ev := range k.dev.Events() {
+		if ev&wgtun.EventMTUUpdate != 0 && !k.closed.Load() {
+			if link, err := k.h.LinkByIndex(k.index); err == nil {
+				if mtu := int32(link.Attrs().MTU); k.mtu.Swap(mtu) != mtu {
+					k.log.Info("tun: MTU changed", "dev", k.name, "netns", k.netns, "mtu", mtu)
+				}
+			}
+		}
+		if ev&wgtun.EventUp != 0 {
+			k.log.Debug("tun: up", "dev", k.name, "netns", k.netns)
+		}
+		if ev&wgtun.EventDown != 0 {
+			k.log.Debug("tun: down", "dev", k.name, "netns", k.netns)
+		}
+	}
+}
+
+// Read reads a batch of packets the kernel routed into the device. A large TCP or UDP
+// segment from the kernel is split into MTU-sized packets, each in its own bufs[i], so
+// len(bufs) should be BatchSize and each buffer offset+MTU bytes long. An error other
+// than ErrClosed concerns that one read (a malformed segment, bufs too few or too small);
+// the device stays usable.
+func (k *Kernel) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if k.closed.Load() {
+		return 0, ErrClosed
+	}
+	n, err := k.dev.Read(bufs, sizes, offset)
+	if err != nil {
+		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return 0, ErrClosed
+		}
+		return n, fmt.Errorf("tun: read %s: %w", k.name, err)
+	}
+	return n, nil
+}
+
+// Write writes a batch of packets to the kernel. It uses the offset head-room (at least
+// 10 bytes) for the virtio-net header and may coalesce consecutive segments of a TCP or
+// UDP flow into one buffer's spare capacity, so the contents of bufs (between
+// offset-10 and cap) are not preserved; the slice bufs itself is left as it was. Writing
+// to a device that is down fails with an error wrapping syscall.EIO.
+func (k *Kernel) Write(bufs [][]byte, offset int) (int, error) {
+	if k.closed.Load() {
+		return 0, ErrClosed
+	}
+	if len(bufs) == 0 {
+		return 0, nil
+	}
+	if offset < virtioNetHdrLen {
+		return 0, fmt.Errorf("tun: write %s: offset %d below %d bytes of head-room", k.name, offset, virtioNetHdrLen)
+	}
+	k.wmu.Lock()
+	k.wbuf = append(k.wbuf[:0], bufs...)
+	_, err := k.dev.Write(k.wbuf, offset)
+	clear(k.wbuf)
+	k.wmu.Unlock()
+	if err != nil {
+		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return 0, ErrClosed
+		}
+		return 0, fmt.Errorf("tun: write %s: %w", k.name, err)
+	}
+	return len(bufs), nil
+}
+
+// MTU returns the device's MTU.
+func (k *Kernel) MTU() int { return int(k.mtu.Load()) }
+
+// SetMTU changes the device's MTU.
+func (k *Kernel) SetMTU(mtu int) error {
+	if k.closed.Load() {
+		return ErrClosed
+	}
+	if mtu < 68 || mtu > 65535 {
+		return fmt.Errorf("tun: %s: MTU %d out of range 68–65535", describe(k.name, k.netns), mtu)
+	}
+	link, err := k.h.LinkByIndex(k.index)
+	if err == nil {
+		err = k.h.LinkSetMTU(link, mtu)
+	}
+	if err != nil {
+		return devError("set MTU of", describe(k.name, k.netns), err)
+	}
+	k.mtu.Store(int32(mtu))
+	return nil
+}
+
+// SetUp brings the device up or down (administrative state, `ip link set up|down`).
+func (k *Kernel) SetUp(up bool) error {
+	if k.closed.Load() {
+		return ErrClosed
+	}
+	link, err := k.h.LinkByIndex(k.index)
+	if err == nil {
+		if up {
+			err = k.h.LinkSetUp(link)
+		} else {
+			err = k.h.LinkSetDown(link)
+		}
+	}
+	if err != nil {
+		return devError("set state of", describe(k.name, k.netns), err)
+	}
+	return nil
+}
+
+// SetCarrier sets the device's carrier (TUNSETCARRIER): without it an up device shows
+// NO-CARRIER and the kernel routes nothing through it — the state of an IPoIB interface
+// whose port is not active or whose P_Key is not in the port's table.
+func (k *Kernel) SetCarrier(on bool) error {
+	if k.closed.Load() {
+		return ErrClosed
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	if err := k.ioctl(unix.TUNSETCARRIER, v, true); err != nil {
+		return devError("set carrier of", describe(k.name, k.netns), err)
+	}
+	return nil
+}
+
+// Name returns the interface name.
+func (k *Kernel) Name() string { return k.name }
+
+// NetNS returns the named network namespace the device is in ("" for the current one).
+func (k *Kernel) NetNS() string { return k.netns }
+
+// Index returns the interface index within its network namespace.
+func (k *Kernel) Index() int { return k.index }
+
+// BatchSize returns the most packets one Read returns (128 with offloads).
+func (k *Kernel) BatchSize() int { return k.dev.BatchSize() }
+
+// Close closes the device, which removes it from the kernel; a blocked Read returns
+// ErrClosed. It removes nothing else (the namespace stays).
+func (k *Kernel) Close() error {
+	k.closeOnce.Do(func() {
+		k.closed.Store(true)
+		// Closing the last descriptor of a non-persistent TUN unregisters the device.
+		k.closeErr = k.dev.Close()
+		<-k.events
+		if link, err := k.h.LinkByIndex(k.index); err == nil && link.Attrs().Name == k.name {
+			// Still there (someone else holds the queue open?): delete it.
+			if err := k.h.LinkDel(link); err != nil && k.closeErr == nil {
+				k.closeErr = devError("delete", describe(k.name, k.netns), err)
+			}
+		}
+		k.h.Close()
+		if k.closeErr != nil && errors.Is(k.closeErr, os.ErrClosed) {
+			k.closeErr = nil
+		}
+	})
+	return k.closeErr
+}
+
+func prefixToIPNet(p netip.Prefix) *net.IPNet {
+	a := p.Addr().Unmap()
+	bits := p.Bits()
+	if p.Addr().Is4In6() {
+		bits -= 96
+	}
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, a.BitLen())}
+}
+
+func describe(name, ns string) string {
+	if name == "" {
+		name = "(unnamed)"
+	}
+	if ns == "" {
+		return fmt.Sprintf("device %q", name)
+	}
+	return fmt.Sprintf("device %q in netns %q", name, ns)
+}
+
+// devError wraps err from op on a device, naming it and explaining the common errnos.
+func devError(op, what string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("tun: %s %s: %w (needs root or CAP_NET_ADMIN)", op, what, err)
+	case errors.Is(err, syscall.EBUSY) && op == "create":
+		return fmt.Errorf("tun: %s %s: %w (a device of that name exists)", op, what, err)
+	case errors.Is(err, syscall.EBUSY):
+		return fmt.Errorf("tun: %s %s: %w (the device is up)", op, what, err)
+	case errors.Is(err, syscall.EEXIST):
+		return fmt.Errorf("tun: %s %s: %w (already present)", op, what, err)
+	case errors.Is(err, os.ErrNotExist) && op == "create":
+		return fmt.Errorf("tun: %s %s: %w (no /dev/net/tun: load the tun module)", op, what, err)
+	}
+	return fmt.Errorf("tun: %s %s: %w", op, what, err)
+}

@@ -1,0 +1,456 @@
+package tun
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// These tests create network namespaces and TUN devices: they need root. All traffic
+// stays inside namespaces the test created.
+
+func needRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (creates network namespaces and TUN devices)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("skipping: no /dev/net/tun (%v)", err)
+	}
+}
+
+var nsSeq atomic.Int32
+
+// testNetNS creates a network namespace unique to this test, deleted at cleanup.
+func testNetNS(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("pibgwt-%d-%d", os.Getpid(), nsSeq.Add(1))
+	if err := CreateNetNS(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := DeleteNetNS(name); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return name
+}
+
+func testKernel(t testing.TB, cfg KernelConfig) *Kernel {
+	t.Helper()
+	k, err := CreateKernel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k.Close() })
+	return k
+}
+
+func ipCmd(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// readUntil reads from d until match accepts a packet or the timeout passes.
+func readUntil(t testing.TB, d Device, timeout time.Duration, match func(p []byte) bool) []byte {
+	t.Helper()
+	type result struct {
+		p   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		bufs := make([][]byte, d.BatchSize())
+		sizes := make([]int, len(bufs))
+		for i := range bufs {
+			bufs[i] = make([]byte, MinOffset+65535)
+		}
+		for {
+			n, err := d.Read(bufs, sizes, MinOffset)
+			if err != nil {
+				done <- result{err: err}
+				return
+			}
+			for i := range n {
+				p := bufs[i][MinOffset : MinOffset+sizes[i]]
+				if match(p) {
+					done <- result{p: bytes.Clone(p)}
+					return
+				}
+			}
+			select {
+			case <-stop:
+				done <- result{err: errors.New("stopped")}
+				return
+			default:
+			}
+		}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("read %s: %v", d.Name(), r.err)
+		}
+		return r.p
+	case <-time.After(timeout):
+		close(stop)
+		d.Close() // unblock the reader
+		wg.Wait()
+		t.Fatalf("read %s: no matching packet within %v", d.Name(), timeout)
+		return nil
+	}
+}
+
+func TestKernelInfinibandInNetNS(t *testing.T) {
+	needRoot(t)
+	ns := testNetNS(t)
+	k := testKernel(t, KernelConfig{
+		Name:       "ib0",
+		MTU:        2044,
+		NetNS:      ns,
+		Infiniband: true,
+		Addrs: []netip.Prefix{
+			netip.MustParsePrefix("10.99.0.1/24"),
+			netip.MustParsePrefix("fe80::1/64"),
+		},
+		Up: true,
+	})
+	if k.Name() != "ib0" || k.NetNS() != ns || k.MTU() != 2044 || k.Index() <= 0 {
+		t.Fatalf("name %q netns %q mtu %d index %d", k.Name(), k.NetNS(), k.MTU(), k.Index())
+	}
+	if k.BatchSize() < 2 {
+		t.Errorf("BatchSize %d: offloads not enabled", k.BatchSize())
+	}
+	link := ipCmd(t, "-n", ns, "-d", "link", "show", "ib0")
+	t.Logf("ip -n %s -d link show ib0:\n%s", ns, link)
+	for _, want := range []string{"link/infiniband", "mtu 2044", "MULTICAST", "UP"} {
+		if !strings.Contains(link, want) {
+			t.Errorf("ip link lacks %q", want)
+		}
+	}
+	addr := ipCmd(t, "-n", ns, "addr", "show", "ib0")
+	for _, want := range []string{"10.99.0.1/24", "fe80::1/64"} {
+		if !strings.Contains(addr, want) {
+			t.Errorf("ip addr lacks %q:\n%s", want, addr)
+		}
+	}
+	// The device must not exist in our namespace.
+	if _, err := net.InterfaceByIndex(k.Index()); err == nil {
+		if ifi, _ := net.InterfaceByName("ib0"); ifi != nil && ifi.Index == k.Index() {
+			t.Errorf("ib0 visible in the test's own namespace")
+		}
+	}
+
+	payload := []byte("pibgw tun echo test")
+	t.Run("ICMPv4Echo", func(t *testing.T) {
+		req := icmp4Echo(netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.1"), 8, 0x4242, 1, payload)
+		writePacket(t, k, req)
+		rep := readUntil(t, k, 5*time.Second, func(p []byte) bool {
+			v, proto, m := ipProto(p)
+			return v == 4 && proto == 1 && len(m) >= 8 && m[0] == 0
+		})
+		want := icmp4Echo(netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2"), 0, 0x4242, 1, payload)
+		if !bytes.Equal(rep[20:], want[20:]) || !bytes.Equal(rep[12:20], want[12:20]) {
+			t.Fatalf("echo reply\n got %x\nwant %x", rep, want)
+		}
+		if checksum(rep[:20], 0) != 0 {
+			t.Errorf("reply IPv4 header checksum bad")
+		}
+	})
+	t.Run("ICMPv6Echo", func(t *testing.T) {
+		src, dst := netip.MustParseAddr("fe80::2"), netip.MustParseAddr("fe80::1")
+		req := icmp6Echo(src, dst, 128, 0x4343, 1, payload)
+		writePacket(t, k, req)
+		rep := readUntil(t, k, 5*time.Second, func(p []byte) bool {
+			v, proto, m := ipProto(p)
+			return v == 6 && proto == 58 && len(m) >= 8 && m[0] == 129
+		})
+		want := icmp6Echo(dst, src, 129, 0x4343, 1, payload)
+		if !bytes.Equal(rep[8:], want[8:]) {
+			t.Fatalf("echo reply\n got %x\nwant %x", rep, want)
+		}
+	})
+	t.Run("IGMPReport", func(t *testing.T) {
+		// Join 239.1.2.3 on ib0 inside the namespace: the kernel reports the membership
+		// through the device (IPoIB reads these reports to join multicast groups).
+		var fd int
+		err := InNetNS(ns, func() error {
+			var err error
+			fd, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			return unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP,
+				&unix.IPMreqn{Multiaddr: [4]byte{239, 1, 2, 3}, Ifindex: int32(k.Index())})
+		})
+		if fd > 0 {
+			defer unix.Close(fd)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := readUntil(t, k, 5*time.Second, func(p []byte) bool {
+			v, proto, m := ipProto(p)
+			return v == 4 && proto == 2 && bytes.Contains(m, []byte{239, 1, 2, 3})
+		})
+		t.Logf("IGMP report %x", rep)
+	})
+	t.Run("MLDReport", func(t *testing.T) {
+		var fd int
+		group := netip.MustParseAddr("ff12::1:2:3").As16()
+		err := InNetNS(ns, func() error {
+			var err error
+			fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			return unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP,
+				&unix.IPv6Mreq{Multiaddr: group, Interface: uint32(k.Index())})
+		})
+		if fd > 0 {
+			defer unix.Close(fd)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := readUntil(t, k, 5*time.Second, func(p []byte) bool {
+			v, proto, m := ipProto(p)
+			return v == 6 && proto == 58 && len(m) > 0 && m[0] == 143 && bytes.Contains(m, group[:])
+		})
+		t.Logf("MLDv2 report %x", rep)
+	})
+	t.Run("SetMTU", func(t *testing.T) {
+		if err := k.SetMTU(1500); err != nil {
+			t.Fatal(err)
+		}
+		if k.MTU() != 1500 || !strings.Contains(ipCmd(t, "-n", ns, "link", "show", "ib0"), "mtu 1500") {
+			t.Fatalf("MTU %d after SetMTU(1500)", k.MTU())
+		}
+		if err := k.SetMTU(2044); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("Carrier", func(t *testing.T) {
+		if err := k.SetCarrier(false); err != nil {
+			t.Fatal(err)
+		}
+		if l := ipCmd(t, "-n", ns, "link", "show", "ib0"); !strings.Contains(l, "NO-CARRIER") {
+			t.Errorf("carrier off: %s", l)
+		}
+		if err := k.SetCarrier(true); err != nil {
+			t.Fatal(err)
+		}
+		if l := ipCmd(t, "-n", ns, "link", "show", "ib0"); strings.Contains(l, "NO-CARRIER") {
+			t.Errorf("carrier on: %s", l)
+		}
+	})
+
+	// Close removes the device and leaves the namespace.
+	done := make(chan error, 1)
+	go func() {
+		bufs, sizes := [][]byte{make([]byte, MinOffset+4096)}, []int{0}
+		for {
+			if _, err := k.Read(bufs, sizes, MinOffset); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := k.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("blocked Read after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Read still blocked after Close")
+	}
+	if _, err := k.Write([][]byte{make([]byte, MinOffset+20)}, MinOffset); !errors.Is(err, ErrClosed) {
+		t.Errorf("Write after Close: %v, want ErrClosed", err)
+	}
+	if out, err := exec.Command("ip", "-n", ns, "link", "show", "ib0").CombinedOutput(); err == nil {
+		t.Errorf("ib0 still exists after Close:\n%s", out)
+	}
+	if !NetNSExists(ns) {
+		t.Errorf("netns %s gone after Close", ns)
+	}
+}
+
+func writePacket(t testing.TB, d Device, p []byte) {
+	t.Helper()
+	buf := make([]byte, MinOffset+len(p))
+	copy(buf[MinOffset:], p)
+	if n, err := d.Write([][]byte{buf}, MinOffset); err != nil || n != 1 {
+		t.Fatalf("write %s: %d, %v", d.Name(), n, err)
+	}
+}
+
+func TestKernelErrors(t *testing.T) {
+	needRoot(t)
+	if _, err := CreateKernel(KernelConfig{Name: "x", NetNS: "pibgwt-no-such-ns"}); err == nil || !strings.Contains(err.Error(), "pibgwt-no-such-ns") {
+		t.Errorf("missing netns: %v", err)
+	}
+	if _, err := CreateKernel(KernelConfig{Name: "a-name-far-too-long"}); err == nil {
+		t.Errorf("long name accepted")
+	}
+	if _, err := CreateKernel(KernelConfig{MTU: 1000, Addrs: []netip.Prefix{netip.MustParsePrefix("fe80::1/64")}}); err == nil {
+		t.Errorf("IPv6 with MTU 1000 accepted")
+	}
+	ns := testNetNS(t)
+	testKernel(t, KernelConfig{Name: "ib0", NetNS: ns})
+	_, err := CreateKernel(KernelConfig{Name: "ib0", NetNS: ns})
+	if err == nil || !strings.Contains(err.Error(), "ib0") || !strings.Contains(err.Error(), ns) {
+		t.Errorf("duplicate device: %v", err)
+	}
+	t.Logf("duplicate: %v", err)
+	if err := CreateNetNS(ns); err == nil {
+		t.Errorf("duplicate netns accepted")
+	}
+}
+
+// relayPair creates two namespaces with one TUN each, in 10.98.0.0/24, joined by Copy
+// both ways.
+func relayPair(t testing.TB, mtu int) (nsA, nsB string, a, b *Kernel) {
+	nsA, nsB = testNetNS(t), testNetNS(t)
+	a = testKernel(t, KernelConfig{Name: "ib0", MTU: mtu, NetNS: nsA, Infiniband: true, Up: true,
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.98.0.1/24"), netip.MustParsePrefix("fe80::1/64")}})
+	b = testKernel(t, KernelConfig{Name: "ib1", MTU: mtu, NetNS: nsB, Infiniband: true, Up: true,
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.98.0.2/24"), netip.MustParsePrefix("fe80::2/64")}})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); Copy(b, a) }()
+	go func() { defer wg.Done(); Copy(a, b) }()
+	t.Cleanup(func() {
+		a.Close()
+		b.Close()
+		wg.Wait()
+	})
+	return
+}
+
+func TestKernelRelay(t *testing.T) {
+	needRoot(t)
+	nsA, nsB, _, _ := relayPair(t, 2044)
+
+	t.Run("TCP", func(t *testing.T) {
+		// 32 MiB over TCP from A to B: the kernel hands over TSO segments, which Read
+		// splits, and Write coalesces them again on the other side.
+		const size = 32 << 20
+		var ln net.Listener
+		if err := InNetNS(nsB, func() (err error) {
+			ln, err = net.Listen("tcp4", "10.98.0.2:5201")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		got := make(chan [32]byte, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- [32]byte{}
+				return
+			}
+			defer c.Close()
+			h := sha256.New()
+			io.Copy(h, c)
+			got <- [32]byte(h.Sum(nil))
+		}()
+		var c net.Conn
+		if err := InNetNS(nsA, func() (err error) {
+			c, err = net.DialTimeout("tcp4", "10.98.0.2:5201", 5*time.Second)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		start := time.Now()
+		if _, err := io.Copy(c, io.TeeReader(io.LimitReader(rand.Reader, size), h)); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		select {
+		case sum := <-got:
+			if sum != [32]byte(h.Sum(nil)) {
+				t.Fatal("TCP stream corrupted across the relay")
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("TCP stream did not finish")
+		}
+		d := time.Since(start)
+		t.Logf("32 MiB TCP through the kernel TUN relay in %v (%.0f MB/s)", d, float64(size)/d.Seconds()/1e6)
+	})
+	t.Run("UDP6", func(t *testing.T) {
+		var pc net.PacketConn
+		if err := InNetNS(nsB, func() (err error) {
+			pc, err = net.ListenPacket("udp6", "[fe80::2%ib1]:5300")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer pc.Close()
+		go func() {
+			buf := make([]byte, 2000)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo(buf[:n], from)
+			}
+		}()
+		var c net.Conn
+		if err := InNetNS(nsA, func() (err error) {
+			c, err = net.Dial("udp6", "[fe80::2%ib0]:5300")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		msg := []byte("over the relay, link-local")
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 100)
+		n, err := c.Read(buf)
+		if err != nil || !bytes.Equal(buf[:n], msg) {
+			t.Fatalf("UDP6 echo: %q, %v", buf[:n], err)
+		}
+	})
+	t.Run("Ping", func(t *testing.T) {
+		if _, err := exec.LookPath("ping"); err != nil {
+			t.Skip("skipping: no ping binary")
+		}
+		out, err := exec.Command("ip", "netns", "exec", nsA, "ping", "-c", "3", "-W", "1", "10.98.0.2").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ping: %v\n%s", err, out)
+		}
+		t.Logf("%s", out)
+	})
+}
