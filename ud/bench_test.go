@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/hca/hcatest"
@@ -42,7 +43,8 @@ func benchUD(b *testing.B, size int) {
 	s := newEndpoint(b, f.Devs[0], size, hca.AccessLocalWrite)
 	r := newEndpoint(b, f.Devs[1], depth*(size+40), hca.AccessLocalWrite)
 	var err error
-	if r.rcq, err = r.ctx.CreateCQ(depth*2, nil); err != nil {
+	ch := r.ctx.CreateCompChannel()
+	if r.rcq, err = r.ctx.CreateCQ(depth*2, ch); err != nil {
 		b.Fatal(err)
 	}
 	rqp, err := r.pd.CreateQP(hca.QPInitAttr{SendCQ: r.scq, RecvCQ: r.rcq, QPType: hca.QPTypeUD,
@@ -82,13 +84,29 @@ func benchUD(b *testing.B, size int) {
 		for received.Load() < total {
 			n := r.rcq.Poll(wcs[:])
 			if n == 0 {
-				// Busy-poll as RDMA applications do; yield now and then so a
-				// GOMAXPROCS=1 run still makes progress.
-				if idle++; idle%64 == 0 {
-					runtime.Gosched()
+				// Busy-poll briefly as RDMA applications do, then sleep on the
+				// completion channel (ibv_req_notify_cq + ibv_get_cq_event), so an idle
+				// receiver gives its CPU back to the sender on a busy machine.
+				if idle++; idle < 32 {
+					backoff()
+					continue
 				}
-				backoff()
-				continue
+				if err := r.rcq.ReqNotify(false); err != nil {
+					panic(err)
+				}
+				if r.rcq.Poll(wcs[:1]) == 0 && received.Load() < total {
+					select {
+					case <-ch.Events():
+						r.rcq.AckEvents(1)
+					case <-time.After(10 * time.Millisecond):
+					}
+				} else {
+					n = 1
+				}
+				idle = 0
+				if n == 0 {
+					continue
+				}
 			}
 			idle = 0
 			for i := 0; i < n; i++ {
