@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -16,9 +17,9 @@ func devinfoCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:  "devinfo",
 		Usage: "print the HCAs' attributes, as ibv_devinfo does",
-		Description: "Builds the default fabric (pib_0 and pib_1 on one switch) in process and prints its\n" +
-			"devices in ibv_devinfo's format. Until the subnet manager exists, ports show\n" +
-			"PORT_INIT and LID 0, as a real HCA does before an SM has run.",
+		Description: "Prints the running daemon's HCAs in ibv_devinfo's format. With no daemon running it\n" +
+			"builds the default fabric (pib_0 and pib_1 on one switch, the built-in SM) in\n" +
+			"process, so the ports show PORT_ACTIVE with the LIDs the SM assigned.",
 		UseShortOptionHandling: true, // -vd pib_0, as getopt allows
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "ib-dev", Aliases: []string{"d"}, Usage: "print only device `NAME` (default all devices)"},
@@ -26,17 +27,17 @@ func devinfoCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "list", Aliases: []string{"l"}, Usage: "print only the device names"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print all the attributes of the device(s)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON (always every attribute, as -v)"},
+			controlFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return fmt.Errorf("devinfo: unexpected argument %q", c.Args().First())
 			}
-			f, err := defaultFabric(e.log)
+			devs, err := e.devices(c)
 			if err != nil {
 				return err
 			}
-			defer f.Close()
-			return devinfo(e.stdout, f.Devs, devinfoOptions{
+			return devinfo(e.stdout, devs, devinfoOptions{
 				Device:  c.String("ib-dev"),
 				Port:    c.Int("ib-port"),
 				List:    c.Bool("list"),
@@ -56,14 +57,14 @@ type devinfoOptions struct {
 }
 
 // devinfo prints devs as ibv_devinfo (rdma-core libibverbs/examples/devinfo.c) does.
-func devinfo(w io.Writer, devs []*hca.Device, o devinfoOptions) error {
+func devinfo(w io.Writer, devs []control.Device, o devinfoOptions) error {
 	if o.Port < 0 {
 		return fmt.Errorf("devinfo: port %d: ports are numbered from 1", o.Port)
 	}
 	if o.Device != "" {
-		var sel []*hca.Device
+		var sel []control.Device
 		for _, d := range devs {
-			if d.Name() == o.Device {
+			if d.Name == o.Device {
 				sel = append(sel, d)
 			}
 		}
@@ -75,8 +76,8 @@ func devinfo(w io.Writer, devs []*hca.Device, o devinfoOptions) error {
 		return fmt.Errorf("no IB devices found")
 	}
 	for _, d := range devs {
-		if o.Port > d.NumPorts() {
-			return fmt.Errorf("devinfo: %s: invalid port %d requested (the device has %d)", d.Name(), o.Port, d.NumPorts())
+		if o.Port > len(d.Ports) {
+			return fmt.Errorf("devinfo: %s: invalid port %d requested (the device has %d)", d.Name, o.Port, len(d.Ports))
 		}
 	}
 	bw := bufio.NewWriter(w)
@@ -98,7 +99,7 @@ func devinfo(w io.Writer, devs []*hca.Device, o devinfoOptions) error {
 		}
 		fmt.Fprintf(bw, "%d HCA%s found:\n", len(devs), s)
 		for _, d := range devs {
-			fmt.Fprintf(bw, "\t%s\n", d.Name())
+			fmt.Fprintf(bw, "\t%s\n", d.Name)
 		}
 		fmt.Fprintln(bw)
 	default:
@@ -112,10 +113,10 @@ func devinfo(w io.Writer, devs []*hca.Device, o devinfoOptions) error {
 // printDevice is devinfo.c's print_hca_cap, tabs and all. Lines devinfo.c prints only for
 // extended verbs (ODP, TSO, RSS, tag matching, …) that a pibgw HCA does not implement
 // are left out.
-func printDevice(w io.Writer, d *hca.Device, onlyPort int, verbose bool) {
-	a := d.Query()
+func printDevice(w io.Writer, d control.Device, onlyPort int, verbose bool) {
+	a := d.Attr
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	p("hca_id:\t%s\n", d.Name())
+	p("hca_id:\t%s\n", d.Name)
 	p("\ttransport:\t\t\t%s (%d)\n", "InfiniBand", 0) // IBV_TRANSPORT_IB
 	if a.FWVer != "" {
 		p("\tfw_ver:\t\t\t\t%s\n", a.FWVer)
@@ -168,12 +169,12 @@ func printDevice(w io.Writer, d *hca.Device, onlyPort int, verbose bool) {
 		p("\tmax_pkeys:\t\t\t%d\n", a.MaxPKeys)
 		p("\tlocal_ca_ack_delay:\t\t%d\n", a.LocalCAAckDelay)
 	}
-	for _, port := range d.Ports() {
-		n := int(port.Num())
+	for _, port := range d.Ports {
+		n := port.Num
 		if onlyPort != 0 && n != onlyPort {
 			continue
 		}
-		pa := port.Query()
+		pa := port.Attr
 		p("\t\tport:\t%d\n", n)
 		p("\t\t\tstate:\t\t\t%s (%d)\n", portStateStr(pa.State), pa.State)
 		p("\t\t\tmax_mtu:\t\t%s (%d)\n", mtuStr(pa.MaxMTU), pa.MaxMTU)
@@ -198,7 +199,7 @@ func printDevice(w io.Writer, d *hca.Device, onlyPort int, verbose bool) {
 			p("\t\t\tactive_width:\t\t%sX (%d)\n", widthStr(pa.ActiveWidth), pa.ActiveWidth)
 			p("\t\t\tactive_speed:\t\t%s (%d)\n", speedStr(pa.ActiveSpeed), pa.ActiveSpeed)
 			p("\t\t\tphys_state:\t\t%s (%d)\n", physStateStr(pa.PhysState), pa.PhysState)
-			for i, g := range portGIDs(port, pa.GIDTblLen) {
+			for i, g := range port.GIDs {
 				if g.InterfaceID() != 0 { // devinfo.c's null_gid: only the interface ID counts
 					p("\t\t\tGID[%3d]:\t\t%s\n", i, gidStr(g))
 				}
@@ -206,15 +207,6 @@ func printDevice(w io.Writer, d *hca.Device, onlyPort int, verbose bool) {
 		}
 		p("\n")
 	}
-}
-
-// portGIDs returns the port's GID table, zero GIDs for entries the port does not hold.
-func portGIDs(port *hca.Port, n int) []wire.GID {
-	gids := make([]wire.GID, n)
-	for i := range gids {
-		gids[i], _ = port.GID(i)
-	}
-	return gids
 }
 
 // guidStr is devinfo.c's guid_str: four groups of four hex digits.

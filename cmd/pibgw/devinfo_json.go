@@ -1,6 +1,6 @@
 package main
 
-import "github.com/pibgw/pibgw/hca"
+import "github.com/pibgw/pibgw/internal/control"
 
 // devJSON is one device in `pibgw devinfo --json`. Field names are ibv_devinfo's (and
 // ibv_device_attr's); GUIDs keep devinfo's text form so 64-bit values survive JSON
@@ -81,10 +81,10 @@ type portJSON struct {
 	GIDs          []string `json:"gids"` // non-null entries, as devinfo -v lists them
 }
 
-func deviceJSON(d *hca.Device, onlyPort int) devJSON {
-	a := d.Query()
+func deviceJSON(d control.Device, onlyPort int) devJSON {
+	a := d.Attr
 	j := devJSON{
-		HCAID: d.Name(), Transport: "InfiniBand", FWVer: a.FWVer,
+		HCAID: d.Name, Transport: "InfiniBand", FWVer: a.FWVer,
 		NodeGUID: guidStr(a.NodeGUID), SysImageGUID: guidStr(a.SysImageGUID),
 		VendorID: a.VendorID, VendorPartID: a.VendorPartID, HWVer: a.HWVer,
 		PhysPortCnt: a.PhysPortCnt, MaxMRSize: a.MaxMRSize, PageSizeCap: a.PageSizeCap,
@@ -102,12 +102,12 @@ func deviceJSON(d *hca.Device, onlyPort int) devJSON {
 		LocalCAAckDelay: a.LocalCAAckDelay, MaxInlineData: a.MaxInlineData,
 		Ports: []portJSON{},
 	}
-	for _, port := range d.Ports() {
-		n := int(port.Num())
+	for _, port := range d.Ports {
+		n := port.Num
 		if onlyPort != 0 && n != onlyPort {
 			continue
 		}
-		pa := port.Query()
+		pa := port.Attr
 		pj := portJSON{
 			Port: n, State: portStateStr(pa.State), MaxMTU: pa.MaxMTU.Bytes(),
 			ActiveMTU: pa.ActiveMTU.Bytes(), SMLID: pa.SMLID, PortLID: pa.LID, PortLMC: pa.LMC,
@@ -119,7 +119,7 @@ func deviceJSON(d *hca.Device, onlyPort int) devJSON {
 			ActiveWidth: widthStr(pa.ActiveWidth) + "X", ActiveSpeed: speedStr(pa.ActiveSpeed),
 			PhysState: physStateStr(pa.PhysState), PortGUID: guidStr(pa.GUID), GIDs: []string{},
 		}
-		for _, g := range portGIDs(port, pa.GIDTblLen) {
+		for _, g := range port.GIDs {
 			if g.InterfaceID() != 0 {
 				pj.GIDs = append(pj.GIDs, gidStr(g))
 			}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/daemon"
 )
 
 // pibgw runs the command line and returns stdout, stderr and the exit status.
@@ -30,8 +32,9 @@ func mustRun(t *testing.T, args ...string) string {
 	return out
 }
 
-// wantPib0 is ibv_devinfo's output for an unconfigured single-port HCA, byte for byte
-// (tabs as rdma-core's libibverbs/examples/devinfo.c prints them).
+// wantPib0 is ibv_devinfo's output for a single-port HCA the SM has brought up, byte for
+// byte (tabs as rdma-core's libibverbs/examples/devinfo.c prints them). The SM runs on
+// pib_0 port 1, which gets LID 1; the switch gets 2, pib_1 3.
 const wantPib0 = "hca_id:\tpib_0\n" +
 	"\ttransport:\t\t\tInfiniBand (0)\n" +
 	"\tfw_ver:\t\t\t\t1.0.0\n" +
@@ -42,18 +45,19 @@ const wantPib0 = "hca_id:\tpib_0\n" +
 	"\thw_ver:\t\t\t\t0x0\n" +
 	"\tphys_port_cnt:\t\t\t1\n" +
 	"\t\tport:\t1\n" +
-	"\t\t\tstate:\t\t\tPORT_INIT (2)\n" +
+	"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n" +
 	"\t\t\tmax_mtu:\t\t4096 (5)\n" +
-	"\t\t\tactive_mtu:\t\t256 (1)\n" +
-	"\t\t\tsm_lid:\t\t\t0\n" +
-	"\t\t\tport_lid:\t\t0\n" +
+	"\t\t\tactive_mtu:\t\t4096 (5)\n" +
+	"\t\t\tsm_lid:\t\t\t1\n" +
+	"\t\t\tport_lid:\t\t1\n" +
 	"\t\t\tport_lmc:\t\t0x00\n" +
 	"\t\t\tlink_layer:\t\tInfiniBand\n" +
 	"\n"
 
 func TestDevinfoDefaultFabric(t *testing.T) {
 	out := mustRun(t, "devinfo")
-	want := wantPib0 + strings.NewReplacer("pib_0", "pib_1", "0000:0300", "0000:0400").Replace(wantPib0)
+	want := wantPib0 + strings.NewReplacer("pib_0", "pib_1", "0000:0300", "0000:0400",
+		"port_lid:\t\t1", "port_lid:\t\t3").Replace(wantPib0)
 	compareLines(t, out, want)
 }
 
@@ -97,16 +101,16 @@ func TestDevinfoFieldFormats(t *testing.T) {
 			}
 		case "state":
 			states++
-			// No SM has run: a cabled port is logically Init with LID 0 (IBA 7.2).
-			if v != "PORT_INIT (2)" {
-				t.Errorf("state %q, want PORT_INIT (2)", v)
+			// The built-in SM has swept: every cabled port is Active.
+			if v != "PORT_ACTIVE (4)" {
+				t.Errorf("state %q, want PORT_ACTIVE (4)", v)
 			}
 			if !strings.HasPrefix(line, "\t\t\tstate:\t\t\t") {
 				t.Errorf("state line %q: want three tabs, the name, three tabs", line)
 			}
 		case "port_lid", "sm_lid":
-			if v != "0" {
-				t.Errorf("%s %q before an SM ran, want 0", k, v)
+			if v == "0" {
+				t.Errorf("%s %q after the SM's sweep, want a LID", k, v)
 			}
 		}
 	}
@@ -208,8 +212,8 @@ func TestDevinfoJSON(t *testing.T) {
 			t.Fatalf("ports %v", d["ports"])
 		}
 		p := ports[0].(map[string]any)
-		if p["state"] != "PORT_INIT" || p["port_lid"] != float64(0) || p["max_mtu"] != float64(4096) ||
-			p["active_mtu"] != float64(256) || p["phys_state"] != "LINK_UP" {
+		if p["state"] != "PORT_ACTIVE" || p["port_lid"] != float64([]int{1, 3}[i]) || p["max_mtu"] != float64(4096) ||
+			p["active_mtu"] != float64(4096) || p["phys_state"] != "LINK_UP" || p["sm_lid"] != float64(1) {
 			t.Errorf("port %v", p)
 		}
 		if gids, _ := p["gids"].([]any); len(gids) != 1 || !strings.HasPrefix(gids[0].(string), "fe80:0000:0000:0000:") {
@@ -226,27 +230,29 @@ func TestDevinfoJSON(t *testing.T) {
 	}
 }
 
-// An Active port, as the SM will leave it, prints as ibv_devinfo shows a configured HCA.
+// A port's own state changes show: devinfo prints what the device reports, not a
+// cached picture.
 func TestDevinfoActivePort(t *testing.T) {
 	f := mustDefault(t)
 	p := f.Device("pib_1").Port(1)
-	p.SetLID(2, 0)
-	p.SetSM(1, 0)
 	p.SetActiveMTU(hca.MTU2048)
-	p.SetState(hca.PortActive)
 	var out bytes.Buffer
-	if err := devinfo(&out, f.Devs, devinfoOptions{Device: "pib_1"}); err != nil {
+	if err := devinfo(&out, f.Devices(), devinfoOptions{Device: "pib_1"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
 		"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
 		"\t\t\tactive_mtu:\t\t2048 (4)\n",
 		"\t\t\tsm_lid:\t\t\t1\n",
-		"\t\t\tport_lid:\t\t2\n",
+		"\t\t\tport_lid:\t\t3\n",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("lacks %q:\n%s", want, out.String())
 		}
+	}
+	var snap control.Device = f.Devices()[1]
+	if snap.Name != "pib_1" || snap.Ports[0].Attr.LID != 3 {
+		t.Errorf("snapshot %+v", snap)
 	}
 }
 
@@ -286,9 +292,9 @@ func TestCapFlagNames(t *testing.T) {
 	}
 }
 
-func mustDefault(t *testing.T) *Fabric {
+func mustDefault(t *testing.T) *daemon.Fabric {
 	t.Helper()
-	f, err := defaultFabric(nil)
+	f, err := inProcessFabric(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,77 +1,55 @@
 package main
 
 import (
-	"fmt"
+	"context"
 	"log/slog"
+	"time"
 
-	"github.com/pibgw/pibgw/fabric"
-	"github.com/pibgw/pibgw/hca"
-	"github.com/pibgw/pibgw/ud"
+	"github.com/urfave/cli/v2"
+
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/daemon"
 )
 
-// The default fabric, what `pibgw up` builds when it has no configuration file: two
-// single-port HCAs, pib_0 and pib_1, cabled to ports 1 and 2 of one switch.
-const (
-	defaultHCAs        = 2
-	defaultSwitchPorts = 8 // room for more HCAs without renumbering
-	// defaultGUIDBase is the node GUID of the first HCA minus its index byte: Mellanox's
-	// OUI 00:02:c9, as pib used, so tools that key on vendor OUIs behave as with pib.
-	defaultGUIDBase = 0x0002_c903_0000_0000
-)
-
-// Fabric is an in-process fabric: HCAs, the switch they hang off and the cables between.
-type Fabric struct {
-	Devs   []*hca.Device
-	Switch *fabric.Switch
-	Cables []*fabric.Cable
+// controlFlag is --control, which every verb that can talk to a daemon takes.
+func controlFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:    "control",
+		Value:   control.DefaultPath,
+		Usage:   "the daemon's control socket `PATH`",
+		EnvVars: []string{"PIBGW_CONTROL"},
+	}
 }
 
-// defaultGUID is the node GUID of default HCA i: 0002:c903:0000:0300 for pib_0, then
-// 0400, …, leaving the low byte for port GUIDs (node | port number) and the 0x02 byte
-// for the system image GUID hca derives (as pib did).
-func defaultGUID(i int) uint64 { return defaultGUIDBase | uint64(i+3)<<8 }
+// client returns the control client for the verb's --control.
+func client(c *cli.Context) *control.Client { return control.NewClient(c.String("control")) }
 
-// defaultFabric builds the default fabric. The ports come up as a real HCA's do when its
-// cable is plugged and no subnet manager has run yet: physical state LinkUp, logical
-// state Init, LID 0. The built-in SM (sa/) will assign LIDs and make them Active.
-func defaultFabric(log *slog.Logger) (*Fabric, error) {
-	if log == nil {
-		log = slog.Default()
-	}
-	f := &Fabric{Switch: fabric.NewSwitch(fabric.SwitchConfig{Ports: defaultSwitchPorts})}
-	for i := 0; i < defaultHCAs; i++ {
-		d, err := hca.NewDevice(hca.Config{
-			Name:     fmt.Sprintf("pib_%d", i),
-			NodeGUID: defaultGUID(i),
-			Logger:   log,
-		})
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("default fabric: %w", err)
-		}
-		ud.Register(d)
-		c := fabric.NewCable(d.Port(1), f.Switch.Port(i+1))
-		f.Devs = append(f.Devs, d)
-		f.Cables = append(f.Cables, c)
-		log.Debug("hca cabled to switch", "device", d.Name(), "switch_port", i+1)
-	}
-	return f, nil
+// inProcessFabric builds the default fabric — what `pibgw up` runs with no
+// configuration: pib_0 and pib_1 on one managed switch, the built-in SM on pib_0 port 1 —
+// and waits for the SM's first sweep.
+func inProcessFabric(log *slog.Logger) (*daemon.Fabric, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return daemon.BuildFabric(ctx, config.Default(), log)
 }
 
-// Device returns the HCA named name, or nil.
-func (f *Fabric) Device(name string) *hca.Device {
-	for _, d := range f.Devs {
-		if d.Name() == name {
-			return d
-		}
+// devices returns the running daemon's HCAs, or, with no daemon running, those of an
+// in-process default fabric.
+func (e *env) devices(c *cli.Context) ([]control.Device, error) {
+	var devs []control.Device
+	err := client(c).Do(c.Context, control.Request{Verb: control.VerbDevinfo}, &devs)
+	if err == nil {
+		return devs, nil
 	}
-	return nil
-}
-
-// Close unplugs every cable.
-func (f *Fabric) Close() {
-	for _, c := range f.Cables {
-		c.Detach()
+	if !control.IsNoDaemon(err) {
+		return nil, err
 	}
-	f.Cables = nil
+	e.log.Debug("no daemon; building the default fabric in process", "control", c.String("control"))
+	f, err := inProcessFabric(e.log)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Devices(), nil
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pibgw/pibgw/internal/control"
+)
+
+func captureCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "capture",
+		Usage: "capture the running fabric's packets into a pcap file (Wireshark, tshark)",
+		Description: "Records every packet on every cable of the daemon's fabric until -c packets were captured\n" +
+			"or Ctrl-C. Packets leaving an HCA are on capture interface 0, packets arriving at one\n" +
+			"on interface 1; a packet crossing the switch is recorded at both ends.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "write", Aliases: []string{"w"}, Required: true, Usage: "write the capture to `FILE` (- for stdout)"},
+			&cli.Uint64Flag{Name: "count", Aliases: []string{"c"}, Usage: "stop after `N` packets (default: until Ctrl-C)"},
+			&cli.IntFlag{Name: "snaplen", Aliases: []string{"s"}, Usage: "keep at most `BYTES` of each packet (default all)"},
+			controlFlag(),
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("capture: unexpected argument %q", c.Args().First())
+			}
+			if c.Int("snaplen") < 0 {
+				return fmt.Errorf("capture: --snaplen %d is negative", c.Int("snaplen"))
+			}
+			cl := client(c)
+			// Ask the daemon first, so that no file is left behind when none runs.
+			if err := cl.Do(c.Context, control.Request{Verb: control.VerbStatus}, nil); err != nil {
+				return err
+			}
+			path := c.String("write")
+			var w io.Writer = e.stdout
+			if path != "-" {
+				f, err := os.Create(path)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				w = f
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			cw := &countingWriter{w: w}
+			if _, err := cl.Capture(ctx, control.Request{Count: c.Uint64("count"), Snaplen: c.Int("snaplen")}, cw); err != nil {
+				return err
+			}
+			if path != "-" {
+				fmt.Fprintf(e.stderr, "%d packets captured to %s\n", cw.records, path)
+			}
+			return nil
+		},
+	}
+}
+
+// countingWriter counts the pcap records written (the stream arrives in whole records,
+// after a 24-byte file header).
+type countingWriter struct {
+	w       io.Writer
+	hdr     bool
+	records int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	b := p
+	if !c.hdr && len(b) >= 24 {
+		c.hdr, b = true, b[24:]
+	}
+	for len(b) >= 16 {
+		incl := int(uint32(b[8]) | uint32(b[9])<<8 | uint32(b[10])<<16 | uint32(b[11])<<24)
+		if len(b) < 16+incl {
+			break
+		}
+		c.records++
+		b = b[16+incl:]
+	}
+	return c.w.Write(p)
+}

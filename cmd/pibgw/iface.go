@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/control"
+)
+
+func jsonFlag() cli.Flag { return &cli.BoolFlag{Name: "json", Usage: "print JSON"} }
+
+func showCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "show",
+		Usage:     "show the daemon's IPoIB interfaces",
+		ArgsUsage: "[IFACE]",
+		Description: "Prints each interface's namespace, stack, mode, MTU, 20-byte hardware and broadcast\n" +
+			"addresses, P_Key, QPN and Q_Key, state (with the reason when it is down), addresses\n" +
+			"and counters.",
+		Flags: []cli.Flag{jsonFlag(), controlFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return fmt.Errorf("show: unexpected argument %q", c.Args().Get(1))
+			}
+			var ifs []control.Interface
+			if err := client(c).Do(c.Context, control.Request{Verb: control.VerbShow, Iface: c.Args().First()}, &ifs); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return writeJSON(e.stdout, ifs)
+			}
+			bw := bufio.NewWriter(e.stdout)
+			for i, it := range ifs {
+				if i > 0 {
+					fmt.Fprintln(bw)
+				}
+				printInterface(bw, it)
+			}
+			return bw.Flush()
+		},
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// printInterface prints one interface in the spirit of `ip -d -s link show`.
+func printInterface(w io.Writer, it control.Interface) {
+	state := "UP"
+	if !it.Up {
+		state = "DOWN"
+		if it.Reason != "" {
+			state += " (" + it.Reason + ")"
+		}
+	}
+	name := it.Name
+	if it.Parent != "" {
+		name += "@" + it.Parent
+	}
+	where := "netns " + it.NetNS
+	switch {
+	case it.Stack == config.StackUserspace:
+		where = "userspace netstack"
+	case it.NetNS == "":
+		where = "host namespace"
+	}
+	fmt.Fprintf(w, "%s: %s, %s mode, mtu %d, state %s\n", name, where, it.Mode, it.MTU, state)
+	fmt.Fprintf(w, "    link/infiniband %s\n", it.HWAddr)
+	fmt.Fprintf(w, "    brd %s\n", it.Broadcast)
+	fmt.Fprintf(w, "    pkey %s qpn 0x%06x qkey 0x%08x on %s port %d\n", it.PKey, it.QPN, it.QKey, it.HCA, it.Port)
+	for _, a := range it.Addrs {
+		fam := "inet"
+		if strings.Contains(a, ":") {
+			fam = "inet6"
+		}
+		fmt.Fprintf(w, "    %s %s\n", fam, a)
+	}
+	if len(it.Counters) > 0 {
+		names := make([]string, 0, len(it.Counters))
+		for k := range it.Counters {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		fmt.Fprintf(w, "    counters:\n")
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		for i, k := range names {
+			sep := "\t"
+			if i%3 == 2 || i == len(names)-1 {
+				sep = "\n"
+			}
+			if i%3 == 0 {
+				fmt.Fprint(tw, "      ")
+			}
+			fmt.Fprintf(tw, "%s %d%s", k, it.Counters[k], sep)
+		}
+		tw.Flush()
+	}
+}
+
+func neighCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "neigh",
+		Usage:     "show the IPoIB neighbour caches (IP → 20-byte hardware address)",
+		ArgsUsage: "[IFACE]",
+		Flags:     []cli.Flag{jsonFlag(), controlFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return fmt.Errorf("neigh: unexpected argument %q", c.Args().Get(1))
+			}
+			var ns []control.Neighbor
+			if err := client(c).Do(c.Context, control.Request{Verb: control.VerbNeigh, Iface: c.Args().First()}, &ns); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return writeJSON(e.stdout, ns)
+			}
+			return printNeighbors(e.stdout, ns)
+		},
+	}
+}
+
+func printNeighbors(w io.Writer, ns []control.Neighbor) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "IFACE\tADDRESS\tHWADDR\tQPN\tGID\tSTATE")
+	for _, n := range ns {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t0x%06x\t%s\t%s\n", n.Iface, n.IP, n.HWAddr, n.QPN, n.GID, n.State)
+	}
+	return tw.Flush()
+}
+
+func childCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "child",
+		Usage: "add or delete P_Key child interfaces (like /sys/class/net/IFACE/create_child)",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "add",
+				Usage:     "create IFACE's child for partition PKEY (hex; 0x8000 is ORed in)",
+				ArgsUsage: "IFACE PKEY",
+				Description: "Creates IFACE.XXXX (e.g. ib0.8001) on IFACE's port, in IFACE's namespace, with its own\n" +
+					"TUN device, UD QP and broadcast group. It is down until the SM puts PKEY in the\n" +
+					"port's P_Key table. --addr gives it addresses (repeatable).",
+				Flags: []cli.Flag{
+					&cli.StringSliceFlag{Name: "addr", Usage: "address `CIDR` for the child (e.g. 10.20.0.1/24); repeatable"},
+					jsonFlag(), controlFlag(),
+				},
+				Action: func(c *cli.Context) error {
+					iface, pk, err := childArgs(c)
+					if err != nil {
+						return err
+					}
+					req := control.Request{Verb: control.VerbChildAdd, Iface: iface, PKey: pk}
+					for _, a := range c.StringSlice("addr") {
+						if _, err := config.ParseAddr(a); err != nil {
+							return err
+						}
+						req.Addrs = append(req.Addrs, a)
+					}
+					var it control.Interface
+					if err := client(c).Do(c.Context, req, &it); err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						return writeJSON(e.stdout, it)
+					}
+					printInterface(e.stdout, it)
+					return nil
+				},
+			},
+			{
+				Name:      "del",
+				Usage:     "delete IFACE's child for partition PKEY; IFACE is untouched",
+				ArgsUsage: "IFACE PKEY",
+				Flags:     []cli.Flag{controlFlag()},
+				Action: func(c *cli.Context) error {
+					iface, pk, err := childArgs(c)
+					if err != nil {
+						return err
+					}
+					if err := client(c).Do(c.Context, control.Request{Verb: control.VerbChildDel, Iface: iface, PKey: pk}, nil); err != nil {
+						return err
+					}
+					k, _ := config.ParsePKey(pk)
+					fmt.Fprintf(e.stdout, "%s deleted\n", config.ChildName(iface, k))
+					return nil
+				},
+			},
+		},
+	}
+}
+
+// childArgs reads IFACE PKEY, checking the P_Key before any daemon is asked.
+func childArgs(c *cli.Context) (string, string, error) {
+	verb := "child " + c.Command.Name
+	if c.NArg() != 2 {
+		return "", "", fmt.Errorf("%s: want IFACE PKEY (e.g. ib0 0x8001), got %d arguments", verb, c.NArg())
+	}
+	iface, pk := c.Args().Get(0), c.Args().Get(1)
+	if !config.ValidIfName(iface) {
+		return "", "", fmt.Errorf("%s: %q is not an interface name", verb, iface)
+	}
+	if _, err := config.ParsePKey(pk); err != nil {
+		return "", "", err
+	}
+	return iface, pk, nil
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/daemon"
+)
+
+func upCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "up",
+		Usage: "run the fabric and its IPoIB interfaces in the foreground",
+		Description: "Builds the fabric (HCAs, a managed switch, the built-in SM and SA), creates the network\n" +
+			"namespaces, TUN devices and IPoIB interfaces of the configuration, and serves the control\n" +
+			"socket. With no --config it runs the default: pib_0 and pib_1, ib0 (10.10.0.1/24) in netns\n" +
+			"pib0 and ib1 (10.10.0.2/24) in netns pib1. SIGINT or SIGTERM removes every TUN device\n" +
+			"and namespace it created, and the socket.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "configuration `FILE` (TOML; default: the built-in defaults)"},
+			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: daemon.control, " + control.DefaultPath + ")", EnvVars: []string{"PIBGW_CONTROL"}},
+			&cli.BoolFlag{Name: "userspace", Usage: "run every interface on a userspace netstack instead of a kernel TUN device (no root needed)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return fmt.Errorf("up: unexpected argument %q", c.Args().First())
+			}
+			cfg := config.Default()
+			if path := c.String("config"); path != "" {
+				var err error
+				if cfg, err = config.Load(path); err != nil {
+					return err
+				}
+			}
+			if c.IsSet("control") {
+				cfg.Daemon.Control = c.String("control")
+			}
+			if c.Bool("userspace") {
+				for i := range cfg.Interfaces {
+					cfg.Interfaces[i].Stack = config.StackUserspace
+				}
+			}
+			level := cfg.Daemon.LogLevel
+			if c.IsSet("log-level") {
+				level = e.level
+			}
+			log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+			return up(c.Context, cfg, log)
+		},
+	}
+}
+
+// up runs the daemon until SIGINT or SIGTERM.
+func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	for _, it := range cfg.Interfaces {
+		if it.Stack == config.StackKernel && os.Geteuid() != 0 {
+			return fmt.Errorf("up: interface %s needs root for its kernel TUN device and namespace (run with sudo, or use --userspace for netstack interfaces)", it.Name)
+		}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	path := cfg.Daemon.Control
+	ln, err := listenControl(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer removeSocket(path, ln, log)
+	d, err := daemon.Start(ctx, daemon.Options{Config: cfg, Logger: log})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // interrupted during start-up: everything is cleaned up
+		}
+		return fmt.Errorf("up: %w", err)
+	}
+	srv := &control.Server{Handler: &daemon.Handler{D: d, ControlPath: path}, Logger: log}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	src := cfg.Source
+	if src == "" {
+		src = "defaults"
+	}
+	log.Info("pibgw up", "config", src, "control", path, "interfaces", len(cfg.Interfaces), "pid", os.Getpid())
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case serveErr = <-served:
+		log.Error("control socket failed; shutting down", "err", serveErr)
+	}
+	srv.Close()
+	if err := d.Close(); err != nil {
+		log.Error("shutdown", "err", err)
+	}
+	log.Info("pibgw down")
+	if serveErr != nil {
+		return fmt.Errorf("up: control socket: %w", serveErr)
+	}
+	return nil
+}
+
+// listenControl creates the control socket: its directory, no live daemon on it (a
+// stale socket is removed), mode 0600.
+func listenControl(ctx context.Context, path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("up: control socket %s: %w (choose another with --control)", path, err)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		cl := control.NewClient(path)
+		cl.Timeout = 2 * time.Second
+		var st control.Status
+		err := cl.Do(ctx, control.Request{Verb: control.VerbStatus}, &st)
+		switch {
+		case err == nil:
+			return nil, fmt.Errorf("up: a daemon is already running at %s (pid %d); stop it first", path, st.PID)
+		case control.IsNoDaemon(err):
+			if err := os.Remove(path); err != nil {
+				return nil, fmt.Errorf("up: removing stale control socket: %w", err)
+			}
+		default:
+			return nil, fmt.Errorf("up: %s exists and does not answer as a pibgw daemon (%v); remove it or choose another --control", path, err)
+		}
+	}
+	old := syscall.Umask(0o177) // the socket is born 0600
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("up: control socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("up: control socket: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	return ln, nil
+}
+
+func removeSocket(path string, ln net.Listener, log *slog.Logger) {
+	ln.Close()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("removing control socket", "path", path, "err", err)
+	}
+}

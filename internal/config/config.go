@@ -1,0 +1,150 @@
+// Package config is pibgw's configuration: the TOML file `pibgw up --config FILE` reads,
+// its defaults (so no file is needed) and its validation. Every error names the file, the
+// field and the reason, e.g.
+//
+//	configs/x.toml: fabric.hcas[1].ports: 40 out of range 1..32
+//
+// The file's sections are daemon, fabric, sm and interfaces; README.md documents every
+// option and configs/default.toml spells the defaults out.
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Defaults.
+const (
+	DefaultControl      = "/run/pibgw/pibgw.sock"
+	DefaultHCACount     = 2
+	DefaultSwitchPorts  = 8
+	DefaultNodeGUIDBase = 0x0002_c903_0000_0000 // Mellanox's OUI 00:02:c9, as pib used
+	DefaultSweep        = 10 * time.Second
+	DefaultPKey         = 0xFFFF
+	DefaultPartitionMTU = 2048
+	MaxHCAs             = 64
+	MaxSwitchPorts      = 254
+	MaxHCAPorts         = 32
+)
+
+// Interface stacks: the IP side of an interface.
+const (
+	StackKernel    = "kernel"    // a Linux TUN device (root)
+	StackUserspace = "userspace" // a gVisor netstack inside the daemon
+)
+
+// ModeDatagram is the only IPoIB mode so far (connected mode is a later issue).
+const ModeDatagram = "datagram"
+
+// Config is a validated configuration.
+type Config struct {
+	// Source is the file it came from, "" for the built-in defaults.
+	Source     string
+	Daemon     Daemon
+	Fabric     Fabric
+	SM         SM
+	Interfaces []Interface
+}
+
+// Daemon is the [daemon] section.
+type Daemon struct {
+	Control  string     // control socket path
+	LogLevel slog.Level // log_level
+	Capture  string     // pcap file capturing every cable from start to stop; "" for none
+}
+
+// Fabric is the [fabric] section: HCAs pib_0…pib_{n-1} cabled, port by port, to ports
+// 1, 2, … of one managed switch.
+type Fabric struct {
+	NodeGUIDBase uint64
+	SwitchPorts  int
+	HCAs         []HCA
+}
+
+// HCA is one soft HCA.
+type HCA struct {
+	Name     string // pib_N
+	Ports    int
+	NodeGUID uint64 // port n's GUID is NodeGUID | n
+}
+
+// PortGUID is the GUID of port n.
+func (h HCA) PortGUID(n int) uint64 { return h.NodeGUID | uint64(n) }
+
+// SM is the [sm] section: the built-in subnet manager and SA.
+type SM struct {
+	HCA           string // device the SM runs on
+	Port          int
+	Priority      uint8
+	SweepInterval time.Duration // 0: no periodic light sweep
+	Partitions    []Partition
+}
+
+// Partition is one [[sm.partitions]] entry (opensm partitions.conf in TOML).
+type Partition struct {
+	Name    string
+	PKey    uint16 // 15-bit partition number | 0x8000
+	Members []Member
+	IPoIB   bool // pre-create the IPoIB broadcast group
+	MTU     int  // broadcast-group MTU in bytes
+	QKey    uint32
+}
+
+// Member is a partition member: a port GUID or every port.
+type Member struct {
+	All  bool
+	GUID uint64
+	Full bool
+}
+
+// Interface is one [[interfaces]] entry.
+type Interface struct {
+	Name   string
+	Parent string // for a P_Key child: the parent interface's name
+	HCA    string
+	Port   int
+	PKey   uint16 // full-membership form (0x8000 set)
+	NetNS  string // "" for the daemon's own namespace (kernel stack only)
+	Addrs  []netip.Prefix
+	Mode   string
+	Stack  string
+	MTU    int // 0: from the broadcast group (IB MTU − 4)
+}
+
+// HCA returns the HCA named name.
+func (c *Config) HCA(name string) (HCA, bool) {
+	for _, h := range c.Fabric.HCAs {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return HCA{}, false
+}
+
+// Interface returns the interface named name.
+func (c *Config) Interface(name string) (Interface, bool) {
+	for _, i := range c.Interfaces {
+		if i.Name == name {
+			return i, true
+		}
+	}
+	return Interface{}, false
+}
+
+// NodeGUID is HCA i's node GUID as pib derives it: base | (3+i)<<8, leaving the low byte
+// for port numbers and 0x02 of that byte for the system image GUID.
+func NodeGUID(base uint64, i int) uint64 { return base | uint64(i+3)<<8 }
+
+// HCAName is HCA i's device name.
+func HCAName(i int) string { return fmt.Sprintf("pib_%d", i) }
+
+// Default returns the configuration `pibgw up` runs with no file.
+func Default() *Config {
+	c, err := Parse("", nil)
+	if err != nil {
+		panic("config: defaults invalid: " + err.Error())
+	}
+	return c
+}

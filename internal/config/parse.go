@@ -1,0 +1,616 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/netip"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// The file's shape. Leaves are decoded as `any` so that this package, not the TOML
+// library, reports a value of the wrong type — with the field's full name.
+type file struct {
+	Daemon struct {
+		Control  any `toml:"control"`
+		LogLevel any `toml:"log_level"`
+		Capture  any `toml:"capture"`
+	} `toml:"daemon"`
+	Fabric struct {
+		HCACount     any       `toml:"hca_count"`
+		NodeGUIDBase any       `toml:"node_guid_base"`
+		SwitchPorts  any       `toml:"switch_ports"`
+		HCAs         []fileHCA `toml:"hcas"`
+	} `toml:"fabric"`
+	SM struct {
+		HCA           any             `toml:"hca"`
+		Port          any             `toml:"port"`
+		Priority      any             `toml:"priority"`
+		SweepInterval any             `toml:"sweep_interval"`
+		Partitions    []filePartition `toml:"partitions"`
+	} `toml:"sm"`
+	Interfaces []fileInterface `toml:"interfaces"`
+}
+
+type fileHCA struct {
+	Ports    any `toml:"ports"`
+	NodeGUID any `toml:"node_guid"`
+}
+
+type filePartition struct {
+	Name    any `toml:"name"`
+	PKey    any `toml:"pkey"`
+	Members any `toml:"members"`
+	Limited any `toml:"limited"`
+	IPoIB   any `toml:"ipoib"`
+	MTU     any `toml:"mtu"`
+	QKey    any `toml:"qkey"`
+}
+
+type fileInterface struct {
+	Name      any `toml:"name"`
+	Parent    any `toml:"parent"`
+	HCA       any `toml:"hca"`
+	Port      any `toml:"port"`
+	PKey      any `toml:"pkey"`
+	NetNS     any `toml:"netns"`
+	Addresses any `toml:"addresses"`
+	Mode      any `toml:"mode"`
+	Stack     any `toml:"stack"`
+	MTU       any `toml:"mtu"`
+}
+
+// Load reads and validates the file at path.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err // *PathError names the file
+	}
+	return Parse(path, data)
+}
+
+// Parse validates data, the contents of the file named name ("" for no file: the
+// defaults).
+func Parse(name string, data []byte) (*Config, error) {
+	p := &parser{src: name}
+	var f file
+	md, err := toml.Decode(string(data), &f)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, p.lineErr(pe.Position.Line, pe.Message)
+		}
+		return nil, p.wrap(err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return nil, p.errf(und[0].String(), "unknown option")
+	}
+	c := &Config{Source: name}
+	p.daemon(c, &f)
+	p.fabric(c, &f)
+	p.sm(c, &f)
+	p.interfaces(c, &f, md.IsDefined("interfaces"))
+	if p.err != nil {
+		return nil, p.err
+	}
+	return c, nil
+}
+
+// parser keeps the first error; later checks run but report nothing.
+type parser struct {
+	src string
+	err error
+}
+
+// FieldError is a validation error: the file, the field and why.
+type FieldError struct {
+	File   string
+	Field  string
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.File == "" {
+		return e.Field + ": " + e.Reason
+	}
+	return e.File + ": " + e.Field + ": " + e.Reason
+}
+
+func (p *parser) errf(field, format string, args ...any) error {
+	err := &FieldError{File: p.src, Field: field, Reason: fmt.Sprintf(format, args...)}
+	if p.err == nil {
+		p.err = err
+	}
+	return err
+}
+
+func (p *parser) lineErr(line int, msg string) error {
+	src := p.src
+	if src == "" {
+		src = "config"
+	}
+	return fmt.Errorf("%s:%d: %s", src, line, msg)
+}
+
+func (p *parser) wrap(err error) error {
+	if p.src == "" {
+		return err
+	}
+	return fmt.Errorf("%s: %w", p.src, err)
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "a table"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// str returns v as a string, def when unset.
+func (p *parser) str(field string, v any, def string) string {
+	switch x := v.(type) {
+	case nil:
+		return def
+	case string:
+		return x
+	}
+	p.errf(field, "want a string, got %s", typeName(v))
+	return def
+}
+
+// intIn returns v as an integer in lo..hi, def when unset.
+func (p *parser) intIn(field string, v any, def, lo, hi int64) int64 {
+	switch x := v.(type) {
+	case nil:
+		return def
+	case int64:
+		if x < lo || x > hi {
+			p.errf(field, "%d out of range %d..%d", x, lo, hi)
+			return def
+		}
+		return x
+	}
+	p.errf(field, "want an integer, got %s", typeName(v))
+	return def
+}
+
+func (p *parser) boolean(field string, v any, def bool) bool {
+	switch x := v.(type) {
+	case nil:
+		return def
+	case bool:
+		return x
+	}
+	p.errf(field, "want true or false, got %s", typeName(v))
+	return def
+}
+
+// u64 returns v as a 64-bit number: a TOML integer or a string ("0x0002c90300000000",
+// needed for GUIDs with the top bit set).
+func (p *parser) u64(field string, v any, def uint64) uint64 {
+	switch x := v.(type) {
+	case nil:
+		return def
+	case int64:
+		if x < 0 {
+			p.errf(field, "%d is negative", x)
+			return def
+		}
+		return uint64(x)
+	case string:
+		n, err := parseGUID(x)
+		if err != nil {
+			p.errf(field, "%q: %v", x, err)
+			return def
+		}
+		return n
+	}
+	p.errf(field, "want an integer or a hex string, got %s", typeName(v))
+	return def
+}
+
+func parseGUID(s string) (uint64, error) {
+	t := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	t = strings.ReplaceAll(t, ":", "") // 0002:c903:0000:0301, as devinfo prints
+	if t == "" {
+		return 0, errors.New("not a GUID")
+	}
+	n, err := strconv.ParseUint(t, 16, 64)
+	if err != nil {
+		return 0, errors.New("not a 64-bit hexadecimal GUID")
+	}
+	return n, nil
+}
+
+func (p *parser) strings(field string, v any) []string {
+	if v == nil {
+		return nil
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		if s, ok := v.(string); ok { // one value for a list of one
+			return []string{s}
+		}
+		p.errf(field, "want an array of strings, got %s", typeName(v))
+		return nil
+	}
+	out := make([]string, 0, len(arr))
+	for i, e := range arr {
+		s, ok := e.(string)
+		if !ok {
+			p.errf(fmt.Sprintf("%s[%d]", field, i), "want a string, got %s", typeName(e))
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (p *parser) daemon(c *Config, f *file) {
+	d := &f.Daemon
+	c.Daemon.Control = p.str("daemon.control", d.Control, DefaultControl)
+	if c.Daemon.Control == "" {
+		p.errf("daemon.control", "empty path")
+	} else if len(c.Daemon.Control) > 107 { // sockaddr_un.sun_path
+		p.errf("daemon.control", "%q is longer than a unix socket path may be (107 bytes)", c.Daemon.Control)
+	}
+	lvl := p.str("daemon.log_level", d.LogLevel, "info")
+	if err := c.Daemon.LogLevel.UnmarshalText([]byte(lvl)); err != nil {
+		p.errf("daemon.log_level", "%q: want debug, info, warn or error", lvl)
+	}
+	c.Daemon.Capture = p.str("daemon.capture", d.Capture, "")
+}
+
+func (p *parser) fabric(c *Config, f *file) {
+	fb := &f.Fabric
+	c.Fabric.NodeGUIDBase = p.u64("fabric.node_guid_base", fb.NodeGUIDBase, DefaultNodeGUIDBase)
+	if b := c.Fabric.NodeGUIDBase; b == 0 || b&0xFFFF != 0 {
+		p.errf("fabric.node_guid_base", "%#016x: must be non-zero with the low 16 bits zero (they number HCAs and ports)", b)
+	}
+	n := int(p.intIn("fabric.hca_count", fb.HCACount, DefaultHCACount, 1, MaxHCAs))
+	if fb.HCAs != nil {
+		if fb.HCACount != nil && n != len(fb.HCAs) {
+			p.errf("fabric.hca_count", "%d, but %d [[fabric.hcas]] are listed (give one or the other)", n, len(fb.HCAs))
+		}
+		n = len(fb.HCAs)
+		if n == 0 || n > MaxHCAs {
+			p.errf("fabric.hcas", "%d HCAs out of range 1..%d", n, MaxHCAs)
+		}
+	}
+	guids := map[uint64]string{}
+	total := 0
+	for i := 0; i < n; i++ {
+		h := HCA{Name: HCAName(i), Ports: 1, NodeGUID: NodeGUID(c.Fabric.NodeGUIDBase, i)}
+		if i < len(fb.HCAs) {
+			field := fmt.Sprintf("fabric.hcas[%d]", i)
+			h.Ports = int(p.intIn(field+".ports", fb.HCAs[i].Ports, 1, 1, MaxHCAPorts))
+			h.NodeGUID = p.u64(field+".node_guid", fb.HCAs[i].NodeGUID, h.NodeGUID)
+			if h.NodeGUID == 0 || h.NodeGUID&0xFF != 0 {
+				p.errf(field+".node_guid", "%#016x: must be non-zero with the low byte zero (it numbers ports)", h.NodeGUID)
+			}
+			if prev, dup := guids[h.NodeGUID]; dup {
+				p.errf(field+".node_guid", "%#016x already used by %s", h.NodeGUID, prev)
+			}
+		}
+		guids[h.NodeGUID] = h.Name
+		total += h.Ports
+		c.Fabric.HCAs = append(c.Fabric.HCAs, h)
+	}
+	def := int64(max(DefaultSwitchPorts, total))
+	c.Fabric.SwitchPorts = int(p.intIn("fabric.switch_ports", fb.SwitchPorts, def, 1, MaxSwitchPorts))
+	if c.Fabric.SwitchPorts < total {
+		p.errf("fabric.switch_ports", "%d ports cannot take the %d HCA ports configured", c.Fabric.SwitchPorts, total)
+	}
+}
+
+func (p *parser) sm(c *Config, f *file) {
+	s := &f.SM
+	c.SM.HCA = p.str("sm.hca", s.HCA, HCAName(0))
+	h, ok := c.HCA(c.SM.HCA)
+	if !ok {
+		p.errf("sm.hca", "%q: no such HCA (have %s)", c.SM.HCA, hcaNames(c))
+	}
+	c.SM.Port = int(p.intIn("sm.port", s.Port, 1, 1, MaxHCAPorts))
+	if ok && c.SM.Port > h.Ports {
+		p.errf("sm.port", "%d out of range 1..%d (%s has %d)", c.SM.Port, h.Ports, h.Name, h.Ports)
+	}
+	c.SM.Priority = uint8(p.intIn("sm.priority", s.Priority, 0, 0, 15))
+	c.SM.SweepInterval = DefaultSweep
+	if s.SweepInterval != nil {
+		v := p.str("sm.sweep_interval", s.SweepInterval, "")
+		if v == "off" {
+			c.SM.SweepInterval = 0
+		} else if d, err := time.ParseDuration(v); err != nil || d < 0 {
+			p.errf("sm.sweep_interval", "%q: want a duration such as \"10s\", or \"off\"", v)
+		} else {
+			c.SM.SweepInterval = d
+		}
+	}
+	names := map[string]bool{}
+	keys := map[uint16]string{}
+	for i, fp := range s.Partitions {
+		field := fmt.Sprintf("sm.partitions[%d]", i)
+		part := Partition{
+			Name:  p.str(field+".name", fp.Name, ""),
+			IPoIB: p.boolean(field+".ipoib", fp.IPoIB, true),
+			MTU:   int(p.intIn(field+".mtu", fp.MTU, DefaultPartitionMTU, 256, 4096)),
+			QKey:  uint32(p.intIn(field+".qkey", fp.QKey, 0x0B1B, 1, math.MaxUint32)),
+		}
+		if part.Name == "" {
+			p.errf(field+".name", "missing")
+		} else if names[part.Name] {
+			p.errf(field+".name", "%q used twice", part.Name)
+		}
+		names[part.Name] = true
+		if fp.PKey == nil {
+			p.errf(field+".pkey", "missing")
+		} else {
+			part.PKey = p.pkey(field+".pkey", fp.PKey)
+			if prev, dup := keys[part.PKey&0x7FFF]; dup && part.PKey != 0 {
+				p.errf(field+".pkey", "%#04x already used by partition %q", part.PKey, prev)
+			}
+			keys[part.PKey&0x7FFF] = part.Name
+		}
+		switch part.MTU {
+		case 256, 512, 1024, 2048, 4096:
+		default:
+			p.errf(field+".mtu", "%d: want 256, 512, 1024, 2048 or 4096", part.MTU)
+		}
+		for _, kind := range []struct {
+			key  string
+			v    any
+			full bool
+		}{{"members", fp.Members, true}, {"limited", fp.Limited, false}} {
+			for j, spec := range p.strings(field+"."+kind.key, kind.v) {
+				m, err := parseMember(c, spec)
+				if err != nil {
+					p.errf(fmt.Sprintf("%s.%s[%d]", field, kind.key, j), "%q: %v", spec, err)
+					continue
+				}
+				m.Full = kind.full
+				part.Members = append(part.Members, m)
+			}
+		}
+		if len(part.Members) == 0 && part.PKey&0x7FFF != 0x7FFF {
+			p.errf(field+".members", "partition %q has no members", part.Name)
+		}
+		c.SM.Partitions = append(c.SM.Partitions, part)
+	}
+}
+
+// parseMember reads "ALL", a port GUID, or an HCA port "pib_1" (port 1) / "pib_1/2".
+func parseMember(c *Config, spec string) (Member, error) {
+	if strings.EqualFold(spec, "ALL") {
+		return Member{All: true}, nil
+	}
+	if strings.HasPrefix(spec, "pib_") {
+		name, port, hasPort := strings.Cut(spec, "/")
+		h, ok := c.HCA(name)
+		if !ok {
+			return Member{}, fmt.Errorf("no such HCA (have %s)", hcaNames(c))
+		}
+		n := 1
+		if hasPort {
+			var err error
+			if n, err = strconv.Atoi(port); err != nil || n < 1 || n > h.Ports {
+				return Member{}, fmt.Errorf("port %q out of range 1..%d", port, h.Ports)
+			}
+		}
+		return Member{GUID: h.PortGUID(n)}, nil
+	}
+	g, err := parseGUID(spec)
+	if err != nil || g == 0 {
+		return Member{}, errors.New(`want "ALL", a port GUID (0x0002c90300000301) or an HCA port (pib_1, pib_1/2)`)
+	}
+	return Member{GUID: g}, nil
+}
+
+func hcaNames(c *Config) string {
+	var names []string
+	for _, h := range c.Fabric.HCAs {
+		names = append(names, h.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// pkey reads a P_Key: a TOML integer (0x8001) or a string ("0x8001", "8001").
+func (p *parser) pkey(field string, v any) uint16 {
+	var (
+		k   uint16
+		err error
+	)
+	switch x := v.(type) {
+	case int64:
+		k, err = PKeyFromInt(x)
+	case string:
+		k, err = ParsePKey(x)
+	default:
+		p.errf(field, "want a P_Key such as 0x8001, got %s", typeName(v))
+		return 0
+	}
+	if err != nil {
+		p.errf(field, "%v", err)
+	}
+	return k
+}
+
+// ifNameRE is what Linux accepts as an interface name (dev_valid_name) and `ip` can type.
+var ifNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$`)
+
+// netnsRE is a namespace name `ip netns` accepts (a file name under /run/netns).
+var netnsRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$`)
+
+// ValidIfName reports whether name can be a Linux interface name.
+func ValidIfName(name string) bool { return ifNameRE.MatchString(name) }
+
+// ValidNetNS reports whether name can be a named network namespace.
+func ValidNetNS(name string) bool { return netnsRE.MatchString(name) && name != "." && name != ".." }
+
+func (p *parser) interfaces(c *Config, f *file, defined bool) {
+	fis := f.Interfaces
+	if !defined {
+		// The default: one interface per HCA on its port 1, each in its own namespace.
+		for i, h := range c.Fabric.HCAs {
+			c.Interfaces = append(c.Interfaces, Interface{
+				Name: fmt.Sprintf("ib%d", i), HCA: h.Name, Port: 1, PKey: DefaultPKey,
+				NetNS: fmt.Sprintf("pib%d", i),
+				Addrs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, 0, byte(i + 1)}), 24)},
+				Mode:  ModeDatagram, Stack: StackKernel,
+			})
+		}
+		return
+	}
+	seen := map[string]int{}
+	type key struct {
+		hca  string
+		port int
+		pkey uint16
+	}
+	ports := map[key]string{}
+	for i, fi := range fis {
+		field := fmt.Sprintf("interfaces[%d]", i)
+		it := Interface{
+			Name:   p.str(field+".name", fi.Name, ""),
+			Parent: p.str(field+".parent", fi.Parent, ""),
+			Mode:   p.str(field+".mode", fi.Mode, ModeDatagram),
+			Stack:  p.str(field+".stack", fi.Stack, StackKernel),
+			MTU:    int(p.intIn(field+".mtu", fi.MTU, 0, 0, 65520)),
+			PKey:   DefaultPKey,
+		}
+		if fi.PKey != nil {
+			it.PKey = p.pkey(field+".pkey", fi.PKey)
+		}
+		if it.Parent != "" {
+			j, ok := seen[it.Parent]
+			if !ok {
+				p.errf(field+".parent", "%q: no such interface before this one", it.Parent)
+			} else {
+				par := c.Interfaces[j]
+				if par.Parent != "" {
+					p.errf(field+".parent", "%q is itself a child; children hang off a parent interface", it.Parent)
+				}
+				if fi.HCA != nil || fi.Port != nil {
+					p.errf(field+".hca", "a child runs on its parent's HCA port; leave hca and port out")
+				}
+				it.HCA, it.Port = par.HCA, par.Port
+				it.NetNS = p.str(field+".netns", fi.NetNS, par.NetNS)
+				if it.NetNS != par.NetNS {
+					p.errf(field+".netns", "%q: a child lives in its parent's namespace %q", it.NetNS, par.NetNS)
+				}
+				if fi.Stack == nil {
+					it.Stack = par.Stack
+				}
+				if fi.PKey == nil {
+					p.errf(field+".pkey", "missing: a child needs its partition's P_Key")
+				}
+				if it.Name == "" {
+					it.Name = ChildName(it.Parent, it.PKey)
+				}
+			}
+		} else {
+			it.HCA = p.str(field+".hca", fi.HCA, "")
+			it.Port = int(p.intIn(field+".port", fi.Port, 1, 1, MaxHCAPorts))
+			it.NetNS = p.str(field+".netns", fi.NetNS, "")
+			if it.HCA == "" {
+				p.errf(field+".hca", "missing (have %s)", hcaNames(c))
+			} else if h, ok := c.HCA(it.HCA); !ok {
+				p.errf(field+".hca", "%q: no such HCA (have %s)", it.HCA, hcaNames(c))
+			} else if it.Port > h.Ports {
+				p.errf(field+".port", "%d out of range 1..%d (%s has %d)", it.Port, h.Ports, h.Name, h.Ports)
+			}
+		}
+		switch {
+		case it.Name == "":
+			p.errf(field+".name", "missing")
+		case !ValidIfName(it.Name):
+			p.errf(field+".name", "%q is not a valid interface name (1-15 letters, digits, '.', '-', '_')", it.Name)
+		default:
+			if _, dup := seen[it.Name]; dup {
+				p.errf(field+".name", "%q used twice", it.Name)
+			}
+		}
+		if it.NetNS != "" && !ValidNetNS(it.NetNS) {
+			p.errf(field+".netns", "%q is not a valid namespace name", it.NetNS)
+		}
+		switch it.Mode {
+		case ModeDatagram:
+		case "connected":
+			p.errf(field+".mode", "%q is not supported yet; use %q", it.Mode, ModeDatagram)
+		default:
+			p.errf(field+".mode", "%q: want %q", it.Mode, ModeDatagram)
+		}
+		switch it.Stack {
+		case StackKernel, StackUserspace:
+		default:
+			p.errf(field+".stack", "%q: want %q or %q", it.Stack, StackKernel, StackUserspace)
+		}
+		if it.MTU != 0 && (it.MTU < 1280 || it.MTU > 4092) {
+			p.errf(field+".mtu", "%d out of range 1280..4092 for datagram mode (0 takes the broadcast group's)", it.MTU)
+		}
+		for j, s := range p.strings(field+".addresses", fi.Addresses) {
+			pf, err := ParseAddr(s)
+			if err != nil {
+				p.errf(fmt.Sprintf("%s.addresses[%d]", field, j), "%v", err)
+				continue
+			}
+			if slices.Contains(it.Addrs, pf) {
+				p.errf(fmt.Sprintf("%s.addresses[%d]", field, j), "%s listed twice", pf)
+			}
+			it.Addrs = append(it.Addrs, pf)
+		}
+		k := key{it.HCA, it.Port, it.PKey}
+		if prev, dup := ports[k]; dup && it.PKey != 0 {
+			p.errf(field+".pkey", "%s port %d already has interface %q on P_Key %#04x", it.HCA, it.Port, prev, it.PKey)
+		}
+		ports[k] = it.Name
+		seen[it.Name] = len(c.Interfaces)
+		c.Interfaces = append(c.Interfaces, it)
+	}
+}
+
+// ParseAddr reads an interface address in CIDR form ("10.20.0.1/24", "fd00::1/64").
+func ParseAddr(s string) (netip.Prefix, error) {
+	pf, err := netip.ParsePrefix(s)
+	if err != nil {
+		if _, aerr := netip.ParseAddr(s); aerr == nil {
+			return netip.Prefix{}, fmt.Errorf("address %q has no prefix length (write it as %s/24 or /64)", s, s)
+		}
+		return netip.Prefix{}, fmt.Errorf("malformed address %q: want CIDR such as 10.20.0.1/24 or fd00::1/64", s)
+	}
+	if pf.Addr().Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("address %q: zones are not allowed", s)
+	}
+	a := pf.Addr()
+	if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+		return netip.Prefix{}, fmt.Errorf("address %q cannot be an interface address", s)
+	}
+	return pf, nil
+}
+
+// LogLevel parses a slog level name.
+func LogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}

@@ -1,0 +1,157 @@
+// Package control is the daemon's control API: a small JSON protocol on a unix socket
+// (default /run/pibgw/pibgw.sock, mode 0600), the server the daemon runs and the client
+// the CLI verbs use.
+//
+// # Protocol
+//
+// One request per connection. The client connects, writes one JSON Request followed by a
+// newline, and reads one JSON Response line:
+//
+//	→ {"verb":"show","iface":"ib0"}
+//	← {"ok":true,"result":[{"name":"ib0",…}]}
+//	← {"ok":false,"error":"unknown interface \"ib9\""}
+//
+// Verbs and their results:
+//
+//	status                  Status
+//	show     [iface]        []Interface (all, or the one named)
+//	neigh    [iface]        []Neighbor
+//	child-add iface pkey [addrs]  Interface (the child)
+//	child-del iface pkey    nothing
+//	devinfo                 []Device
+//	capture  [count snaplen] a stream: after the OK response line the connection carries
+//	                        a pcap file (fabric.CaptureWriter's format) until count
+//	                        packets were captured, the client closes the connection, or
+//	                        the daemon stops
+//
+// The protocol is versioned by Status.Protocol; fields are only ever added.
+package control
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Protocol is the protocol version the daemon speaks.
+const Protocol = 1
+
+// Verbs.
+const (
+	VerbStatus   = "status"
+	VerbShow     = "show"
+	VerbNeigh    = "neigh"
+	VerbChildAdd = "child-add"
+	VerbChildDel = "child-del"
+	VerbDevinfo  = "devinfo"
+	VerbCapture  = "capture"
+)
+
+// Request is one request. Iface, PKey, Addrs, Count and Snaplen are the verbs'
+// arguments; each verb reads the ones it needs.
+type Request struct {
+	Verb    string   `json:"verb"`
+	Iface   string   `json:"iface,omitempty"`
+	PKey    string   `json:"pkey,omitempty"`  // as typed: "0x8001", "8001"
+	Addrs   []string `json:"addrs,omitempty"` // CIDR
+	Count   uint64   `json:"count,omitempty"`
+	Snaplen int      `json:"snaplen,omitempty"`
+}
+
+// Response is one response.
+type Response struct {
+	OK     bool            `json:"ok"`
+	Error  string          `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// Status describes the running daemon.
+type Status struct {
+	Protocol int       `json:"protocol"`
+	PID      int       `json:"pid"`
+	Config   string    `json:"config"` // the file, "" for the defaults
+	Started  time.Time `json:"started"`
+	Control  string    `json:"control"`
+}
+
+// Interface is one IPoIB interface (`pibgw show`).
+type Interface struct {
+	Name      string            `json:"name"`
+	Parent    string            `json:"parent,omitempty"`
+	HCA       string            `json:"hca"`
+	Port      int               `json:"port"`
+	NetNS     string            `json:"netns"`
+	Stack     string            `json:"stack"` // kernel, userspace
+	Mode      string            `json:"mode"`
+	MTU       int               `json:"mtu"`
+	HWAddr    string            `json:"hwaddr"`    // 20 bytes, colon-separated as ip link prints
+	Broadcast string            `json:"broadcast"` // likewise
+	PKey      string            `json:"pkey"`      // "0xffff"
+	QPN       uint32            `json:"qpn"`
+	QKey      uint32            `json:"qkey"`
+	Up        bool              `json:"up"`
+	Reason    string            `json:"reason,omitempty"` // why it is not up
+	Addrs     []string          `json:"addrs"`
+	Counters  map[string]uint64 `json:"counters"`
+}
+
+// Neighbor is one neighbour cache entry (`pibgw neigh`).
+type Neighbor struct {
+	Iface  string `json:"iface"`
+	IP     string `json:"ip"`
+	HWAddr string `json:"hwaddr"`
+	QPN    uint32 `json:"qpn"`
+	GID    string `json:"gid"`
+	State  string `json:"state"`
+	AgeMS  int64  `json:"age_ms"`
+}
+
+// Device is an HCA as ibv_query_device and ibv_query_port see it: what `pibgw devinfo`
+// and `pibgw stat` print.
+type Device struct {
+	Name     string         `json:"name"`
+	NodeDesc string         `json:"node_desc"`
+	Attr     hca.DeviceAttr `json:"attr"`
+	Ports    []Port         `json:"ports"`
+}
+
+// Port is one port of a Device.
+type Port struct {
+	Num  int          `json:"num"`
+	Attr hca.PortAttr `json:"attr"`
+	// GIDs is the GID table (GIDTblLen entries; unused ones zero).
+	GIDs []wire.GID `json:"gids"`
+}
+
+// SnapshotDevice captures d's attributes now.
+func SnapshotDevice(d *hca.Device) Device {
+	out := Device{Name: d.Name(), NodeDesc: d.NodeDesc(), Attr: d.Query()}
+	for _, p := range d.Ports() {
+		pa := p.Query()
+		gids := make([]wire.GID, pa.GIDTblLen)
+		for i := range gids {
+			gids[i], _ = p.GID(i)
+		}
+		out.Ports = append(out.Ports, Port{Num: int(p.Num()), Attr: pa, GIDs: gids})
+	}
+	return out
+}
+
+// HWAddrString prints a hardware address as ip link does: bytes in hex, colon-separated.
+func HWAddrString(b []byte) string {
+	const hex = "0123456789abcdef"
+	out := make([]byte, 0, 3*len(b))
+	for i, c := range b {
+		if i > 0 {
+			out = append(out, ':')
+		}
+		out = append(out, hex[c>>4], hex[c&15])
+	}
+	return string(out)
+}
+
+// PKeyString prints a P_Key as the kernel's sysfs pkey file does: 0x%04x.
+func PKeyString(k uint16) string { return fmt.Sprintf("0x%04x", k) }

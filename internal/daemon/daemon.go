@@ -1,0 +1,384 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/ipoib"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/tun"
+)
+
+// Options configures a Daemon.
+type Options struct {
+	Config *config.Config
+	Logger *slog.Logger
+	// Backend makes TUN devices, namespaces and IPoIB interfaces; nil is DefaultBackend.
+	Backend Backend
+}
+
+// Daemon is a running fabric with its interfaces.
+type Daemon struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	backend Backend
+	started time.Time
+
+	Fabric *Fabric
+
+	mu        sync.Mutex
+	closed    bool
+	clients   map[*hca.Port]*sa.Client
+	ifaces    []*netif // in creation order: parents before their children
+	createdNS []string // namespaces this daemon created, removed at Close
+}
+
+// netif is one running interface.
+type netif struct {
+	cfg    config.Interface
+	dev    tun.Device
+	ipo    IPoIB
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start builds the fabric and every configured interface. On error everything it made
+// is taken down again.
+func Start(ctx context.Context, opts Options) (d *Daemon, err error) {
+	if opts.Config == nil {
+		opts.Config = config.Default()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Backend == nil {
+		opts.Backend = DefaultBackend()
+	}
+	d = &Daemon{cfg: opts.Config, log: opts.Logger, backend: opts.Backend, started: time.Now(),
+		clients: make(map[*hca.Port]*sa.Client)}
+	defer func() {
+		if err != nil {
+			d.Close()
+			d = nil
+		}
+	}()
+	if d.Fabric, err = BuildFabric(ctx, d.cfg, d.log); err != nil {
+		return nil, err
+	}
+	for _, ic := range d.cfg.Interfaces {
+		if err := d.addInterface(ic); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Config is the configuration the daemon runs.
+func (d *Daemon) Config() *config.Config { return d.cfg }
+
+// Started is when the daemon started.
+func (d *Daemon) Started() time.Time { return d.started }
+
+// Close removes every interface and TUN device, the namespaces the daemon created, and
+// the fabric. It returns the first error but always does all of it.
+func (d *Daemon) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	ifaces := d.ifaces
+	d.ifaces = nil
+	clients := d.clients
+	d.clients = nil
+	created := d.createdNS
+	d.createdNS = nil
+	d.mu.Unlock()
+
+	var errs []error
+	// Children first, then parents: reverse creation order.
+	for i := len(ifaces) - 1; i >= 0; i-- {
+		errs = append(errs, d.stopInterface(ifaces[i]))
+	}
+	for _, c := range clients {
+		c.Close()
+	}
+	if d.Fabric != nil {
+		d.Fabric.Close()
+	}
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := d.backend.DeleteNetNS(created[i]); err != nil {
+			errs = append(errs, fmt.Errorf("deleting namespace %s: %w", created[i], err))
+		} else {
+			d.log.Info("namespace deleted", "netns", created[i])
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LinkLocal is the IPv6 link-local address of an IPoIB interface on the port with GUID
+// guid: fe80::/64 with the port GUID, U/L bit flipped, as interface identifier (RFC 4391
+// §8, FACTS.md §2).
+func LinkLocal(guid uint64) netip.Prefix {
+	var b [16]byte
+	b[0], b[1] = 0xfe, 0x80
+	iid := guid ^ 0x0200_0000_0000_0000
+	for i := 0; i < 8; i++ {
+		b[8+i] = byte(iid >> (56 - 8*i))
+	}
+	return netip.PrefixFrom(netip.AddrFrom16(b), 64)
+}
+
+// deviceMTU is the MTU the TUN device starts with: the configured one, or the
+// partition's broadcast-group MTU − 4 (datagram mode; ipoib adjusts it after joining).
+func (d *Daemon) deviceMTU(ic config.Interface) int {
+	if ic.MTU != 0 {
+		return ic.MTU
+	}
+	mtu := config.DefaultPartitionMTU
+	for _, p := range d.cfg.SM.Partitions {
+		if p.PKey&0x7FFF == ic.PKey&0x7FFF {
+			mtu = p.MTU
+		}
+	}
+	return mtu - 4
+}
+
+// saClient returns the SA client of port, creating it on first use.
+func (d *Daemon) saClient(p *hca.Port) (*sa.Client, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.clients[p]; c != nil {
+		return c, nil
+	}
+	c, err := sa.NewClient(p, sa.ClientOptions{Logger: d.log})
+	if err != nil {
+		return nil, err
+	}
+	d.clients[p] = c
+	return c, nil
+}
+
+// ensureNetNS creates the namespace unless it exists, and records it if it did.
+func (d *Daemon) ensureNetNS(name string) error {
+	if name == "" {
+		return nil
+	}
+	d.mu.Lock()
+	mine := slices.Contains(d.createdNS, name)
+	d.mu.Unlock()
+	if mine {
+		return nil
+	}
+	ok, err := d.backend.NetNSExists(name)
+	if err != nil {
+		return fmt.Errorf("namespace %s: %w", name, err)
+	}
+	if ok {
+		d.log.Info("using existing namespace", "netns", name)
+		return nil
+	}
+	if err := d.backend.CreateNetNS(name); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	d.mu.Lock()
+	d.createdNS = append(d.createdNS, name)
+	d.mu.Unlock()
+	d.log.Info("namespace created", "netns", name)
+	return nil
+}
+
+// addInterface creates the IP side and the IPoIB interface of ic and runs it.
+func (d *Daemon) addInterface(ic config.Interface) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return errors.New("daemon stopping")
+	}
+	for _, n := range d.ifaces {
+		if n.cfg.Name == ic.Name {
+			d.mu.Unlock()
+			return fmt.Errorf("interface %s already exists", ic.Name)
+		}
+	}
+	d.mu.Unlock()
+	dev := d.Fabric.Device(ic.HCA)
+	if dev == nil || ic.Port < 1 || ic.Port > dev.NumPorts() {
+		return fmt.Errorf("interface %s: no port %s/%d", ic.Name, ic.HCA, ic.Port)
+	}
+	port := dev.Port(ic.Port)
+	client, err := d.saClient(port)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", ic.Name, err)
+	}
+	if ic.Stack == config.StackKernel {
+		if err := d.ensureNetNS(ic.NetNS); err != nil {
+			return fmt.Errorf("interface %s: %w", ic.Name, err)
+		}
+	}
+	addrs := append(slices.Clone(ic.Addrs), LinkLocal(port.GUID()))
+	spec := DeviceSpec{Name: ic.Name, Stack: ic.Stack, NetNS: ic.NetNS, MTU: d.deviceMTU(ic), Addrs: addrs}
+	if ic.Stack != config.StackKernel {
+		spec.NetNS = ""
+	}
+	tdev, err := d.backend.OpenDevice(spec)
+	if err != nil {
+		return fmt.Errorf("interface %s: %w", ic.Name, err)
+	}
+	ipo, err := d.backend.NewInterface(ipoib.Config{
+		Name: ic.Name, Port: port, PKey: ic.PKey, SA: client, Device: tdev,
+		Mode: ipoib.Datagram, Addrs: addrs, Logger: d.log,
+	})
+	if err != nil {
+		tdev.Close()
+		return fmt.Errorf("interface %s: %w", ic.Name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &netif{cfg: ic, dev: tdev, ipo: ipo, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(n.done)
+		if err := ipo.Run(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, tun.ErrClosed) {
+			d.log.Error("interface stopped", "iface", ic.Name, "err", err)
+		}
+	}()
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		d.stopInterface(n)
+		return errors.New("daemon stopping")
+	}
+	d.ifaces = append(d.ifaces, n)
+	d.mu.Unlock()
+	where := ic.NetNS
+	if ic.Stack != config.StackKernel {
+		where = "userspace"
+	} else if where == "" {
+		where = "host"
+	}
+	d.log.Info("interface up", "iface", ic.Name, "netns", where, "hca", ic.HCA, "port", ic.Port,
+		"pkey", fmt.Sprintf("%#04x", ic.PKey), "addrs", addrs, "mtu", spec.MTU)
+	return nil
+}
+
+// stopInterface closes n's IPoIB interface and its IP side (removing a kernel TUN
+// device) and waits for its Run to return.
+func (d *Daemon) stopInterface(n *netif) error {
+	n.cancel()
+	err := n.ipo.Close()
+	if derr := n.dev.Close(); derr != nil && !errors.Is(derr, tun.ErrClosed) && !errors.Is(derr, os.ErrClosed) && err == nil {
+		err = derr
+	}
+	select {
+	case <-n.done:
+	case <-time.After(5 * time.Second):
+		d.log.Warn("interface did not stop in 5 s", "iface", n.cfg.Name)
+	}
+	d.log.Info("interface removed", "iface", n.cfg.Name)
+	if err != nil {
+		return fmt.Errorf("removing %s: %w", n.cfg.Name, err)
+	}
+	return nil
+}
+
+// lookup returns the interface named name.
+func (d *Daemon) lookup(name string) *netif {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, n := range d.ifaces {
+		if n.cfg.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// interfaces returns the running interfaces in creation order.
+func (d *Daemon) interfaces() []*netif {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.ifaces)
+}
+
+// AddChild creates parent's P_Key child (Linux's create_child): name parent.XXXX, the
+// parent's port, namespace and stack, its own IP side and IPoIB interface.
+func (d *Daemon) AddChild(parent string, pkey uint16, addrs []netip.Prefix) (string, error) {
+	p := d.lookup(parent)
+	if p == nil {
+		return "", d.unknownInterface(parent)
+	}
+	if p.cfg.Parent != "" {
+		return "", fmt.Errorf("%s is a child interface; create children of its parent %s", parent, p.cfg.Parent)
+	}
+	pkey |= 0x8000
+	if pkey == p.cfg.PKey|0x8000 {
+		return "", fmt.Errorf("%s already runs on P_Key %#04x", parent, pkey)
+	}
+	name := config.ChildName(parent, pkey)
+	if !config.ValidIfName(name) {
+		return "", fmt.Errorf("child name %q is too long for an interface name (15 characters)", name)
+	}
+	if d.lookup(name) != nil {
+		return "", fmt.Errorf("child %s already exists", name)
+	}
+	ic := p.cfg
+	ic.Name, ic.Parent, ic.PKey, ic.Addrs, ic.MTU = name, parent, pkey, addrs, 0
+	if err := d.addInterface(ic); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+// DelChild removes parent's child for pkey; the parent is untouched.
+func (d *Daemon) DelChild(parent string, pkey uint16) (string, error) {
+	p := d.lookup(parent)
+	if p == nil {
+		return "", d.unknownInterface(parent)
+	}
+	name := config.ChildName(parent, pkey|0x8000)
+	d.mu.Lock()
+	var n *netif
+	for i, x := range d.ifaces {
+		if x.cfg.Name == name && x.cfg.Parent == parent {
+			n = x
+			d.ifaces = slices.Delete(d.ifaces, i, i+1)
+			break
+		}
+	}
+	d.mu.Unlock()
+	if n == nil {
+		return "", fmt.Errorf("%s has no child for P_Key %#04x (no interface %s)", parent, pkey|0x8000, name)
+	}
+	return name, d.stopInterface(n)
+}
+
+func (d *Daemon) unknownInterface(name string) error {
+	var names []string
+	for _, n := range d.interfaces() {
+		names = append(names, n.cfg.Name)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("unknown interface %q (the daemon has none)", name)
+	}
+	return fmt.Errorf("unknown interface %q (have %s)", name, joinNames(names))
+}
+
+func joinNames(s []string) string {
+	out := ""
+	for i, n := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += n
+	}
+	return out
+}

@@ -1,0 +1,257 @@
+// Package daemon is the running pibgw: the fabric a configuration describes (HCAs, a
+// managed switch, cables, the built-in SM and SA), the IPoIB interfaces on it with their
+// IP side (kernel TUN devices in network namespaces, or userspace netstacks), P_Key
+// children, captures, and the control API's handler.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/rc"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/ud"
+)
+
+// SwitchGUID is the node GUID of the fabric's switch: the HCAs' base with 0x02 in the
+// OUI's following byte (0002:c902:…, as sa/satest numbers switches).
+func SwitchGUID(base uint64) uint64 { return base&^0xFF_0000_0000 | 0x02_0000_0000 | 0x100 }
+
+// Fabric is an in-process fabric built from a configuration: HCAs pib_0… with their
+// agents and transports, one managed switch, a cable from every HCA port to the next
+// free switch port, and the subnet manager and SA on the configured port.
+type Fabric struct {
+	Devs   []*hca.Device
+	Switch *fabric.Switch
+	Cables []*fabric.Cable
+	SM     *sa.SM
+	SA     *sa.Agent
+
+	log *slog.Logger
+
+	capMu    sync.Mutex
+	captures []*capture
+}
+
+// BuildFabric builds the fabric cfg describes and waits for the SM's first sweep, so that
+// every cabled port is Active with its LID when it returns.
+func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (f *Fabric, err error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	f = &Fabric{log: log}
+	defer func() {
+		if err != nil {
+			f.Close()
+			f = nil
+		}
+	}()
+	fc := cfg.Fabric
+	f.Switch = fabric.NewSwitch(fabric.SwitchConfig{
+		Ports:    fc.SwitchPorts,
+		NodeGUID: SwitchGUID(fc.NodeGUIDBase),
+		NodeDesc: "pibgw switch-1",
+		Managed:  true,
+	})
+	swPort := 1
+	for i, hc := range fc.HCAs {
+		d, err := hca.NewDevice(hca.Config{
+			Name:     hc.Name,
+			NodeGUID: hc.NodeGUID,
+			NumPorts: hc.Ports,
+			NodeDesc: fmt.Sprintf("pibgw HCA-%d", i+1),
+			Logger:   log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fabric: %w", err)
+		}
+		ud.Register(d)
+		rc.Register(d)
+		d.StartAgents()
+		f.Devs = append(f.Devs, d)
+		for _, p := range d.Ports() {
+			f.Cables = append(f.Cables, fabric.NewCable(p, f.Switch.Port(swPort)))
+			log.Debug("cabled", "device", d.Name(), "port", p.Num(), "switch_port", swPort)
+			swPort++
+		}
+	}
+	if cfg.Daemon.Capture != "" {
+		// Started before the SM so that the capture holds the whole bring-up.
+		if err := f.startFileCapture(cfg.Daemon.Capture); err != nil {
+			return nil, err
+		}
+	}
+	smDev := f.Device(cfg.SM.HCA)
+	if smDev == nil {
+		return nil, fmt.Errorf("sm: no HCA %q", cfg.SM.HCA)
+	}
+	sweep := cfg.SM.SweepInterval
+	if sweep == 0 {
+		sweep = -1 // sa: negative disables periodic sweeps
+	}
+	f.SM, err = sa.New(sa.Config{
+		Port:          smDev.Port(cfg.SM.Port),
+		Logger:        log,
+		Priority:      cfg.SM.Priority,
+		SweepInterval: sweep,
+		Partitions:    saPartitions(cfg.SM.Partitions),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sm: %w", err)
+	}
+	start := time.Now()
+	if err := f.SM.Start(); err != nil {
+		return nil, fmt.Errorf("sm: %w", err)
+	}
+	if err := f.SM.WaitSweep(ctx); err != nil {
+		return nil, fmt.Errorf("sm: first sweep: %w", err)
+	}
+	f.SA, err = sa.StartSA(f.SM, sa.AgentConfig{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("sa: %w", err)
+	}
+	st := f.SM.Stats()
+	log.Info("subnet up", "hcas", len(f.Devs), "switch_ports", fc.SwitchPorts,
+		"sm", fmt.Sprintf("%s/%d", cfg.SM.HCA, cfg.SM.Port), "smps", st.SMPsSent,
+		"max_lid", st.LastSweepLID, "took", time.Since(start).Round(time.Microsecond))
+	return f, nil
+}
+
+// saPartitions converts the configuration's partitions.
+func saPartitions(ps []config.Partition) []sa.Partition {
+	var out []sa.Partition
+	for _, p := range ps {
+		sp := sa.Partition{Name: p.Name, PKey: p.PKey & 0x7FFF, IPoIB: p.IPoIB,
+			MTU: uint8(hca.MTUFromBytes(p.MTU)), QKey: p.QKey}
+		for _, m := range p.Members {
+			sp.Members = append(sp.Members, sa.Member{GUID: m.GUID, All: m.All, Full: m.Full})
+		}
+		out = append(out, sp)
+	}
+	return out
+}
+
+// Device returns the HCA named name, or nil.
+func (f *Fabric) Device(name string) *hca.Device {
+	for _, d := range f.Devs {
+		if d.Name() == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// Devices snapshots every HCA.
+func (f *Fabric) Devices() []control.Device {
+	out := make([]control.Device, 0, len(f.Devs))
+	for _, d := range f.Devs {
+		out = append(out, control.SnapshotDevice(d))
+	}
+	return out
+}
+
+// Close stops the SA and SM and unplugs every cable; captures are closed.
+func (f *Fabric) Close() {
+	if f.SA != nil {
+		f.SA.Close()
+	}
+	if f.SM != nil {
+		f.SM.Close()
+	}
+	f.capMu.Lock()
+	caps := f.captures
+	f.captures = nil
+	f.rewrapLocked()
+	f.capMu.Unlock()
+	for _, c := range caps {
+		c.finish()
+	}
+	for _, c := range f.Cables {
+		c.Detach()
+	}
+	f.Cables = nil
+}
+
+// capture is one capture running on every cable.
+type capture struct {
+	cw     *fabric.CaptureWriter
+	closer io.Closer // the file of a configured capture, nil for a control stream
+	once   sync.Once
+}
+
+func (c *capture) finish() {
+	c.once.Do(func() {
+		c.cw.Close()
+		if c.closer != nil {
+			c.closer.Close()
+		}
+	})
+}
+
+// Capture interfaces: packets leaving an HCA port (toward the switch) are recorded on
+// ERF interface 0, packets arriving at it on interface 1, so Wireshark tells the
+// directions apart. A packet crossing the switch appears twice: leaving its source
+// and arriving at its destination, as on a capture of every link.
+const (
+	captureIfaceFromHCA = 0
+	captureIfaceToHCA   = 1
+)
+
+// StartCapture records every packet on every cable into a new CaptureWriter on w,
+// until StopCapture (limit > 0 stops recording after that many packets).
+func (f *Fabric) StartCapture(w io.Writer, opts fabric.CaptureOptions) *fabric.CaptureWriter {
+	c := &capture{cw: fabric.NewCaptureWriter(w, opts)}
+	f.capMu.Lock()
+	f.captures = append(f.captures, c)
+	for _, cb := range f.Cables {
+		cb.Wrap(fabric.AtoB, fabric.CaptureWrapper(c.cw, captureIfaceFromHCA))
+		cb.Wrap(fabric.BtoA, fabric.CaptureWrapper(c.cw, captureIfaceToHCA))
+	}
+	f.capMu.Unlock()
+	return c.cw
+}
+
+// StopCapture takes cw's wrappers off the cables and flushes and closes it.
+func (f *Fabric) StopCapture(cw *fabric.CaptureWriter) {
+	f.capMu.Lock()
+	var found *capture
+	for i, c := range f.captures {
+		if c.cw == cw {
+			found = c
+			f.captures = append(f.captures[:i:i], f.captures[i+1:]...)
+			break
+		}
+	}
+	if found != nil {
+		f.rewrapLocked()
+	}
+	f.capMu.Unlock()
+	if found != nil {
+		found.finish()
+	}
+}
+
+// rewrapLocked rebuilds every cable's wrappers from f.captures: Cable.Unwrap removes all
+// of a direction's wrappers, so the captures that stay are wrapped again.
+func (f *Fabric) rewrapLocked() {
+	for _, cb := range f.Cables {
+		cb.Unwrap(fabric.AtoB)
+		cb.Unwrap(fabric.BtoA)
+		for _, c := range f.captures {
+			cb.Wrap(fabric.AtoB, fabric.CaptureWrapper(c.cw, captureIfaceFromHCA))
+			cb.Wrap(fabric.BtoA, fabric.CaptureWrapper(c.cw, captureIfaceToHCA))
+		}
+	}
+}
+
+// errNoFabric is returned by control calls before the fabric exists.
+var errNoFabric = errors.New("the fabric is not up")

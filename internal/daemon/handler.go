@@ -1,0 +1,168 @@
+package daemon
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/ipoib"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Handler answers the control API for d. ControlPath is reported by status.
+type Handler struct {
+	D           *Daemon
+	ControlPath string
+}
+
+var _ control.Handler = (*Handler)(nil)
+
+// Handle implements control.Handler.
+func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error) {
+	d := h.D
+	switch req.Verb {
+	case control.VerbStatus:
+		return control.Status{Protocol: control.Protocol, PID: os.Getpid(), Config: d.cfg.Source,
+			Started: d.started, Control: h.ControlPath}, nil
+	case control.VerbShow:
+		return d.Show(req.Iface)
+	case control.VerbNeigh:
+		return d.Neighbors(req.Iface)
+	case control.VerbDevinfo:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		return d.Fabric.Devices(), nil
+	case control.VerbChildAdd, control.VerbChildDel:
+		if req.Iface == "" {
+			return nil, fmt.Errorf("%s: no interface given", req.Verb)
+		}
+		pkey, err := config.ParsePKey(req.PKey)
+		if err != nil {
+			return nil, err
+		}
+		if req.Verb == control.VerbChildDel {
+			_, err := d.DelChild(req.Iface, pkey)
+			return nil, err
+		}
+		var addrs []netip.Prefix
+		for _, s := range req.Addrs {
+			a, err := config.ParseAddr(s)
+			if err != nil {
+				return nil, err
+			}
+			addrs = append(addrs, a)
+		}
+		name, err := d.AddChild(req.Iface, pkey, addrs)
+		if err != nil {
+			return nil, err
+		}
+		infos, err := d.Show(name)
+		if err != nil {
+			return nil, err
+		}
+		return infos[0], nil
+	}
+	return nil, fmt.Errorf("unknown verb %q", req.Verb)
+}
+
+// Capture implements control.Handler.
+func (h *Handler) Capture(ctx context.Context, req *control.Request) (func(context.Context, io.Writer) error, error) {
+	f := h.D.Fabric
+	if f == nil {
+		return nil, errNoFabric
+	}
+	if req.Snaplen < 0 {
+		return nil, fmt.Errorf("snaplen %d is negative", req.Snaplen)
+	}
+	return func(ctx context.Context, w io.Writer) error {
+		return f.streamCapture(ctx, w, req.Count, req.Snaplen)
+	}, nil
+}
+
+// Show describes the interface named name, or all of them.
+func (d *Daemon) Show(name string) ([]control.Interface, error) {
+	var out []control.Interface
+	for _, n := range d.interfaces() {
+		if name != "" && n.cfg.Name != name {
+			continue
+		}
+		out = append(out, n.describe())
+	}
+	if name != "" && len(out) == 0 {
+		return nil, d.unknownInterface(name)
+	}
+	if out == nil {
+		out = []control.Interface{}
+	}
+	return out, nil
+}
+
+func (n *netif) describe() control.Interface {
+	info := n.ipo.Info()
+	ic := n.cfg
+	ci := control.Interface{
+		Name: ic.Name, Parent: ic.Parent, HCA: ic.HCA, Port: ic.Port, NetNS: ic.NetNS,
+		Stack: ic.Stack, Mode: modeName(info.Mode), MTU: info.MTU,
+		HWAddr: control.HWAddrString(info.HWAddr[:]), Broadcast: control.HWAddrString(info.Broadcast[:]),
+		PKey: control.PKeyString(info.PKey), QPN: info.QPN, QKey: info.QKey,
+		Up: info.State.Up, Reason: info.State.Reason, Addrs: []string{}, Counters: info.Counters,
+	}
+	if info.PKey == 0 {
+		ci.PKey = control.PKeyString(ic.PKey)
+	}
+	if ci.MTU == 0 {
+		ci.MTU = n.dev.MTU()
+	}
+	if ic.Stack != config.StackKernel {
+		ci.NetNS = ""
+	}
+	for _, a := range info.Addrs {
+		ci.Addrs = append(ci.Addrs, a.String())
+	}
+	if ci.Counters == nil {
+		ci.Counters = map[string]uint64{}
+	}
+	return ci
+}
+
+func modeName(m ipoib.Mode) string {
+	if m == ipoib.Connected {
+		return "connected"
+	}
+	return config.ModeDatagram
+}
+
+// Neighbors lists the neighbour caches of the interface named name, or of all.
+func (d *Daemon) Neighbors(name string) ([]control.Neighbor, error) {
+	out := []control.Neighbor{}
+	found := name == ""
+	for _, n := range d.interfaces() {
+		if name != "" && n.cfg.Name != name {
+			continue
+		}
+		found = true
+		for _, nb := range n.ipo.Neighbors() {
+			out = append(out, neighbor(n.cfg.Name, nb))
+		}
+	}
+	if !found {
+		return nil, d.unknownInterface(name)
+	}
+	return out, nil
+}
+
+func neighbor(iface string, nb ipoib.Neighbor) control.Neighbor {
+	var gid wire.GID
+	copy(gid[:], nb.HWAddr[4:])
+	return control.Neighbor{
+		Iface: iface, IP: nb.IP.String(), HWAddr: control.HWAddrString(nb.HWAddr[:]),
+		QPN: binary.BigEndian.Uint32(nb.HWAddr[0:4]) & 0xFFFFFF, GID: gid.String(),
+		State: nb.State, AgeMS: nb.Age.Milliseconds(),
+	}
+}
