@@ -1,0 +1,685 @@
+package ipoib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/tun"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Errors of New and Run.
+var (
+	ErrClosed      = errors.New("ipoib: interface closed")
+	ErrUnsupported = errors.New("ipoib: connected mode is not implemented")
+)
+
+// Defaults.
+const (
+	DefaultNeighborTimeout = 60 * time.Second
+	// rxRing is how many receive buffers stay posted.
+	rxRingLen = 512
+	// ctrlSlots are send buffers for ARP, ND and packets that waited for resolution.
+	ctrlSlots = 64
+	// slotLen holds head-room (or the GRH area) and a 4 KiB IB MTU's worth of payload.
+	slotLen = 64 + 4096
+	// txHead is the head-room of the tun reads: the 4-byte header goes right before
+	// the packet, so the UD send's SGE points into the read buffer.
+	txHead = tun.MinOffset
+	// rxHead is where the IP packet starts in a receive buffer: GRH area + header.
+	rxHead = wire.GRHLen + HeaderLen
+	// sqLen bounds the batch of sends the tx loop posts at once.
+	maxBatch = 256
+	// retryJoin is the first back-off of a failed bring-up; it doubles up to a minute.
+	retryJoin = time.Second
+	// saTimeout bounds one SA operation of the control loop.
+	saTimeout = 10 * time.Second
+)
+
+// linkState is what the data path needs to know of the link, replaced whole on change.
+type linkState struct {
+	up      bool
+	qkey    uint32
+	ibMTU   int // bytes: the broadcast group's MTU
+	bcastAH *hca.AH
+	bcast   wire.GID
+	mlid    uint16
+	group   sa.MCGroup
+	lid     uint16
+	hw      HWAddr
+}
+
+// addrSet is the interface's addresses, replaced whole by SetAddrs.
+type addrSet struct {
+	prefixes  []netip.Prefix
+	linkLocal netip.Addr
+}
+
+func (s *addrSet) has(a netip.Addr) bool {
+	if a == s.linkLocal {
+		return true
+	}
+	for _, p := range s.prefixes {
+		if p.Addr() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// source picks our address to talk to dst from: one in dst's prefix, else the first of
+// the family (for IPv6 link-local destinations, the link-local address).
+func (s *addrSet) source(dst netip.Addr) (netip.Addr, bool) {
+	if dst.Is6() && dst.IsLinkLocalUnicast() {
+		return s.linkLocal, true
+	}
+	var first netip.Addr
+	for _, p := range s.prefixes {
+		if p.Addr().Is4() != dst.Is4() {
+			continue
+		}
+		if p.Contains(dst) {
+			return p.Addr(), true
+		}
+		if !first.IsValid() {
+			first = p.Addr()
+		}
+	}
+	if !first.IsValid() && dst.Is6() {
+		return s.linkLocal, true
+	}
+	return first, first.IsValid()
+}
+
+// isBroadcast reports whether a is the limited broadcast or the directed broadcast of
+// one of our IPv4 prefixes.
+func (s *addrSet) isBroadcast(a [4]byte) bool {
+	if a == [4]byte{255, 255, 255, 255} {
+		return true
+	}
+	for _, p := range s.prefixes {
+		if !p.Addr().Is4() || p.Bits() >= 31 {
+			continue
+		}
+		n := p.Masked().Addr().As4()
+		bits := p.Bits()
+		var b [4]byte
+		for i := range b {
+			var m byte
+			switch {
+			case bits >= 8*(i+1):
+				m = 0xFF
+			case bits <= 8*i:
+				m = 0
+			default:
+				m = byte(0xFF << (8 - (bits - 8*i)))
+			}
+			b[i] = n[i] | ^m
+		}
+		if a == b {
+			return true
+		}
+	}
+	return false
+}
+
+// Interface is one IPoIB interface (ib0, ib0.8001): a UD QP on an HCA port in a
+// partition, and a tun.Device on the IP side.
+type Interface struct {
+	cfg  Config
+	log  *slog.Logger
+	clk  clock.Clock
+	port *hca.Port
+	sa   *sa.Client
+	dev  tun.Device
+	pkey uint16 // cfg.PKey with the full-member bit
+
+	hctx           *hca.Context
+	pd             *hca.PD
+	sendCh, recvCh *hca.CompChannel
+	scq, rcq       *hca.CQ
+	qp             *hca.QP
+	qpn            uint32
+
+	tx  txRing
+	rx  rxRing
+	snd sender
+
+	link  atomic.Pointer[linkState]
+	addrs atomic.Pointer[addrSet]
+	state atomic.Pointer[State]
+	mtu   atomic.Int32
+
+	// ctrlMu serialises bring-up, take-down and joins; the data path never takes it.
+	ctrlMu    sync.Mutex
+	pkeyIndex int // -1 while the QP is in RESET
+	retry     clock.Timer
+	backoff   time.Duration
+
+	nmu   sync.RWMutex
+	neigh map[netip.Addr]*neighbor
+	ahs   map[wire.GID]*hca.AH // unicast AHs by destination GID (the path cache)
+	dead  []*hca.AH            // AHs replaced after a path change, destroyed on Close
+
+	mmu    sync.RWMutex
+	groups map[wire.GID]*group
+
+	jobs jobQueue
+
+	cnt counters
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	running atomic.Bool
+	closed  atomic.Bool
+	once    sync.Once
+}
+
+// New creates the interface: verbs objects, buffers, and (if the port, the P_Key and
+// the SA allow it already) the broadcast-group join that brings it up. An interface that
+// cannot come up yet stays down with State().Reason saying why, and comes up by itself
+// when the port, its P_Key table or the SM change.
+func New(cfg Config) (*Interface, error) {
+	if cfg.Port == nil {
+		return nil, errors.New("ipoib: Config.Port is nil")
+	}
+	if cfg.Device == nil {
+		return nil, errors.New("ipoib: Config.Device is nil")
+	}
+	if cfg.SA == nil {
+		return nil, errors.New("ipoib: Config.SA is nil")
+	}
+	if cfg.Mode == Connected {
+		return nil, ErrUnsupported
+	}
+	if cfg.PKey&0x7FFF == 0 {
+		return nil, fmt.Errorf("ipoib: P_Key %#04x is invalid", cfg.PKey)
+	}
+	if cfg.Name == "" {
+		cfg.Name = cfg.Device.Name()
+	}
+	if cfg.NeighborTimeout <= 0 {
+		cfg.NeighborTimeout = DefaultNeighborTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = cfg.Port.Device().Clock()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cfg.Addrs = slices.Clone(cfg.Addrs)
+	i := &Interface{
+		cfg: cfg, clk: cfg.Clock, port: cfg.Port, sa: cfg.SA, dev: cfg.Device,
+		pkey:      cfg.PKey | 0x8000,
+		log:       cfg.Logger.With("ipoib", cfg.Name),
+		pkeyIndex: -1,
+		neigh:     make(map[netip.Addr]*neighbor),
+		ahs:       make(map[wire.GID]*hca.AH),
+		groups:    make(map[wire.GID]*group),
+	}
+	i.ctx, i.cancel = context.WithCancel(context.Background())
+	i.link.Store(&linkState{})
+	i.addrs.Store(&addrSet{prefixes: cfg.Addrs, linkLocal: LinkLocalFromGUID(cfg.Port.GUID())})
+	i.setState(false, "not brought up yet")
+	if err := i.setupVerbs(); err != nil {
+		i.destroyVerbs()
+		return nil, err
+	}
+	i.jobs.init()
+	i.wg.Add(2)
+	go i.controlLoop()
+	go i.watchEvents()
+	i.ctrlMu.Lock()
+	i.bringUp(true)
+	i.ctrlMu.Unlock()
+	return i, nil
+}
+
+func (i *Interface) setupVerbs() error {
+	var err error
+	i.hctx = i.port.Device().Open()
+	if i.pd, err = i.hctx.AllocPD(); err != nil {
+		return err
+	}
+	i.sendCh = i.hctx.CreateCompChannel()
+	i.recvCh = i.hctx.CreateCompChannel()
+	batch := i.dev.BatchSize()
+	if batch < 1 {
+		batch = 1
+	}
+	batch = min(batch, maxBatch)
+	sq := batch + ctrlSlots
+	if i.scq, err = i.hctx.CreateCQ(2*sq, i.sendCh); err != nil {
+		return err
+	}
+	if i.rcq, err = i.hctx.CreateCQ(2*rxRingLen, i.recvCh); err != nil {
+		return err
+	}
+	i.qp, err = i.pd.CreateQP(hca.QPInitAttr{
+		SendCQ: i.scq, RecvCQ: i.rcq, QPType: hca.QPTypeUD,
+		Cap: hca.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: rxRingLen, MaxSendSGE: 1, MaxRecvSGE: 1},
+	})
+	if err != nil {
+		return err
+	}
+	i.qpn = i.qp.Num()
+	if err := i.tx.init(i.pd, batch); err != nil {
+		return err
+	}
+	if err := i.rx.init(i.pd, rxRingLen); err != nil {
+		return err
+	}
+	return i.snd.init(i, ctrlSlots)
+}
+
+func (i *Interface) destroyVerbs() {
+	if i.qp != nil {
+		_ = i.qp.Destroy()
+	}
+	i.tx.free()
+	i.rx.free()
+	i.snd.free()
+	if i.scq != nil {
+		_ = i.scq.Destroy()
+	}
+	if i.rcq != nil {
+		_ = i.rcq.Destroy()
+	}
+	i.nmu.Lock()
+	for _, ah := range i.ahs {
+		_ = ah.Destroy()
+	}
+	for _, ah := range i.dead {
+		_ = ah.Destroy()
+	}
+	i.ahs, i.dead = map[wire.GID]*hca.AH{}, nil
+	i.nmu.Unlock()
+	i.mmu.Lock()
+	for _, g := range i.groups {
+		if g.ah != nil {
+			_ = g.ah.Destroy()
+			g.ah = nil
+		}
+	}
+	i.mmu.Unlock()
+	if ls := i.link.Load(); ls.bcastAH != nil {
+		_ = ls.bcastAH.Destroy()
+	}
+	if i.pd != nil {
+		_ = i.pd.Dealloc()
+	}
+	if i.hctx != nil {
+		_ = i.hctx.Close()
+	}
+}
+
+// Run moves packets until ctx is done or the interface is closed; it then closes the
+// interface (and its tun.Device). It returns nil on an orderly stop and the device's
+// error otherwise. Run may be called once.
+func (i *Interface) Run(ctx context.Context) error {
+	if i.closed.Load() {
+		return ErrClosed
+	}
+	if !i.running.CompareAndSwap(false, true) {
+		return errors.New("ipoib: Run called twice")
+	}
+	errc := make(chan error, 1)
+	i.wg.Add(1)
+	go func() {
+		defer i.wg.Done()
+		i.rxLoop()
+	}()
+	go func() { errc <- i.txLoop() }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case <-i.ctx.Done():
+	case err = <-errc:
+	}
+	i.Close()
+	if err == nil {
+		select {
+		case err = <-errc:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	if i.closed.Load() && (errors.Is(err, tun.ErrClosed) || errors.Is(err, ErrClosed)) {
+		err = nil
+	}
+	return err
+}
+
+// Close takes the interface down: it leaves its multicast groups, closes the tun.Device
+// (which ends Run) and frees the verbs objects. It is idempotent.
+func (i *Interface) Close() error {
+	i.once.Do(func() {
+		i.closed.Store(true)
+		i.ctrlMu.Lock()
+		if i.retry != nil {
+			i.retry.Stop()
+		}
+		i.takeDown("closed", true)
+		i.ctrlMu.Unlock()
+		i.cancel()
+		_ = i.dev.Close()
+		i.jobs.close()
+		i.snd.wake()
+		i.wg.Wait()
+		i.nmu.Lock()
+		for _, n := range i.neigh {
+			if n.timer != nil {
+				n.timer.Stop()
+			}
+		}
+		i.nmu.Unlock()
+		i.destroyVerbs()
+	})
+	return nil
+}
+
+// State says whether the interface is up and why not.
+func (i *Interface) State() State { return *i.state.Load() }
+
+func (i *Interface) setState(up bool, reason string) {
+	old := i.state.Load()
+	if old != nil && old.Up == up && old.Reason == reason {
+		return
+	}
+	i.state.Store(&State{Up: up, Reason: reason})
+	if up {
+		i.log.Info("interface up", "mtu", i.mtu.Load(), "qpn", fmt.Sprintf("%#x", i.qpn), "pkey", fmt.Sprintf("%#04x", i.pkey))
+	} else if old != nil && old.Up {
+		i.log.Info("interface down", "reason", reason)
+	}
+}
+
+// QPN is the interface's UD QP number.
+func (i *Interface) QPN() uint32 { return i.qpn }
+
+// HWAddr is the interface's 20-byte hardware address (flags, QPN, port GID).
+func (i *Interface) HWAddr() HWAddr {
+	gid, _ := i.port.GID(0)
+	return MakeHWAddr(0, i.qpn, gid)
+}
+
+// Broadcast is the partition's broadcast hardware address.
+func (i *Interface) Broadcast() HWAddr { return MulticastHWAddr(BroadcastMGID(i.pkey)) }
+
+// MTU is the interface MTU (IB MTU − 4), 0 before the broadcast group was joined.
+func (i *Interface) MTU() int { return int(i.mtu.Load()) }
+
+// LinkLocal is the IPv6 link-local address (fe80:: + the port GUID with the U/L bit
+// flipped, RFC 4391 §8), for the daemon to configure on the IP side.
+func (i *Interface) LinkLocal() netip.Addr { return LinkLocalFromGUID(i.port.GUID()) }
+
+// Name is the interface name.
+func (i *Interface) Name() string { return i.cfg.Name }
+
+// PKey is the interface's P_Key (with the full-member bit).
+func (i *Interface) PKey() uint16 { return i.pkey }
+
+// Info reports the interface for `pibgw show`.
+func (i *Interface) Info() Info {
+	ls := i.link.Load()
+	return Info{
+		Name: i.cfg.Name, Mode: Datagram, MTU: i.MTU(), HWAddr: i.HWAddr(), Broadcast: i.Broadcast(),
+		PKey: i.pkey, QPN: i.qpn, QKey: ls.qkey, State: i.State(),
+		Addrs: slices.Clone(i.addrs.Load().prefixes), Counters: i.cnt.snapshot(),
+	}
+}
+
+// Counter returns one counter by name (Info.Counters' names), 0 if unknown.
+func (i *Interface) Counter(name string) uint64 {
+	for k, n := range counterNames {
+		if n == name {
+			return i.cnt[k].Load()
+		}
+	}
+	return 0
+}
+
+// SetAddrs replaces the addresses ARP and ND answer for, and joins the IPv6
+// solicited-node groups of the new addresses.
+func (i *Interface) SetAddrs(addrs []netip.Prefix) {
+	old := i.addrs.Load()
+	i.addrs.Store(&addrSet{prefixes: slices.Clone(addrs), linkLocal: old.linkLocal})
+	i.jobs.push(func() {
+		i.ctrlMu.Lock()
+		defer i.ctrlMu.Unlock()
+		i.syncOwnGroups()
+	})
+}
+
+// watchEvents follows the port: P_Key table changes bring the interface up or down, SM
+// and LID changes make it rejoin its groups and forget its paths.
+func (i *Interface) watchEvents() {
+	defer i.wg.Done()
+	for {
+		select {
+		case <-i.ctx.Done():
+			return
+		case ev := <-i.hctx.Events():
+			if ev.Port != i.port.Num() || ev.QP != nil || ev.CQ != nil {
+				continue
+			}
+			switch ev.Type {
+			case hca.EventPKeyChange:
+				i.jobs.push(func() { i.kick(false) })
+			case hca.EventPortErr:
+				i.jobs.push(func() {
+					i.ctrlMu.Lock()
+					i.takeDown("port not active", false)
+					i.ctrlMu.Unlock()
+				})
+			case hca.EventPortActive, hca.EventLIDChange, hca.EventSMChange,
+				hca.EventClientReregister, hca.EventGIDChange:
+				i.jobs.push(func() {
+					i.flushPaths()
+					i.kick(true)
+				})
+			}
+		}
+	}
+}
+
+// kick re-evaluates the link: up if it can be, down if it must be.
+func (i *Interface) kick(rejoin bool) {
+	i.ctrlMu.Lock()
+	defer i.ctrlMu.Unlock()
+	if i.closed.Load() {
+		return
+	}
+	i.bringUp(rejoin)
+}
+
+// scheduleRetry arms the back-off timer for a failed bring-up.
+func (i *Interface) scheduleRetry() {
+	if i.backoff == 0 {
+		i.backoff = retryJoin
+	} else {
+		i.backoff = min(2*i.backoff, time.Minute)
+	}
+	if i.retry == nil {
+		i.retry = i.clk.AfterFunc(i.backoff, func() { i.jobs.push(func() { i.kick(true) }) })
+	} else {
+		i.retry.Reset(i.backoff)
+	}
+}
+
+// findPKey returns the table index of our P_Key: the full-member entry, else the
+// limited one (IBA 10.9.3 lets a limited member talk to full members).
+func (i *Interface) findPKey() int {
+	if idx := i.port.FindPKey(i.pkey); idx >= 0 {
+		return idx
+	}
+	return i.port.FindPKey(i.pkey & 0x7FFF)
+}
+
+// bringUp (under ctrlMu) joins the broadcast group and readies the QP. rejoin asks for
+// a new join even if the interface is up (the SA may have lost its state).
+func (i *Interface) bringUp(rejoin bool) {
+	ls := i.link.Load()
+	if i.port.State() != hca.PortActive {
+		i.takeDown("port not active", false)
+		return
+	}
+	idx := i.findPKey()
+	if idx < 0 {
+		i.takeDown(fmt.Sprintf("P_Key %#04x not in the port's table", i.pkey), false)
+		return
+	}
+	if ls.up && !rejoin && idx == i.pkeyIndex && ls.lid == i.port.LID() {
+		return
+	}
+	mgid := BroadcastMGID(i.pkey)
+	ctx, cancel := context.WithTimeout(i.ctx, saTimeout)
+	g, err := i.sa.Join(ctx, mgid, wire.JoinFullMember, sa.JoinParams{PKey: i.pkey})
+	cancel()
+	if err != nil {
+		i.takeDown("broadcast group not joined: "+err.Error(), false)
+		i.scheduleRetry()
+		return
+	}
+	if err := i.readyQP(idx, g.QKey); err != nil {
+		i.takeDown("QP: "+err.Error(), false)
+		i.scheduleRetry()
+		return
+	}
+	if ls.up && ls.mlid != g.MLID && ls.mlid != 0 {
+		_ = i.qp.DetachMcast(ls.bcast, ls.mlid)
+	}
+	if err := i.qp.AttachMcast(g.MGID, g.MLID); err != nil {
+		i.takeDown("attach to the broadcast group: "+err.Error(), false)
+		i.scheduleRetry()
+		return
+	}
+	ah := ls.bcastAH
+	if ah == nil || ls.mlid != g.MLID || ah.Attr().SL != g.SL {
+		ah, err = i.pd.CreateAH(i.groupAH(g))
+		if err != nil {
+			i.takeDown("broadcast AH: "+err.Error(), false)
+			i.scheduleRetry()
+			return
+		}
+		if ls.bcastAH != nil {
+			i.nmu.Lock()
+			i.dead = append(i.dead, ls.bcastAH)
+			i.nmu.Unlock()
+		}
+	}
+	mtu := hca.MTU(g.MTU).Bytes()
+	if mtu == 0 {
+		mtu = 2048
+	}
+	if pm := i.port.ActiveMTU().Bytes(); pm > 0 && pm < mtu {
+		mtu = pm
+	}
+	if int(i.mtu.Load()) != mtu-HeaderLen {
+		i.mtu.Store(int32(mtu - HeaderLen))
+		if err := i.dev.SetMTU(mtu - HeaderLen); err != nil {
+			i.log.Warn("setting the MTU on the IP side", "mtu", mtu-HeaderLen, "err", err)
+		}
+	}
+	i.backoff = 0
+	i.link.Store(&linkState{
+		up: true, qkey: g.QKey, ibMTU: mtu, bcastAH: ah, bcast: g.MGID, mlid: g.MLID,
+		group: g, lid: i.port.LID(), hw: i.HWAddr(),
+	})
+	i.setState(true, "")
+	i.syncOwnGroups()
+	i.rejoinGroups()
+}
+
+// groupAH is the address vector of a multicast group (IBA 8.4.1: with a GRH).
+func (i *Interface) groupAH(g sa.MCGroup) hca.AHAttr {
+	return hca.AHAttr{
+		DLID: g.MLID, SL: g.SL, PortNum: i.port.Num(), IsGlobal: true, StaticRate: g.Rate,
+		GRH: hca.GlobalRoute{DGID: g.MGID, HopLimit: g.HopLimit, TrafficClass: g.TClass, FlowLabel: g.FlowLabel},
+	}
+}
+
+// readyQP moves the QP to RTS with P_Key index idx and Q_Key qkey, posting the receive
+// ring the first time.
+func (i *Interface) readyQP(idx int, qkey uint32) error {
+	switch i.qp.State() {
+	case hca.QPStateReset:
+		a := hca.QPAttr{QPState: hca.QPStateInit, PKeyIndex: uint16(idx), PortNum: i.port.Num(), QKey: qkey}
+		if err := i.qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrQKey); err != nil {
+			return err
+		}
+		if err := i.rx.postAll(i.qp); err != nil {
+			return err
+		}
+		a = hca.QPAttr{QPState: hca.QPStateRTR}
+		if err := i.qp.Modify(&a, hca.QPAttrState); err != nil {
+			return err
+		}
+		a = hca.QPAttr{QPState: hca.QPStateRTS}
+		if err := i.qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN); err != nil {
+			return err
+		}
+		i.pkeyIndex = idx
+		return nil
+	case hca.QPStateSQE:
+		a := hca.QPAttr{QPState: hca.QPStateRTS}
+		if err := i.qp.Modify(&a, hca.QPAttrState); err != nil {
+			return err
+		}
+	}
+	if idx != i.pkeyIndex {
+		// The P_Key moved in the table: the index changes in SQD (IBA 10.3.1).
+		a := hca.QPAttr{QPState: hca.QPStateSQD}
+		if err := i.qp.Modify(&a, hca.QPAttrState); err != nil {
+			return err
+		}
+		a = hca.QPAttr{QPState: hca.QPStateSQD, PKeyIndex: uint16(idx)}
+		if err := i.qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex); err != nil {
+			return err
+		}
+		a = hca.QPAttr{QPState: hca.QPStateRTS}
+		if err := i.qp.Modify(&a, hca.QPAttrState); err != nil {
+			return err
+		}
+		i.pkeyIndex = idx
+	}
+	if i.qp.QKey() != qkey {
+		a := hca.QPAttr{QPState: hca.QPStateRTS, QKey: qkey}
+		if err := i.qp.Modify(&a, hca.QPAttrState|hca.QPAttrQKey); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// takeDown (under ctrlMu) marks the link down: the data path drops, multicast
+// attachments go, neighbours are forgotten. leave also leaves the groups at the SA
+// (on Close; when the P_Key went away the SA has dropped us anyway).
+func (i *Interface) takeDown(reason string, leave bool) {
+	ls := i.link.Load()
+	if ls.up {
+		i.link.Store(&linkState{bcastAH: ls.bcastAH, mlid: ls.mlid, bcast: ls.bcast, qkey: ls.qkey})
+		_ = i.qp.DetachMcast(ls.bcast, ls.mlid)
+		if leave {
+			ctx, cancel := context.WithTimeout(i.ctx, time.Second)
+			_ = i.sa.Leave(ctx, ls.bcast, wire.JoinFullMember)
+			cancel()
+		}
+		i.dropGroups(leave)
+		i.flushNeighbors()
+	}
+	i.setState(false, reason)
+}

@@ -1,0 +1,457 @@
+package ipoib
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// IP multicast over IPoIB (RFC 4391 §4): each IP group maps to an MGID in the
+// partition; the groups the IP stack subscribes to (IGMP/MLD reports through the TUN
+// device) and the IPv6 all-nodes and solicited-node groups of our addresses are joined
+// as full members with the QP attached; a group we only send to is joined send-only.
+
+const (
+	igmpv1Report = 0x12
+	igmpv2Report = 0x16
+	igmpv2Leave  = 0x17
+	igmpv3Report = 0x22
+
+	mldQuery    = 130
+	mldv1Report = 131
+	mldv1Done   = 132
+	mldv2Report = 143
+
+	// Group record types (RFC 3376 §4.2.12, RFC 3810 §5.2.12).
+	recModeIsInclude   = 1
+	recModeIsExclude   = 2
+	recChangeToInclude = 3
+	recChangeToExclude = 4
+	recAllowNew        = 5
+	recBlockOld        = 6
+
+	// joinRetry is how long a failed send-only join waits before the next try.
+	joinRetry = time.Second
+)
+
+// group is one multicast group of the interface.
+type group struct {
+	mgid wire.GID
+	addr netip.Addr
+
+	// Why we are a full member: the IP stack subscribed (report), or it is one of our
+	// own IPv6 groups (own).
+	report, own bool
+
+	joined   uint8 // JoinState held at the SA
+	attached bool
+	mlid     uint16
+	ah       *hca.AH
+	busy     bool // a join is queued
+	failedAt time.Time
+	queue    []queued
+}
+
+func (g *group) wantFull() bool { return g.report || g.own }
+
+// groupAHFor returns the AH of a group to send pkt to, or queues pkt and joins the
+// group send-only.
+func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt []byte) (*hca.AH, bool) {
+	i.mmu.RLock()
+	g := i.groups[mgid]
+	if g != nil && g.ah != nil {
+		ah := g.ah
+		i.mmu.RUnlock()
+		return ah, true
+	}
+	i.mmu.RUnlock()
+	now := i.clk.Now()
+	i.mmu.Lock()
+	g = i.groups[mgid]
+	if g == nil {
+		g = &group{mgid: mgid, addr: addr}
+		i.groups[mgid] = g
+	}
+	if g.ah != nil {
+		ah := g.ah
+		i.mmu.Unlock()
+		return ah, true
+	}
+	if !g.failedAt.IsZero() && now.Sub(g.failedAt) < joinRetry && !g.busy {
+		i.mmu.Unlock()
+		i.cnt.inc(cDropNoGroup)
+		return nil, false
+	}
+	if len(g.queue) < maxQueued {
+		g.queue = append(g.queue, queued{etype, clonePacket(pkt)})
+	} else {
+		i.cnt.inc(cDropNoGroup)
+	}
+	start := !g.busy
+	g.busy = true
+	i.mmu.Unlock()
+	if start {
+		i.jobs.push(func() {
+			i.ctrlMu.Lock()
+			defer i.ctrlMu.Unlock()
+			i.joinGroup(mgid)
+		})
+	}
+	return nil, false
+}
+
+// joinGroup (control loop, under ctrlMu) brings the SA membership and the QP attachment
+// of a group in line with what we want of it.
+func (i *Interface) joinGroup(mgid wire.GID) {
+	ls := i.link.Load()
+	i.mmu.Lock()
+	g := i.groups[mgid]
+	if g == nil {
+		i.mmu.Unlock()
+		return
+	}
+	want := uint8(0)
+	switch {
+	case g.wantFull():
+		want = wire.JoinFullMember
+	case len(g.queue) > 0:
+		want = wire.JoinSendOnlyNonMember
+	}
+	joined, attached := g.joined, g.attached
+	i.mmu.Unlock()
+
+	var err error
+	var rec sa.MCGroup
+	if !ls.up {
+		err = errDown
+	} else if want == wire.JoinFullMember && joined&wire.JoinFullMember == 0 {
+		rec, err = i.saJoin(mgid, wire.JoinFullMember)
+		if err == nil {
+			if err = i.qp.AttachMcast(mgid, rec.MLID); err == nil {
+				attached = true
+			}
+			if joined&wire.JoinSendOnlyNonMember != 0 {
+				// The full membership supersedes it.
+				i.saLeave(mgid, wire.JoinSendOnlyNonMember)
+			}
+			joined = wire.JoinFullMember
+		}
+	} else if want == wire.JoinSendOnlyNonMember && joined == 0 {
+		rec, err = i.saJoin(mgid, wire.JoinSendOnlyNonMember)
+		if err == nil {
+			joined = wire.JoinSendOnlyNonMember
+		}
+	} else if want == 0 && joined != 0 {
+		if attached {
+			_ = i.qp.DetachMcast(mgid, 0)
+			attached = false
+		}
+		i.saLeave(mgid, joined)
+		joined = 0
+	}
+	var ah *hca.AH
+	if err == nil && rec.MLID != 0 {
+		ah, err = i.pd.CreateAH(i.groupAH(rec))
+	}
+
+	i.mmu.Lock()
+	g = i.groups[mgid]
+	if g == nil {
+		i.mmu.Unlock()
+		return
+	}
+	g.busy = false
+	var flush []queued
+	if err != nil {
+		g.failedAt = i.clk.Now()
+		i.cnt.add(cDropNoGroup, uint64(len(g.queue)))
+		g.queue = nil
+		if want == wire.JoinFullMember {
+			i.log.Debug("multicast join failed", "group", g.addr, "mgid", mgid, "err", err)
+		}
+	} else {
+		g.failedAt = time.Time{}
+		g.joined, g.attached = joined, attached
+		if rec.MLID != 0 {
+			g.mlid = rec.MLID
+		}
+		if ah != nil {
+			old := g.ah
+			g.ah = ah
+			if old != nil {
+				i.nmu.Lock()
+				i.dead = append(i.dead, old)
+				i.nmu.Unlock()
+			}
+		}
+		if joined == 0 {
+			if g.ah != nil {
+				i.nmu.Lock()
+				i.dead = append(i.dead, g.ah)
+				i.nmu.Unlock()
+			}
+			delete(i.groups, mgid)
+		} else {
+			flush, g.queue = g.queue, nil
+		}
+	}
+	ah = g.ah
+	i.mmu.Unlock()
+	for _, q := range flush {
+		i.snd.send(ah, MulticastQPN, ls.qkey, q.etype, q.pkt)
+	}
+}
+
+type downError struct{}
+
+func (downError) Error() string { return "ipoib: interface down" }
+
+var errDown error = downError{}
+
+func (i *Interface) saJoin(mgid wire.GID, state uint8) (sa.MCGroup, error) {
+	ls := i.link.Load()
+	p := sa.JoinParams{PKey: i.pkey}
+	if state == wire.JoinFullMember {
+		// Linux's ipoib_mcast_join: a full member creates the group if needed, with the
+		// broadcast group's parameters.
+		b := ls.group
+		p = sa.JoinParams{
+			PKey: i.pkey, Create: true, QKey: b.QKey, MTU: b.MTU, Rate: b.Rate, SL: b.SL,
+			TClass: b.TClass, FlowLabel: b.FlowLabel, HopLimit: b.HopLimit,
+		}
+	}
+	ctx, cancel := context.WithTimeout(i.ctx, saTimeout)
+	defer cancel()
+	return i.sa.Join(ctx, mgid, state, p)
+}
+
+func (i *Interface) saLeave(mgid wire.GID, state uint8) {
+	ctx, cancel := context.WithTimeout(i.ctx, saTimeout)
+	defer cancel()
+	_ = i.sa.Leave(ctx, mgid, state)
+}
+
+// setFull marks the group of addr as subscribed by the stack (report) or as one of ours
+// (own), or unmarks it, and schedules the join or leave.
+func (i *Interface) setFull(addr netip.Addr, report, own *bool) {
+	var mgid wire.GID
+	if addr.Is4() {
+		mgid = MGIDForIPv4(addr, i.pkey, scopeLinkLocal)
+	} else {
+		mgid = MGIDForIPv6(addr, i.pkey, scopeLinkLocal)
+	}
+	i.mmu.Lock()
+	g := i.groups[mgid]
+	if g == nil {
+		if (report == nil || !*report) && (own == nil || !*own) {
+			i.mmu.Unlock()
+			return
+		}
+		g = &group{mgid: mgid, addr: addr}
+		i.groups[mgid] = g
+	}
+	before := g.wantFull()
+	if report != nil {
+		g.report = *report
+	}
+	if own != nil {
+		g.own = *own
+	}
+	changed := before != g.wantFull() || (g.wantFull() && g.joined&wire.JoinFullMember == 0)
+	start := changed && !g.busy
+	if start {
+		g.busy = true
+	}
+	i.mmu.Unlock()
+	if start {
+		i.jobs.push(func() {
+			i.ctrlMu.Lock()
+			defer i.ctrlMu.Unlock()
+			i.joinGroup(mgid)
+		})
+	}
+}
+
+// membershipReport handles an IGMP message from the stack (RFC 2236, RFC 3376).
+func (i *Interface) membershipReport(pkt []byte) {
+	ihl := int(pkt[0]&0x0F) * 4
+	if ihl < 20 || len(pkt) < ihl+8 {
+		i.cnt.inc(cDropMalformed)
+		return
+	}
+	m := pkt[ihl:]
+	i.cnt.inc(cMembershipReports)
+	yes, no := true, false
+	switch m[0] {
+	case igmpv1Report, igmpv2Report:
+		i.setFull(netip.AddrFrom4([4]byte(m[4:8])), &yes, nil)
+	case igmpv2Leave:
+		i.setFull(netip.AddrFrom4([4]byte(m[4:8])), &no, nil)
+	case igmpv3Report:
+		n := int(binary.BigEndian.Uint16(m[6:]))
+		recs := m[8:]
+		for ; n > 0 && len(recs) >= 8; n-- {
+			typ, aux, srcs := recs[0], int(recs[1])*4, int(binary.BigEndian.Uint16(recs[2:]))
+			l := 8 + 4*srcs + aux
+			if l > len(recs) {
+				break
+			}
+			addr := netip.AddrFrom4([4]byte(recs[4:8]))
+			i.applyRecord(addr, typ, srcs)
+			recs = recs[l:]
+		}
+	}
+}
+
+// mldReport handles an MLD message from the stack (RFC 2710, RFC 3810); m starts at
+// the ICMPv6 header.
+func (i *Interface) mldReport(m []byte) {
+	if len(m) < 8 {
+		i.cnt.inc(cDropMalformed)
+		return
+	}
+	i.cnt.inc(cMembershipReports)
+	yes, no := true, false
+	switch m[0] {
+	case mldv1Report, mldv1Done:
+		if len(m) < 24 {
+			return
+		}
+		addr := netip.AddrFrom16([16]byte(m[8:24]))
+		if m[0] == mldv1Report {
+			i.setFull(addr, &yes, nil)
+		} else {
+			i.setFull(addr, &no, nil)
+		}
+	case mldv2Report:
+		n := int(binary.BigEndian.Uint16(m[6:]))
+		recs := m[8:]
+		for ; n > 0 && len(recs) >= 20; n-- {
+			typ, aux, srcs := recs[0], int(recs[1])*4, int(binary.BigEndian.Uint16(recs[2:]))
+			l := 20 + 16*srcs + aux
+			if l > len(recs) {
+				break
+			}
+			addr := netip.AddrFrom16([16]byte(recs[4:20]))
+			i.applyRecord(addr, typ, srcs)
+			recs = recs[l:]
+		}
+	}
+}
+
+// applyRecord turns a group record into a join or leave: any EXCLUDE mode (or sources
+// allowed) means receive, INCLUDE with no sources means leave. IB multicast has no
+// source filtering; the IP stack filters sources itself.
+func (i *Interface) applyRecord(addr netip.Addr, typ byte, srcs int) {
+	if !addr.IsMulticast() {
+		return
+	}
+	yes, no := true, false
+	switch typ {
+	case recModeIsExclude, recChangeToExclude:
+		i.setFull(addr, &yes, nil)
+	case recModeIsInclude, recChangeToInclude, recAllowNew:
+		if srcs > 0 {
+			i.setFull(addr, &yes, nil)
+		} else if typ != recAllowNew {
+			i.setFull(addr, &no, nil)
+		}
+	case recBlockOld:
+	}
+}
+
+// syncOwnGroups (under ctrlMu) joins the IPv6 all-nodes group and the solicited-node
+// groups of our IPv6 addresses, and leaves those of addresses we no longer have.
+func (i *Interface) syncOwnGroups() {
+	if !i.link.Load().up {
+		return
+	}
+	addrs := i.addrs.Load()
+	want := map[netip.Addr]bool{allNodes: true, SolicitedNode(addrs.linkLocal): true}
+	for _, p := range addrs.prefixes {
+		if p.Addr().Is6() {
+			want[SolicitedNode(p.Addr())] = true
+		}
+	}
+	yes, no := true, false
+	i.mmu.RLock()
+	var drop []netip.Addr
+	for _, g := range i.groups {
+		if g.own && !want[g.addr] {
+			drop = append(drop, g.addr)
+		}
+	}
+	i.mmu.RUnlock()
+	for _, a := range drop {
+		i.setFull(a, nil, &no)
+	}
+	for a := range want {
+		i.setFull(a, nil, &yes)
+	}
+}
+
+// rejoinGroups (under ctrlMu) joins again every group we are a member of (after the
+// link came up or the SM changed).
+func (i *Interface) rejoinGroups() {
+	i.mmu.Lock()
+	var mgids []wire.GID
+	for mgid, g := range i.groups {
+		if g.wantFull() && !g.busy {
+			g.joined, g.attached = 0, false
+			g.busy = true
+			mgids = append(mgids, mgid)
+		}
+	}
+	i.mmu.Unlock()
+	for _, m := range mgids {
+		i.jobs.push(func() {
+			i.ctrlMu.Lock()
+			defer i.ctrlMu.Unlock()
+			i.joinGroup(m)
+		})
+	}
+}
+
+// dropGroups (under ctrlMu) forgets the memberships of a link that went down; groups
+// the stack or our addresses want are kept to be joined again when it comes back.
+func (i *Interface) dropGroups(leave bool) {
+	i.mmu.Lock()
+	var leaves []struct {
+		mgid  wire.GID
+		state uint8
+	}
+	for mgid, g := range i.groups {
+		if g.attached {
+			_ = i.qp.DetachMcast(mgid, g.mlid)
+		}
+		if leave && g.joined != 0 {
+			leaves = append(leaves, struct {
+				mgid  wire.GID
+				state uint8
+			}{mgid, g.joined})
+		}
+		i.cnt.add(cDropDown, uint64(len(g.queue)))
+		g.queue = nil
+		if g.ah != nil {
+			i.nmu.Lock()
+			i.dead = append(i.dead, g.ah)
+			i.nmu.Unlock()
+			g.ah = nil
+		}
+		g.joined, g.attached, g.busy = 0, false, false
+		if !g.wantFull() {
+			delete(i.groups, mgid)
+		}
+	}
+	i.mmu.Unlock()
+	for _, l := range leaves {
+		ctx, cancel := context.WithTimeout(i.ctx, time.Second)
+		_ = i.sa.Leave(ctx, l.mgid, l.state)
+		cancel()
+	}
+}

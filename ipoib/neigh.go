@@ -1,0 +1,453 @@
+package ipoib
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// The neighbour cache (IP → 20-byte address, ip-neighbour's states) and the path cache
+// (GID → an AH built from the SA's PathRecord).
+
+type nudState uint8
+
+const (
+	nudIncomplete nudState = iota
+	nudReachable
+	nudStale
+	nudFailed
+)
+
+var nudNames = [...]string{"INCOMPLETE", "REACHABLE", "STALE", "FAILED"}
+
+func (s nudState) String() string { return nudNames[s] }
+
+const (
+	// retransTime is the ARP/NS retransmission interval (Linux retrans_time_ms).
+	retransTime = time.Second
+	// maxProbes is how many solicitations go unanswered before the entry FAILs
+	// (Linux mcast_solicit / ucast_solicit).
+	maxProbes = 3
+	// maxQueued packets wait per unresolved neighbour (Linux unres_qlen is larger;
+	// a few cover the first packets of a connection).
+	maxQueued = 8
+)
+
+// queued is a packet waiting for its neighbour's (or group's) address.
+type queued struct {
+	etype uint16
+	pkt   []byte
+}
+
+type neighbor struct {
+	ip        netip.Addr
+	hw        HWAddr
+	state     nudState
+	updated   time.Time // last confirmation, or last state change
+	lastProbe time.Time
+	probes    int
+	ah        *hca.AH
+	pathBusy  bool
+	timer     clock.Timer
+	queue     []queued
+}
+
+// neighborAH returns the AH and QPN of dst's neighbour, or queues pkt and starts the
+// resolution. It is the transmit path's lookup: a read lock and a map access.
+func (i *Interface) neighborAH(dst netip.Addr, now time.Time, etype uint16, pkt []byte) (*hca.AH, uint32, bool) {
+	i.nmu.RLock()
+	n := i.neigh[dst]
+	if n != nil && n.ah != nil && (n.state == nudReachable || n.state == nudStale) {
+		ah, qpn := n.ah, n.hw.QPN()
+		aged := n.state == nudReachable && now.Sub(n.updated) >= i.cfg.NeighborTimeout
+		probe := n.state == nudStale && now.Sub(n.lastProbe) >= retransTime
+		i.nmu.RUnlock()
+		if aged || probe {
+			i.reprobe(dst, now)
+		}
+		return ah, qpn, true
+	}
+	i.nmu.RUnlock()
+	i.resolve(dst, now, etype, pkt)
+	return nil, 0, false
+}
+
+func clonePacket(p []byte) []byte { return append([]byte(nil), p...) }
+
+// resolve queues pkt for dst and starts (or continues) its resolution.
+func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []byte) {
+	solicit, path := false, false
+	i.nmu.Lock()
+	n := i.neigh[dst]
+	switch {
+	case n == nil:
+		n = &neighbor{ip: dst, state: nudIncomplete, updated: now}
+		i.neigh[dst] = n
+		solicit = true
+	case n.state == nudFailed:
+		n.state, n.probes, n.updated = nudIncomplete, 0, now
+		solicit = true
+	case n.state != nudIncomplete && n.ah == nil && !n.pathBusy:
+		n.pathBusy = true
+		path = true
+	}
+	if pkt != nil {
+		if len(n.queue) < maxQueued {
+			n.queue = append(n.queue, queued{etype, clonePacket(pkt)})
+		} else {
+			i.cnt.inc(cDropNoNeighbor)
+		}
+	}
+	if solicit {
+		n.probes, n.lastProbe = 1, now
+		i.armResolveTimer(n)
+	}
+	i.nmu.Unlock()
+	if solicit {
+		i.solicit(dst, netip.Addr{}, pkt)
+	}
+	if path {
+		i.jobs.push(func() { i.resolvePath(dst) })
+	}
+}
+
+// armResolveTimer (under nmu) schedules the next retransmission for n.
+func (i *Interface) armResolveTimer(n *neighbor) {
+	ip := n.ip
+	if n.timer == nil {
+		n.timer = i.clk.AfterFunc(retransTime, func() { i.resolveTimeout(ip) })
+	} else {
+		n.timer.Reset(retransTime)
+	}
+}
+
+// resolveTimeout retransmits a solicitation, or fails the entry after maxProbes.
+func (i *Interface) resolveTimeout(ip netip.Addr) {
+	if i.closed.Load() {
+		return
+	}
+	now := i.clk.Now()
+	i.nmu.Lock()
+	n := i.neigh[ip]
+	if n == nil || (n.state != nudIncomplete && n.state != nudStale) {
+		i.nmu.Unlock()
+		return
+	}
+	if n.probes >= maxProbes {
+		dropped := len(n.queue)
+		n.queue = nil
+		n.state, n.updated = nudFailed, now
+		i.nmu.Unlock()
+		i.cnt.add(cDropARPTimeout, uint64(dropped))
+		i.cnt.inc(cNeighborsFailed)
+		return
+	}
+	n.probes++
+	n.lastProbe = now
+	i.armResolveTimer(n)
+	hw := n.hw
+	stale := n.state == nudStale
+	i.nmu.Unlock()
+	if stale {
+		i.solicit(ip, netip.Addr{}, nil)
+		_ = hw
+		return
+	}
+	i.solicit(ip, netip.Addr{}, nil)
+}
+
+// reprobe moves an aged entry to STALE and solicits it again, still using the old
+// address meanwhile (Linux: STALE → DELAY → PROBE).
+func (i *Interface) reprobe(dst netip.Addr, now time.Time) {
+	i.nmu.Lock()
+	n := i.neigh[dst]
+	if n == nil {
+		i.nmu.Unlock()
+		return
+	}
+	if n.state == nudReachable {
+		if now.Sub(n.updated) < i.cfg.NeighborTimeout {
+			i.nmu.Unlock()
+			return
+		}
+		n.state = nudStale
+		n.probes = 0
+	}
+	if n.state != nudStale || now.Sub(n.lastProbe) < retransTime {
+		i.nmu.Unlock()
+		return
+	}
+	n.lastProbe = now
+	n.probes++
+	i.armResolveTimer(n)
+	i.nmu.Unlock()
+	i.solicit(dst, netip.Addr{}, nil)
+}
+
+// solicit sends an ARP request (IPv4) or a neighbour solicitation (IPv6) for dst.
+// src, when valid, is the address to ask from; trigger the packet that caused it.
+func (i *Interface) solicit(dst, src netip.Addr, trigger []byte) {
+	ls := i.link.Load()
+	if !ls.up {
+		return
+	}
+	addrs := i.addrs.Load()
+	if !src.IsValid() {
+		var ok bool
+		src, ok = addrs.source(dst)
+		if !ok && dst.Is4() && len(trigger) >= 20 && trigger[0]>>4 == 4 {
+			src, ok = netip.AddrFrom4([4]byte(trigger[12:16])), true
+		}
+		if !ok {
+			src = netip.IPv4Unspecified()
+		}
+	}
+	if dst.Is4() {
+		var b [arpLen]byte
+		arp := buildARP(b[:], arpOpRequest, ls.hw, src, HWAddr{}, dst)
+		i.sendARP(ls.bcastAH, MulticastQPN, arp)
+		return
+	}
+	var b [ipv6HeaderLen + ndMsgLen + ndOptLen]byte
+	i.xmit(buildNS(b[:], src, dst, ls.hw))
+	i.cnt.inc(cTxND)
+}
+
+// learn records that ip is at hw. confirm marks the entry REACHABLE; create makes an
+// entry for an unknown ip (a request addressed to us, RFC 826's merge rule).
+func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) {
+	if !ip.IsValid() || ip.IsUnspecified() || hw.IsMulticast() || hw.QPN() == 0 {
+		return
+	}
+	i.nmu.Lock()
+	n := i.neigh[ip]
+	if n == nil {
+		if !create {
+			i.nmu.Unlock()
+			return
+		}
+		n = &neighbor{ip: ip}
+		i.neigh[ip] = n
+	}
+	if n.hw != hw {
+		n.hw = hw
+		n.ah = nil
+	}
+	if n.state != nudReachable && n.state != nudStale {
+		i.cnt.inc(cNeighborsResolved)
+	}
+	n.state, n.updated, n.probes = nudReachable, now, 0
+	if n.timer != nil {
+		n.timer.Stop()
+	}
+	if n.ah == nil {
+		n.ah = i.ahs[hw.GID()]
+	}
+	path := false
+	if n.ah == nil && !n.pathBusy {
+		n.pathBusy = true
+		path = true
+	}
+	var flush []queued
+	ah, qpn := n.ah, hw.QPN()
+	if ah != nil {
+		flush, n.queue = n.queue, nil
+	}
+	i.nmu.Unlock()
+	if path {
+		i.jobs.push(func() { i.resolvePath(ip) })
+	}
+	i.sendQueued(ah, qpn, flush)
+}
+
+func (i *Interface) sendQueued(ah *hca.AH, qpn uint32, q []queued) {
+	ls := i.link.Load()
+	for _, p := range q {
+		if !ls.up {
+			i.cnt.inc(cDropDown)
+			continue
+		}
+		if p.etype == EtherTypeARP {
+			i.sendARP(ah, qpn, p.pkt)
+			continue
+		}
+		i.snd.send(ah, qpn, ls.qkey, p.etype, p.pkt)
+	}
+}
+
+// sendToNeighbor sends a control payload (an ARP reply) to ip's neighbour, waiting in
+// its queue for the path if needed.
+func (i *Interface) sendToNeighbor(ip netip.Addr, etype uint16, payload []byte) {
+	i.nmu.RLock()
+	n := i.neigh[ip]
+	if n != nil && n.ah != nil {
+		ah, qpn := n.ah, n.hw.QPN()
+		i.nmu.RUnlock()
+		if etype == EtherTypeARP {
+			i.sendARP(ah, qpn, payload)
+		} else {
+			ls := i.link.Load()
+			i.snd.send(ah, qpn, ls.qkey, etype, payload)
+		}
+		return
+	}
+	i.nmu.RUnlock()
+	i.nmu.Lock()
+	n = i.neigh[ip]
+	if n == nil {
+		i.nmu.Unlock()
+		i.cnt.inc(cDropNoNeighbor)
+		return
+	}
+	if n.ah != nil {
+		ah, qpn := n.ah, n.hw.QPN()
+		i.nmu.Unlock()
+		i.sendQueued(ah, qpn, []queued{{etype, payload}})
+		return
+	}
+	if len(n.queue) < maxQueued {
+		n.queue = append(n.queue, queued{etype, clonePacket(payload)})
+	} else {
+		i.cnt.inc(cDropNoNeighbor)
+	}
+	i.nmu.Unlock()
+}
+
+// resolvePath (control loop) asks the SA for the path to ip's GID and builds its AH.
+func (i *Interface) resolvePath(ip netip.Addr) {
+	i.nmu.RLock()
+	n := i.neigh[ip]
+	var gid wire.GID
+	if n != nil {
+		gid = n.hw.GID()
+	}
+	i.nmu.RUnlock()
+	if n == nil {
+		return
+	}
+	ah, err := i.pathAH(gid)
+	i.nmu.Lock()
+	n = i.neigh[ip]
+	if n == nil {
+		i.nmu.Unlock()
+		return
+	}
+	n.pathBusy = false
+	if err != nil || n.hw.GID() != gid {
+		dropped := len(n.queue)
+		n.queue = nil
+		i.nmu.Unlock()
+		i.cnt.add(cDropNoPath, uint64(dropped))
+		if err != nil {
+			i.log.Debug("no path to neighbour", "ip", ip, "gid", gid, "err", err)
+		}
+		return
+	}
+	// Every neighbour at that GID (an IPv4 and an IPv6 address of one host) shares it.
+	type flushJob struct {
+		qpn uint32
+		q   []queued
+	}
+	var jobs []flushJob
+	for _, m := range i.neigh {
+		if m.ah == nil && m.hw.GID() == gid && (m.state == nudReachable || m.state == nudStale) {
+			m.ah = ah
+			if len(m.queue) > 0 {
+				jobs = append(jobs, flushJob{m.hw.QPN(), m.queue})
+				m.queue = nil
+			}
+		}
+	}
+	i.nmu.Unlock()
+	for _, j := range jobs {
+		i.sendQueued(ah, j.qpn, j.q)
+	}
+}
+
+// pathAH returns the cached AH for gid or builds one from a PathRecord.
+func (i *Interface) pathAH(gid wire.GID) (*hca.AH, error) {
+	i.nmu.RLock()
+	ah := i.ahs[gid]
+	i.nmu.RUnlock()
+	if ah != nil {
+		return ah, nil
+	}
+	i.cnt.inc(cPathQueries)
+	ctx, cancel := context.WithTimeout(i.ctx, saTimeout)
+	p, err := i.sa.PathRecord(ctx, sa.PathQuery{DGID: gid, PKey: i.pkey})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	ah, err = i.pd.CreateAH(hca.AHAttr{DLID: p.DLID, SL: p.SL, PortNum: i.port.Num()})
+	if err != nil {
+		return nil, err
+	}
+	i.nmu.Lock()
+	if old := i.ahs[gid]; old != nil {
+		i.nmu.Unlock()
+		_ = ah.Destroy()
+		return old, nil
+	}
+	i.ahs[gid] = ah
+	i.nmu.Unlock()
+	return ah, nil
+}
+
+// flushPaths forgets every AH (after an SM or LID change): the next packet to each
+// neighbour asks the SA again. The old AHs are destroyed on Close, since the transmit
+// path may still hold them.
+func (i *Interface) flushPaths() {
+	i.nmu.Lock()
+	for _, ah := range i.ahs {
+		i.dead = append(i.dead, ah)
+	}
+	clear(i.ahs)
+	for _, n := range i.neigh {
+		n.ah = nil
+	}
+	i.nmu.Unlock()
+}
+
+// flushNeighbors empties the cache (the link went down).
+func (i *Interface) flushNeighbors() {
+	i.nmu.Lock()
+	dropped := 0
+	for ip, n := range i.neigh {
+		if n.timer != nil {
+			n.timer.Stop()
+		}
+		dropped += len(n.queue)
+		delete(i.neigh, ip)
+	}
+	for _, ah := range i.ahs {
+		i.dead = append(i.dead, ah)
+	}
+	clear(i.ahs)
+	i.nmu.Unlock()
+	i.cnt.add(cDropDown, uint64(dropped))
+}
+
+// Neighbors lists the neighbour cache (`pibgw neigh`). Entries past NeighborTimeout
+// show as STALE.
+func (i *Interface) Neighbors() []Neighbor {
+	now := i.clk.Now()
+	i.nmu.Lock()
+	out := make([]Neighbor, 0, len(i.neigh))
+	for _, n := range i.neigh {
+		if n.state == nudReachable && now.Sub(n.updated) >= i.cfg.NeighborTimeout {
+			n.state = nudStale
+			n.probes = 0
+		}
+		out = append(out, Neighbor{IP: n.ip, HWAddr: n.hw, State: n.state.String(), Age: now.Sub(n.updated)})
+	}
+	i.nmu.Unlock()
+	slices.SortFunc(out, func(a, b Neighbor) int { return a.IP.Compare(b.IP) })
+	return out
+}
