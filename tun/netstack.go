@@ -26,9 +26,11 @@ import (
 
 const (
 	netstackNIC = tcpip.NICID(1)
-	// netstackQueue is how many outbound packets the stack may queue before Read takes
-	// them; beyond that it drops, like a NIC's full transmit ring.
-	netstackQueue = 1024
+	// The stack may queue this many bytes of outbound packets (at most 4096 packets,
+	// at least 256) before Read takes them; beyond that it drops, like a NIC with a
+	// full transmit ring, and TCP recovers. Too short a queue loses a TCP window's
+	// burst at small MTUs.
+	netstackQueueBytes = 16 << 20
 	// netstackBatch is the most packets one Read returns.
 	netstackBatch = 128
 )
@@ -81,7 +83,7 @@ func NewNetstack(cfg NetstackConfig) (*Netstack, error) {
 	ns := &Netstack{
 		name:  cfg.Name,
 		stack: s,
-		ep:    channel.New(netstackQueue, uint32(cfg.MTU), ""),
+		ep:    channel.New(min(4096, max(256, netstackQueueBytes/cfg.MTU)), uint32(cfg.MTU), ""),
 	}
 	ns.ctx, ns.cancel = context.WithCancel(context.Background())
 	fail := func(format string, args ...any) (*Netstack, error) {
