@@ -29,6 +29,8 @@ TOOLS=(
 FUZZ=(
 	"./wire FuzzParsePacket"
 	"./wire FuzzParseMAD"
+	"./internal/fuzztest FuzzPortReceive"
+	"./internal/fuzztest FuzzSwitchReceive"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")
