@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,12 +18,12 @@ func ParsePKey(s string) (uint16, error) {
 	}
 	n, err := strconv.ParseUint(t, 16, 64)
 	if err != nil {
-		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+		if errors.Is(err, strconv.ErrRange) {
 			return 0, fmt.Errorf("invalid P_Key %q: more than 16 bits (at most 0xffff)", s)
 		}
 		return 0, fmt.Errorf("invalid P_Key %q: want a hexadecimal number such as 0x8001", s)
 	}
-	return pkeyValue(s, n)
+	return pkeyValue(strconv.Quote(s), n)
 }
 
 // PKeyFromInt is ParsePKey for a number (a TOML integer).

@@ -1,21 +1,17 @@
 package daemon
 
 import (
-	"errors"
-
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/tun"
 )
 
-// DefaultBackend returns the backend of kernel TUN devices, named namespaces, gVisor
-// netstacks and ipoib interfaces.
+// DefaultBackend returns the real backend: named namespaces and kernel TUN devices
+// (link type infiniband, addresses, up) from tun, gVisor netstacks for userspace
+// interfaces, and ipoib interfaces.
 func DefaultBackend() Backend { return defaultBackend{} }
 
 type defaultBackend struct{}
-
-// errPending is returned until the ipoib and netstack implementations land.
-var errPending = errors.New("not available in this build yet (ipoib/netstack pending)")
 
 func (defaultBackend) NetNSExists(name string) (bool, error) { return tun.NetNSExists(name), nil }
 func (defaultBackend) CreateNetNS(name string) error         { return tun.CreateNetNS(name) }
@@ -23,7 +19,7 @@ func (defaultBackend) DeleteNetNS(name string) error         { return tun.Delete
 
 func (defaultBackend) OpenDevice(spec DeviceSpec) (tun.Device, error) {
 	if spec.Stack == config.StackUserspace {
-		return nil, errPending
+		return tun.NewNetstack(tun.NetstackConfig{Name: spec.Name, MTU: spec.MTU, Addrs: spec.Addrs})
 	}
 	return tun.CreateKernel(tun.KernelConfig{
 		Name: spec.Name, MTU: spec.MTU, NetNS: spec.NetNS, Infiniband: true,
@@ -31,4 +27,4 @@ func (defaultBackend) OpenDevice(spec DeviceSpec) (tun.Device, error) {
 	})
 }
 
-func (defaultBackend) NewInterface(cfg ipoib.Config) (IPoIB, error) { return nil, errPending }
+func (defaultBackend) NewInterface(cfg ipoib.Config) (IPoIB, error) { return ipoib.New(cfg) }

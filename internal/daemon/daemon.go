@@ -53,7 +53,7 @@ type netif struct {
 
 // Start builds the fabric and every configured interface. On error everything it made
 // is taken down again.
-func Start(ctx context.Context, opts Options) (d *Daemon, err error) {
+func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if opts.Config == nil {
 		opts.Config = config.Default()
 	}
@@ -63,12 +63,11 @@ func Start(ctx context.Context, opts Options) (d *Daemon, err error) {
 	if opts.Backend == nil {
 		opts.Backend = DefaultBackend()
 	}
-	d = &Daemon{cfg: opts.Config, log: opts.Logger, backend: opts.Backend, started: time.Now(),
+	d := &Daemon{cfg: opts.Config, log: opts.Logger, backend: opts.Backend, started: time.Now(),
 		clients: make(map[*hca.Port]*sa.Client)}
 	defer func() {
 		if err != nil {
 			d.Close()
-			d = nil
 		}
 	}()
 	if d.Fabric, err = BuildFabric(ctx, d.cfg, d.log); err != nil {
@@ -127,16 +126,11 @@ func (d *Daemon) Close() error {
 }
 
 // LinkLocal is the IPv6 link-local address of an IPoIB interface on the port with GUID
-// guid: fe80::/64 with the port GUID, U/L bit flipped, as interface identifier (RFC 4391
-// §8, FACTS.md §2).
+// guid, as a /64: fe80:: with the port GUID, U/L bit flipped, as interface identifier
+// (RFC 4391 §8, FACTS.md §2) — ipoib.LinkLocalFromGUID. The kernel adds none to a TUN
+// device of link type infiniband, so the daemon configures it.
 func LinkLocal(guid uint64) netip.Prefix {
-	var b [16]byte
-	b[0], b[1] = 0xfe, 0x80
-	iid := guid ^ 0x0200_0000_0000_0000
-	for i := 0; i < 8; i++ {
-		b[8+i] = byte(iid >> (56 - 8*i))
-	}
-	return netip.PrefixFrom(netip.AddrFrom16(b), 64)
+	return netip.PrefixFrom(ipoib.LinkLocalFromGUID(guid), 64)
 }
 
 // deviceMTU is the MTU the TUN device starts with: the configured one, or the

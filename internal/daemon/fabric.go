@@ -44,15 +44,14 @@ type Fabric struct {
 
 // BuildFabric builds the fabric cfg describes and waits for the SM's first sweep, so that
 // every cabled port is Active with its LID when it returns.
-func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (f *Fabric, err error) {
+func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *Fabric, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	f = &Fabric{log: log}
+	f := &Fabric{log: log}
 	defer func() {
 		if err != nil {
 			f.Close()
-			f = nil
 		}
 	}()
 	fc := cfg.Fabric

@@ -1,0 +1,222 @@
+package config
+
+import (
+	"net/netip"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	c := Default()
+	if c.Daemon.Control != "/run/pibgw/pibgw.sock" || c.Daemon.Capture != "" {
+		t.Errorf("daemon %+v", c.Daemon)
+	}
+	if len(c.Fabric.HCAs) != 2 || c.Fabric.SwitchPorts != 8 {
+		t.Fatalf("fabric %+v", c.Fabric)
+	}
+	for i, want := range []uint64{0x0002_c903_0000_0300, 0x0002_c903_0000_0400} {
+		h := c.Fabric.HCAs[i]
+		if h.Name != HCAName(i) || h.Ports != 1 || h.NodeGUID != want {
+			t.Errorf("hca %d: %+v", i, h)
+		}
+	}
+	if c.SM.HCA != "pib_0" || c.SM.Port != 1 || c.SM.SweepInterval != 10*time.Second || len(c.SM.Partitions) != 0 {
+		t.Errorf("sm %+v", c.SM)
+	}
+	want := []Interface{
+		{Name: "ib0", HCA: "pib_0", Port: 1, PKey: 0xffff, NetNS: "pib0",
+			Addrs: []netip.Prefix{netip.MustParsePrefix("10.10.0.1/24")}, Mode: "datagram", Stack: "kernel"},
+		{Name: "ib1", HCA: "pib_1", Port: 1, PKey: 0xffff, NetNS: "pib1",
+			Addrs: []netip.Prefix{netip.MustParsePrefix("10.10.0.2/24")}, Mode: "datagram", Stack: "kernel"},
+	}
+	if !reflect.DeepEqual(c.Interfaces, want) {
+		t.Errorf("interfaces\n got %+v\nwant %+v", c.Interfaces, want)
+	}
+}
+
+// configs/default.toml spells out exactly the defaults.
+func TestDefaultFile(t *testing.T) {
+	c, err := Load("../../configs/default.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Default()
+	d.Source = c.Source
+	if !reflect.DeepEqual(c, d) {
+		t.Errorf("configs/default.toml\n got %+v\nwant %+v", c, d)
+	}
+}
+
+func TestPartitionsFile(t *testing.T) {
+	c, err := Load("../../configs/partitions.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Fabric.HCAs) != 3 || len(c.SM.Partitions) != 1 {
+		t.Fatalf("%+v", c)
+	}
+	p := c.SM.Partitions[0]
+	if p.Name != "storage" || p.PKey != 0x8001 || !p.IPoIB || p.MTU != 2048 || p.QKey != 0x0B1B ||
+		!reflect.DeepEqual(p.Members, []Member{{GUID: 0x0002_c903_0000_0301, Full: true}, {GUID: 0x0002_c903_0000_0401, Full: true}}) {
+		t.Errorf("partition %+v", p)
+	}
+	var names []string
+	for _, it := range c.Interfaces {
+		names = append(names, it.Name+"@"+it.NetNS)
+	}
+	if got := strings.Join(names, " "); got != "ib0@hosta ib0.8001@hosta ib1@hostb ib1.8001@hostb ib2@hostc ib2.8001@hostc" {
+		t.Errorf("interfaces %s", got)
+	}
+	child, _ := c.Interface("ib1.8001")
+	if child.Parent != "ib1" || child.HCA != "pib_1" || child.Port != 1 || child.PKey != 0x8001 ||
+		child.Addrs[0] != netip.MustParsePrefix("10.20.0.2/24") {
+		t.Errorf("child %+v", child)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	c, err := Parse("x.toml", []byte(`
+[daemon]
+control = "/tmp/p.sock"
+log_level = "debug"
+capture = "/tmp/f.pcap"
+[fabric]
+node_guid_base = "0x0011223300000000"
+switch_ports = 12
+[[fabric.hcas]]
+ports = 2
+[[fabric.hcas]]
+node_guid = "0x8000000000000100"
+[sm]
+hca = "pib_0"
+port = 2
+priority = 5
+sweep_interval = "off"
+[[sm.partitions]]
+name = "Default"
+pkey = "7fff"
+members = ["ALL"]
+[[sm.partitions]]
+name = "p2"
+pkey = 2
+members = "pib_0/2"
+limited = ["0002:c903:0000:0301", "all"]
+ipoib = false
+mtu = 4096
+qkey = 0x1234
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+port = 2
+pkey = "0x0002"
+addresses = ["fd00::1/64", "10.1.0.1/16"]
+stack = "userspace"
+mtu = 4092
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Daemon.Control != "/tmp/p.sock" || c.Daemon.LogLevel.String() != "DEBUG" || c.Daemon.Capture != "/tmp/f.pcap" {
+		t.Errorf("daemon %+v", c.Daemon)
+	}
+	if c.Fabric.HCAs[0].NodeGUID != 0x0011_2233_0000_0300 || c.Fabric.HCAs[0].Ports != 2 ||
+		c.Fabric.HCAs[1].NodeGUID != 0x8000_0000_0000_0100 || c.Fabric.SwitchPorts != 12 {
+		t.Errorf("fabric %+v", c.Fabric)
+	}
+	if c.SM.Port != 2 || c.SM.Priority != 5 || c.SM.SweepInterval != 0 {
+		t.Errorf("sm %+v", c.SM)
+	}
+	p := c.SM.Partitions[1]
+	wantM := []Member{{GUID: 0x0011_2233_0000_0302, Full: true}, {GUID: 0x0002_c903_0000_0301}, {All: true}}
+	if p.PKey != 0x8002 || p.IPoIB || p.MTU != 4096 || p.QKey != 0x1234 || !reflect.DeepEqual(p.Members, wantM) {
+		t.Errorf("partition %+v", p)
+	}
+	it := c.Interfaces[0]
+	if it.PKey != 0x8002 || it.Stack != StackUserspace || it.MTU != 4092 || len(it.Addrs) != 2 || it.NetNS != "" {
+		t.Errorf("interface %+v", it)
+	}
+}
+
+// Every error names the file, the field and the reason.
+func TestErrors(t *testing.T) {
+	for _, tc := range []struct{ toml, want string }{
+		{"[fabric]\n[[fabric.hcas]]\n[[fabric.hcas]]\nports = 40\n", "x.toml: fabric.hcas[1].ports: 40 out of range 1..32"},
+		{"[fabric]\nhca_count = 0\n", "x.toml: fabric.hca_count: 0 out of range 1..64"},
+		{"[fabric]\nhca_count = \"two\"\n", "x.toml: fabric.hca_count: want an integer, got a string"},
+		{"[fabric]\nhca_count = 3\n[[fabric.hcas]]\n", "x.toml: fabric.hca_count: 3, but 1 [[fabric.hcas]] are listed"},
+		{"[fabric]\nnode_guid_base = 0x1234\n", "x.toml: fabric.node_guid_base: 0x0000000000001234: must be non-zero with the low 16 bits zero"},
+		{"[fabric]\nnode_guid_base = \"xyz\"\n", "x.toml: fabric.node_guid_base: \"xyz\": not a 64-bit hexadecimal GUID"},
+		{"[fabric]\nhca_count = 9\nswitch_ports = 4\n", "x.toml: fabric.switch_ports: 4 ports cannot take the 9 HCA ports configured"},
+		{"[fabric]\nswitch_ports = 300\n", "x.toml: fabric.switch_ports: 300 out of range 1..254"},
+		{"[[fabric.hcas]]\nnode_guid = 0x0002c90300000300\n[[fabric.hcas]]\nnode_guid = 0x0002c90300000300\n", "x.toml: fabric.hcas[1].node_guid: 0x0002c90300000300 already used by pib_0"},
+		{"[[fabric.hcas]]\nnode_guid = 0x0002c90300000301\n", "x.toml: fabric.hcas[0].node_guid: 0x0002c90300000301: must be non-zero with the low byte zero"},
+		{"[fabric]\nfoo = 1\n", "x.toml: fabric.foo: unknown option"},
+		{"[daemon]\nlog_level = \"loud\"\n", "x.toml: daemon.log_level: \"loud\": want debug, info, warn or error"},
+		{"[daemon]\ncontrol = \"\"\n", "x.toml: daemon.control: empty path"},
+		{"[sm]\nhca = \"pib_7\"\n", "x.toml: sm.hca: \"pib_7\": no such HCA (have pib_0, pib_1)"},
+		{"[sm]\nport = 2\n", "x.toml: sm.port: 2 out of range 1..1 (pib_0 has 1)"},
+		{"[sm]\npriority = 16\n", "x.toml: sm.priority: 16 out of range 0..15"},
+		{"[sm]\nsweep_interval = \"soon\"\n", "x.toml: sm.sweep_interval: \"soon\": want a duration"},
+		{"[[sm.partitions]]\npkey = 0x8001\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[0].name: missing"},
+		{"[[sm.partitions]]\nname = \"a\"\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[0].pkey: missing"},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 0x8000\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[0].pkey: invalid P_Key 0x8000: partition number 0 is reserved"},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 0x10001\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[0].pkey: invalid P_Key 0x10001: more than 16 bits"},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 1\nmembers = [\"ALL\"]\n[[sm.partitions]]\nname = \"b\"\npkey = 0x8001\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[1].pkey: 0x8001 already used by partition \"a\""},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 1\nmembers = [\"pib_9\"]\n", "x.toml: sm.partitions[0].members[0]: \"pib_9\": no such HCA"},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 1\nmembers = [\"pib_0/3\"]\n", "x.toml: sm.partitions[0].members[0]: \"pib_0/3\": port \"3\" out of range 1..1"},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 1\nlimited = [\"nobody\"]\n", "x.toml: sm.partitions[0].limited[0]: \"nobody\": want \"ALL\", a port GUID"},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 1\n", "x.toml: sm.partitions[0].members: partition \"a\" has no members"},
+		{"[[sm.partitions]]\nname = \"a\"\npkey = 1\nmembers = [\"ALL\"]\nmtu = 3000\n", "x.toml: sm.partitions[0].mtu: 3000: want 256, 512, 1024, 2048 or 4096"},
+		{"[[interfaces]]\nhca = \"pib_0\"\n", "x.toml: interfaces[0].name: missing"},
+		{"[[interfaces]]\nname = \"ib0\"\n", "x.toml: interfaces[0].hca: missing (have pib_0, pib_1)"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_5\"\n", "x.toml: interfaces[0].hca: \"pib_5\": no such HCA"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nport = 2\n", "x.toml: interfaces[0].port: 2 out of range 1..1"},
+		{"[[interfaces]]\nname = \"a very long name\"\nhca = \"pib_0\"\n", "x.toml: interfaces[0].name: \"a very long name\" is not a valid interface name"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\n[[interfaces]]\nname = \"ib0\"\nhca = \"pib_1\"\n", "x.toml: interfaces[1].name: \"ib0\" used twice"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\n[[interfaces]]\nname = \"ib9\"\nhca = \"pib_0\"\n", "x.toml: interfaces[1].pkey: pib_0 port 1 already has interface \"ib0\" on P_Key 0xffff"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\npkey = \"zz\"\n", "x.toml: interfaces[0].pkey: invalid P_Key \"zz\": want a hexadecimal number"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\npkey = 0\n", "x.toml: interfaces[0].pkey: invalid P_Key 0x0: partition number 0 is reserved"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\naddresses = [\"10.1.2.300/24\"]\n", "x.toml: interfaces[0].addresses[0]: malformed address \"10.1.2.300/24\""},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\naddresses = [\"10.1.2.3\"]\n", "x.toml: interfaces[0].addresses[0]: address \"10.1.2.3\" has no prefix length"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\naddresses = [1]\n", "x.toml: interfaces[0].addresses[0]: want a string, got an integer"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nmode = \"connected\"\n", "x.toml: interfaces[0].mode: \"connected\" is not supported yet"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nstack = \"dpdk\"\n", "x.toml: interfaces[0].stack: \"dpdk\": want \"kernel\" or \"userspace\""},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nnetns = \"a/b\"\n", "x.toml: interfaces[0].netns: \"a/b\" is not a valid namespace name"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nmtu = 9000\n", "x.toml: interfaces[0].mtu: 9000 out of range 1280..4092"},
+		{"[[interfaces]]\nparent = \"ib0\"\npkey = 0x8001\n", "x.toml: interfaces[0].parent: \"ib0\": no such interface before this one"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\n[[interfaces]]\nparent = \"ib0\"\n", "x.toml: interfaces[1].pkey: missing: a child needs its partition's P_Key"},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nnetns = \"a\"\n[[interfaces]]\nparent = \"ib0\"\npkey = 2\nnetns = \"b\"\n", "x.toml: interfaces[1].netns: \"b\": a child lives in its parent's namespace \"a\""},
+		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\n[[interfaces]]\nparent = \"ib0\"\npkey = 2\nhca = \"pib_1\"\n", "x.toml: interfaces[1].hca: a child runs on its parent's HCA port"},
+		{"[fabric\n", "x.toml:2: "},
+		{"a = 1\n", "x.toml: a: unknown option"},
+	} {
+		_, err := Parse("x.toml", []byte(tc.toml))
+		if err == nil {
+			t.Errorf("%q: no error, want %q", tc.toml, tc.want)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%q:\n got %q\nwant %q…", tc.toml, err, tc.want)
+		}
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	_, err := Load("/nonexistent/pibgw.toml")
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/pibgw.toml") || !os.IsNotExist(err) {
+		t.Errorf("err %v", err)
+	}
+}
+
+func TestChildNaming(t *testing.T) {
+	c, err := Parse("", []byte("[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\n[[interfaces]]\nparent = \"ib0\"\npkey = \"1\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Interfaces[1].Name != "ib0.8001" || c.Interfaces[1].PKey != 0x8001 {
+		t.Errorf("%+v", c.Interfaces[1])
+	}
+}

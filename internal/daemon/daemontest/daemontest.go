@@ -1,0 +1,246 @@
+// Package daemontest has an in-memory daemon.Backend for tests that need no root: named
+// namespaces in a map, TUN devices that swallow packets, and IPoIB interfaces that report
+// what a real one would (hardware address from the port's GID, the partition's broadcast
+// address, up only while the P_Key is in the port's table) without moving packets.
+package daemontest
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pibgw/pibgw/internal/daemon"
+	"github.com/pibgw/pibgw/ipoib"
+	"github.com/pibgw/pibgw/tun"
+)
+
+// Backend is a fake daemon.Backend. The zero value is not usable; call New.
+type Backend struct {
+	mu      sync.Mutex
+	netns   map[string]bool
+	devices map[string]*Device // by name, while open
+	ifaces  map[string]*Interface
+	created []string // every namespace created, in order
+	deleted []string
+	nextQPN uint32
+	// Neighbors, by interface name, is what Interface.Neighbors returns.
+	Neighbors map[string][]ipoib.Neighbor
+	// FailDevice, if set, makes OpenDevice fail for that interface name.
+	FailDevice string
+}
+
+// New returns an empty fake backend; existing lists namespaces that exist already.
+func New(existing ...string) *Backend {
+	b := &Backend{netns: map[string]bool{}, devices: map[string]*Device{}, ifaces: map[string]*Interface{},
+		nextQPN: 0x48, Neighbors: map[string][]ipoib.Neighbor{}}
+	for _, n := range existing {
+		b.netns[n] = true
+	}
+	return b
+}
+
+var _ daemon.Backend = (*Backend)(nil)
+
+func (b *Backend) NetNSExists(name string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.netns[name], nil
+}
+
+func (b *Backend) CreateNetNS(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.netns[name] {
+		return fmt.Errorf("namespace %s exists", name)
+	}
+	b.netns[name] = true
+	b.created = append(b.created, name)
+	return nil
+}
+
+func (b *Backend) DeleteNetNS(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.netns[name] {
+		return fmt.Errorf("namespace %s does not exist", name)
+	}
+	delete(b.netns, name)
+	b.deleted = append(b.deleted, name)
+	return nil
+}
+
+// NetNS lists the namespaces that exist now.
+func (b *Backend) NetNS() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for n := range b.netns {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Devices lists the open devices' names.
+func (b *Backend) Devices() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for n := range b.devices {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Device returns the open device named name, or nil.
+func (b *Backend) Device(name string) *Device {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.devices[name]
+}
+
+func (b *Backend) OpenDevice(spec daemon.DeviceSpec) (tun.Device, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if spec.Name == b.FailDevice {
+		return nil, fmt.Errorf("fake: cannot create %s", spec.Name)
+	}
+	if _, dup := b.devices[spec.Name]; dup {
+		return nil, fmt.Errorf("fake: device %s exists", spec.Name)
+	}
+	if spec.NetNS != "" && !b.netns[spec.NetNS] {
+		return nil, fmt.Errorf("fake: namespace %s does not exist", spec.NetNS)
+	}
+	d := &Device{b: b, Spec: spec, mtu: spec.MTU, closed: make(chan struct{})}
+	b.devices[spec.Name] = d
+	return d, nil
+}
+
+func (b *Backend) NewInterface(cfg ipoib.Config) (daemon.IPoIB, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := &Interface{b: b, cfg: cfg, qpn: b.nextQPN, stop: make(chan struct{})}
+	b.nextQPN++
+	b.ifaces[cfg.Name] = i
+	return i, nil
+}
+
+// Device is a fake tun.Device: writes are counted and dropped, reads block until Close.
+type Device struct {
+	b      *Backend
+	Spec   daemon.DeviceSpec
+	mu     sync.Mutex
+	mtu    int
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	<-d.closed
+	return 0, tun.ErrClosed
+}
+
+func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
+	select {
+	case <-d.closed:
+		return 0, tun.ErrClosed
+	default:
+	}
+	return len(bufs), nil
+}
+
+func (d *Device) MTU() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mtu
+}
+
+func (d *Device) SetMTU(mtu int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.mtu = mtu
+	return nil
+}
+
+func (d *Device) Name() string   { return d.Spec.Name }
+func (d *Device) BatchSize() int { return 1 }
+
+func (d *Device) Close() error {
+	d.once.Do(func() {
+		close(d.closed)
+		d.b.mu.Lock()
+		if d.b.devices[d.Spec.Name] == d {
+			delete(d.b.devices, d.Spec.Name)
+		}
+		d.b.mu.Unlock()
+	})
+	return nil
+}
+
+// Interface is a fake IPoIB interface.
+type Interface struct {
+	b    *Backend
+	cfg  ipoib.Config
+	qpn  uint32
+	once sync.Once
+	stop chan struct{}
+}
+
+func (i *Interface) Run(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+	case <-i.stop:
+	}
+	return nil
+}
+
+func (i *Interface) Close() error {
+	i.once.Do(func() { close(i.stop) })
+	return nil
+}
+
+// State is up while the interface's P_Key is in its port's table (IBA 10.9; FACTS.md §2:
+// a child stays down until the SM adds its P_Key).
+func (i *Interface) State() ipoib.State {
+	if i.cfg.Port.FindPKey(i.cfg.PKey) < 0 {
+		return ipoib.State{Reason: fmt.Sprintf("P_Key %#04x not in the port's table", i.cfg.PKey)}
+	}
+	return ipoib.State{Up: true}
+}
+
+func (i *Interface) Info() ipoib.Info {
+	var hw, brd ipoib.HWAddr
+	binary.BigEndian.PutUint32(hw[0:], i.qpn)
+	gid, _ := i.cfg.Port.GID(0)
+	copy(hw[4:], gid[:])
+	// Linux's default broadcast address (FACTS.md §2): QPN 0xFFFFFF, MGID
+	// ff12:401b:PPPP::ffff:ffff.
+	copy(brd[:], []byte{0x00, 0xff, 0xff, 0xff, 0xff, 0x12, 0x40, 0x1b, byte(i.cfg.PKey >> 8), byte(i.cfg.PKey)})
+	copy(brd[16:], []byte{0xff, 0xff, 0xff, 0xff})
+	return ipoib.Info{
+		Name: i.cfg.Name, Mode: i.cfg.Mode, MTU: i.cfg.Device.MTU(), HWAddr: hw, Broadcast: brd,
+		PKey: i.cfg.PKey, QPN: i.qpn, QKey: 0x0B1B, State: i.State(), Addrs: slices.Clone(i.cfg.Addrs),
+		Counters: map[string]uint64{"rx_packets": 0, "tx_packets": 0},
+	}
+}
+
+func (i *Interface) Neighbors() []ipoib.Neighbor {
+	i.b.mu.Lock()
+	defer i.b.mu.Unlock()
+	return slices.Clone(i.b.Neighbors[i.cfg.Name])
+}
+
+// Neighbor builds a neighbour entry for ip at the port with GID prefix fe80:: and GUID
+// guid, QPN qpn.
+func Neighbor(ip string, qpn uint32, guid uint64, state string) ipoib.Neighbor {
+	var hw ipoib.HWAddr
+	binary.BigEndian.PutUint32(hw[0:], qpn)
+	hw[4], hw[5] = 0xfe, 0x80
+	binary.BigEndian.PutUint64(hw[12:], guid)
+	return ipoib.Neighbor{IP: netip.MustParseAddr(ip), HWAddr: hw, State: state, Age: 1500 * time.Millisecond}
+}
