@@ -343,7 +343,11 @@ func (i *Interface) Run(ctx context.Context) error {
 		defer i.wg.Done()
 		i.rxLoop()
 	}()
-	go func() { errc <- i.txLoop() }()
+	i.wg.Add(1)
+	go func() {
+		defer i.wg.Done()
+		errc <- i.txLoop()
+	}()
 	var err error
 	select {
 	case <-ctx.Done():

@@ -2,9 +2,11 @@ package ipoib_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/sa"
@@ -75,4 +77,197 @@ func TestARPAndIPv4(t *testing.T) {
 		t.Fatalf("B's counters: %v", cb)
 	}
 	_ = wire.GID{}
+}
+
+// hasGroup reports whether the SA knows the group.
+func (tf *testFabric) hasGroup(mgid wire.GID) bool {
+	for _, g := range tf.agent.Groups() {
+		if g == mgid {
+			return true
+		}
+	}
+	return false
+}
+
+// isMember reports whether HCA i's port is a member of the group at the SA.
+func (tf *testFabric) isMember(t testing.TB, i int, mgid wire.GID) bool {
+	gid, _ := tf.f.HCAs[i].Port(1).GID(0)
+	ms, err := tf.clients[i].MCMembers(context.Background(), mgid)
+	if err != nil {
+		return false
+	}
+	for _, m := range ms {
+		if m.PortGID == gid && m.JoinState&wire.JoinFullMember != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestIPv6NeighborDiscovery resolves global and link-local IPv6 neighbours with NS/NA
+// over the solicited-node groups and moves ICMPv6 both ways.
+func TestIPv6NeighborDiscovery(t *testing.T) {
+	tf := newTestFabric(t, 2, sa.Config{})
+	a, ta := tf.iface(t, 0, 0xFFFF, "ib0", "10.10.0.1/24", "fd00::1/64")
+	b, tb := tf.iface(t, 1, 0xFFFF, "ib1", "10.10.0.2/24", "fd00::2/64")
+	llA, llB := a.LinkLocal(), b.LinkLocal()
+	guid := tf.f.HCAs[0].Port(1).GUID()
+	if want := ipoib.LinkLocalFromGUID(guid); llA != want || !llA.IsLinkLocalUnicast() {
+		t.Fatalf("link-local %s, want %s", llA, want)
+	}
+	// fe80::/64 + GUID with the U/L bit flipped: 0002:c903:0000:0101 → 0202:c903:0:101.
+	if llA.String() != "fe80::202:c903:0:101" {
+		t.Fatalf("link-local %s", llA)
+	}
+	pkey := uint16(0xFFFF)
+	for _, addr := range []netip.Addr{netip.MustParseAddr("fd00::2"), llB, netip.MustParseAddr("ff02::1")} {
+		mgid := ipoib.MGIDForIPv6(ipoib.SolicitedNode(addr), pkey, 2)
+		if addr.IsMulticast() {
+			mgid = ipoib.MGIDForIPv6(addr, pkey, 2)
+		}
+		waitFor(t, "group "+mgid.String(), func() bool { return tf.hasGroup(mgid) })
+	}
+	for k := 0; k < 5; k++ {
+		p := echo6("fd00::1", "fd00::2", uint16(k), []byte("ping6 global"))
+		ta.Inject(p)
+		if got := tb.recv(t); !bytes.Equal(got, p) {
+			t.Fatalf("A→B global: got % x", got)
+		}
+		r := echo6("fd00::2", "fd00::1", uint16(k), []byte("pong6 global"))
+		tb.Inject(r)
+		if got := ta.recv(t); !bytes.Equal(got, r) {
+			t.Fatalf("B→A global: got % x", got)
+		}
+		l := echo6(llA.String(), llB.String(), uint16(k), []byte("ping6 link-local"))
+		ta.Inject(l)
+		if got := tb.recv(t); !bytes.Equal(got, l) {
+			t.Fatalf("A→B link-local: got % x", got)
+		}
+	}
+	want := map[netip.Addr]bool{netip.MustParseAddr("fd00::2"): true, llB: true}
+	for _, n := range a.Neighbors() {
+		if !want[n.IP] || n.HWAddr != b.HWAddr() || n.State != "REACHABLE" {
+			t.Fatalf("A's neighbour %+v", n)
+		}
+		delete(want, n.IP)
+	}
+	if len(want) != 0 {
+		t.Fatalf("A did not resolve %v: %+v", want, a.Neighbors())
+	}
+	if c := a.Info().Counters; c["tx_nd"] < 2 || c["rx_nd"] < 2 {
+		t.Fatalf("A's counters %v", c)
+	}
+	// ND never reaches the IP stack: only the echo packets were delivered.
+	if tb.pending() != 0 || ta.pending() != 0 {
+		t.Fatal("extra packets delivered")
+	}
+}
+
+// TestNeighborAging: an entry goes STALE after NeighborTimeout on the fake clock, is
+// re-resolved when used, and an unanswered resolution FAILs and drops what waited.
+func TestNeighborAging(t *testing.T) {
+	tf := newTestFabric(t, 2, sa.Config{SweepInterval: -1})
+	a, ta := tf.iface(t, 0, 0xFFFF, "ib0", "10.10.0.1/24")
+	_, tb := tf.iface(t, 1, 0xFFFF, "ib1", "10.10.0.2/24")
+	p := icmpEcho4("10.10.0.1", "10.10.0.2", 1, []byte("x"))
+	ta.Inject(p)
+	tb.recv(t)
+	if n := a.Neighbors(); len(n) != 1 || n[0].State != "REACHABLE" || n[0].Age != 0 {
+		t.Fatalf("neighbours %+v", n)
+	}
+	tf.clk.Advance(30 * time.Second)
+	if n := a.Neighbors(); n[0].State != "REACHABLE" || n[0].Age != 30*time.Second {
+		t.Fatalf("after 30 s: %+v", n)
+	}
+	tf.clk.Advance(31 * time.Second)
+	if n := a.Neighbors(); n[0].State != "STALE" {
+		t.Fatalf("after 61 s: %+v", n)
+	}
+	// Used while STALE: the packet goes out at once and an ARP request re-confirms.
+	ta.Inject(p)
+	tb.recv(t)
+	waitFor(t, "re-resolution", func() bool {
+		n := a.Neighbors()
+		return n[0].State == "REACHABLE" && n[0].Age == 0
+	})
+	if c := a.Info().Counters; c["tx_arp"] != 2 || c["rx_arp"] != 2 {
+		t.Fatalf("counters %v", c)
+	}
+
+	// Nobody has 10.10.0.99.
+	for k := 0; k < 3; k++ {
+		ta.Inject(icmpEcho4("10.10.0.1", "10.10.0.99", uint16(k), nil))
+	}
+	waitFor(t, "INCOMPLETE", func() bool {
+		for _, n := range a.Neighbors() {
+			if n.IP == netip.MustParseAddr("10.10.0.99") {
+				return n.State == "INCOMPLETE"
+			}
+		}
+		return false
+	})
+	waitFor(t, "queued", func() bool { return a.Counter("tx_arp") == 3 })
+	for k := 0; k < 3; k++ {
+		tf.clk.Advance(time.Second)
+	}
+	var st string
+	for _, n := range a.Neighbors() {
+		if n.IP == netip.MustParseAddr("10.10.0.99") {
+			st = n.State
+		}
+	}
+	c := a.Info().Counters
+	if st != "FAILED" || c["drop_arp_timeout"] != 3 || c["neighbors_failed"] != 1 || c["tx_arp"] != 5 {
+		t.Fatalf("state %s, counters %v", st, c)
+	}
+}
+
+// TestIPv4Multicast: an IGMP report from A's stack makes A join the group's MGID; B
+// sends to the group and A receives, C (not joined) does not; after A's leave, nothing.
+func TestIPv4Multicast(t *testing.T) {
+	tf := newTestFabric(t, 3, sa.Config{})
+	a, ta := tf.iface(t, 0, 0xFFFF, "ib0", "10.10.0.1/24")
+	_, tb := tf.iface(t, 1, 0xFFFF, "ib1", "10.10.0.2/24")
+	_, tc := tf.iface(t, 2, 0xFFFF, "ib2", "10.10.0.3/24")
+	mgid := ipoib.MGIDForIPv4(netip.MustParseAddr("239.1.2.3"), 0xFFFF, 2)
+	if mgid.String() != "ff12:401b:ffff::f01:203" {
+		t.Fatalf("MGID %s", mgid)
+	}
+	ta.Inject(igmpv3("10.10.0.1", "239.1.2.3", 4)) // CHANGE_TO_EXCLUDE {}: join
+	waitFor(t, "A's join", func() bool { return tf.isMember(t, 0, mgid) })
+	if a.Counter("membership_reports") != 1 {
+		t.Fatal("report not counted")
+	}
+	for k := 0; k < 3; k++ {
+		p := udp4("10.10.0.2", "239.1.2.3", 5000, 5001, []byte(fmt.Sprintf("to the group %d", k)))
+		tb.Inject(p)
+		if got := ta.recv(t); !bytes.Equal(got, p) {
+			t.Fatalf("A got % x", got)
+		}
+	}
+	tc.nothing(t, 50*time.Millisecond)
+	// Broadcast reaches everyone but the sender.
+	bc := udp4("10.10.0.2", "10.10.0.255", 67, 68, []byte("broadcast"))
+	tb.Inject(bc)
+	if got := ta.recv(t); !bytes.Equal(got, bc) {
+		t.Fatal("A: broadcast differs")
+	}
+	if got := tc.recv(t); !bytes.Equal(got, bc) {
+		t.Fatal("C: broadcast differs")
+	}
+	tb.nothing(t, 20*time.Millisecond)
+
+	ta.Inject(igmpv3("10.10.0.1", "239.1.2.3", 3)) // CHANGE_TO_INCLUDE {}: leave
+	waitFor(t, "A's leave", func() bool { return !tf.isMember(t, 0, mgid) })
+	tb.Inject(udp4("10.10.0.2", "239.1.2.3", 5000, 5001, []byte("after leave")))
+	ta.nothing(t, 50*time.Millisecond)
+	// IGMPv2 works too.
+	ta.Inject(igmpv2("10.10.0.1", "239.1.2.4", 0x16))
+	mgid4 := ipoib.MGIDForIPv4(netip.MustParseAddr("239.1.2.4"), 0xFFFF, 2)
+	waitFor(t, "IGMPv2 join", func() bool { return tf.hasGroup(mgid4) })
+	p := udp4("10.10.0.3", "239.1.2.4", 1, 2, []byte("v2"))
+	tc.Inject(p)
+	if got := ta.recv(t); !bytes.Equal(got, p) {
+		t.Fatal("IGMPv2 group: differs")
+	}
 }
