@@ -1,0 +1,168 @@
+// Command tunrelay joins two kernel TUN devices, each in its own network namespace, by
+// copying IP packets between them in batches both ways, with no InfiniBand processing:
+// the ceiling any TUN-based design (pibgw's IPoIB included) can reach on this machine.
+//
+//	tunrelay -a pibA:ib0:10.10.0.1/24 -b pibB:ib1:10.10.0.2/24 -mtu 2044
+//
+// Each side is netns:device:addr/prefix[,addr/prefix...] (IPv6 addresses may contain
+// colons: everything after the second colon is the address list). A namespace that does
+// not exist is created, and deleted again at exit. The devices get link type infiniband
+// unless -infiniband=false. It runs until SIGINT or SIGTERM, then removes the devices
+// (and the namespaces it created) and prints what it relayed.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/pibgw/pibgw/tun"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr, nil))
+}
+
+// side is one end of the relay.
+type side struct {
+	netns string
+	name  string
+	addrs []netip.Prefix
+}
+
+func parseSide(s string) (side, error) {
+	ns, rest, ok1 := strings.Cut(s, ":")
+	name, addrs, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 || ns == "" || name == "" {
+		return side{}, fmt.Errorf("%q: want netns:device:addr/prefix[,addr/prefix...]", s)
+	}
+	sd := side{netns: ns, name: name}
+	for _, a := range strings.Split(addrs, ",") {
+		if a == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return side{}, fmt.Errorf("%q: address %q: %v", s, a, err)
+		}
+		sd.addrs = append(sd.addrs, p)
+	}
+	return sd, nil
+}
+
+// run runs the relay until a signal arrives (or stop is closed, for tests) and returns
+// the exit status.
+func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
+	fs := flag.NewFlagSet("tunrelay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a := fs.String("a", "", "first side: netns:device:addr/prefix[,addr/prefix...]")
+	b := fs.String("b", "", "second side: netns:device:addr/prefix[,addr/prefix...]")
+	mtu := fs.Int("mtu", 2044, "MTU of both devices")
+	ib := fs.Bool("infiniband", true, "give the devices link type infiniband")
+	verbose := fs.Bool("v", false, "log device events")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *a == "" || *b == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "tunrelay: need -a and -b (and no other arguments)")
+		fs.Usage()
+		return 2
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var sides [2]side
+	for i, s := range []string{*a, *b} {
+		var err error
+		if sides[i], err = parseSide(s); err != nil {
+			fmt.Fprintf(stderr, "tunrelay: -%c %v\n", 'a'+i, err)
+			return 2
+		}
+	}
+
+	// Catch signals before creating anything, so that none leaves devices behind.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+
+	var created []string
+	defer func() {
+		for _, ns := range created {
+			if err := tun.DeleteNetNS(ns); err != nil {
+				log.Error("cleanup", "err", err)
+			}
+		}
+	}()
+	var devs [2]*tun.Kernel
+	defer func() {
+		for _, d := range devs {
+			if d != nil {
+				d.Close()
+			}
+		}
+	}()
+	for i, sd := range sides {
+		if !tun.NetNSExists(sd.netns) {
+			if err := tun.CreateNetNS(sd.netns); err != nil {
+				fmt.Fprintf(stderr, "tunrelay: %v\n", err)
+				return 1
+			}
+			created = append(created, sd.netns)
+		}
+		d, err := tun.CreateKernel(tun.KernelConfig{
+			Name: sd.name, MTU: *mtu, NetNS: sd.netns, Infiniband: *ib, Addrs: sd.addrs, Up: true, Logger: log,
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "tunrelay: %v\n", err)
+			return 1
+		}
+		devs[i] = d
+	}
+	log.Info("relaying", "a", fmt.Sprintf("%s/%s", sides[0].netns, sides[0].name),
+		"b", fmt.Sprintf("%s/%s", sides[1].netns, sides[1].name), "mtu", *mtu, "batch", devs[0].BatchSize())
+
+	var wg sync.WaitGroup
+	var stats [2]tun.CopyStats
+	var errs [2]error
+	ended := make(chan struct{}, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stats[i], errs[i] = tun.Copy(devs[1-i], devs[i])
+			ended <- struct{}{}
+		}()
+	}
+	select {
+	case s := <-sig:
+		log.Info("stopping", "signal", s)
+	case <-stop:
+	case <-ended:
+		log.Error("a device went away")
+	}
+	for _, d := range devs {
+		d.Close()
+	}
+	wg.Wait()
+	status := 0
+	for i, dir := range []string{"a→b", "b→a"} {
+		st := stats[i]
+		fmt.Fprintf(stderr, "tunrelay: %s: %d packets, %d bytes in %d batches, %d read errors, %d write errors\n",
+			dir, st.Packets, st.Bytes, st.Batches, st.ReadErrors, st.WriteErrors)
+		if errs[i] != nil && !errors.Is(errs[i], tun.ErrClosed) {
+			fmt.Fprintf(stderr, "tunrelay: %s: %v\n", dir, errs[i])
+			status = 1
+		}
+	}
+	return status
+}

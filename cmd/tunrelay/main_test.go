@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/tun"
+)
+
+func TestParseSide(t *testing.T) {
+	s, err := parseSide("pib0:ib0:10.10.0.1/24,fe80::1/64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.10.0.1/24"), netip.MustParsePrefix("fe80::1/64")}
+	if s.netns != "pib0" || s.name != "ib0" || len(s.addrs) != 2 || s.addrs[0] != want[0] || s.addrs[1] != want[1] {
+		t.Fatalf("%+v", s)
+	}
+	for _, bad := range []string{"", "pib0", "pib0:ib0", ":ib0:10.0.0.1/24", "pib0:ib0:10.0.0.1", "pib0:ib0:nonsense/8"} {
+		if _, err := parseSide(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var out bytes.Buffer
+	if st := run([]string{"-a", "x:y:10.0.0.1/24"}, &out, nil); st != 2 || !strings.Contains(out.String(), "need -a and -b") {
+		t.Fatalf("status %d: %s", st, out.String())
+	}
+	out.Reset()
+	if st := run([]string{"-a", "x", "-b", "y"}, &out, nil); st != 2 || !strings.Contains(out.String(), "-a") {
+		t.Fatalf("status %d: %s", st, out.String())
+	}
+}
+
+// TestRelay (root) runs the relay between two namespaces it creates, sends TCP through
+// it, stops it, and checks that devices and namespaces are gone.
+func TestRelay(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (creates network namespaces and TUN devices)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("skipping: no /dev/net/tun (%v)", err)
+	}
+	nsA, nsB := fmt.Sprintf("pibgwr-%d-a", os.Getpid()), fmt.Sprintf("pibgwr-%d-b", os.Getpid())
+	t.Cleanup(func() { // in case the relay failed to clean up
+		for _, ns := range []string{nsA, nsB} {
+			if tun.NetNSExists(ns) {
+				tun.DeleteNetNS(ns)
+			}
+		}
+	})
+	stop := make(chan struct{})
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"-a", nsA + ":ib0:10.97.0.1/24", "-b", nsB + ":ib1:10.97.0.2/24", "-mtu", "2044"}, &out, stop)
+	}()
+	// Wait for the second device.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if exec.Command("ip", "-n", nsB, "link", "show", "ib1").Run() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			close(stop)
+			t.Fatalf("relay did not come up: %s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var ln net.Listener
+	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", "10.97.0.2:5201"); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	payload := bytes.Repeat([]byte("tunrelay "), 1<<20)
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		got <- b
+	}()
+	var c net.Conn
+	if err := tun.InNetNS(nsA, func() (err error) {
+		c, err = net.DialTimeout("tcp4", "10.97.0.2:5201", 5*time.Second)
+		return
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.Write(payload)
+	c.Close()
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, payload) {
+			t.Fatalf("received %d bytes, sent %d", len(b), len(payload))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("TCP through the relay did not finish")
+	}
+	close(stop)
+	if st := <-done; st != 0 {
+		t.Fatalf("relay exit status %d: %s", st, out.String())
+	}
+	t.Logf("%s", out.String())
+	if tun.NetNSExists(nsA) || tun.NetNSExists(nsB) {
+		t.Fatalf("namespaces left behind")
+	}
+}
