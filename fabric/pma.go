@@ -62,12 +62,7 @@ func (sw *Switch) pmaAttr(set bool, attr uint16, req, out []byte) uint16 {
 		if set {
 			return wire.StatusMethodAttrNotSupp
 		}
-		clear(out)
-		c := wire.ClassPortInfo(out)
-		c.SetBaseVersion(wire.MADBaseVersion)
-		c.SetClassVersion(wire.ClassVersionPerf)
-		c.SetCapabilityMask(swPMACapMask)
-		c.SetRespTimeValue(18)
+		wire.FillPMAClassPortInfo(out, swPMACapMask, 18)
 	case wire.AttrPortCounters:
 		in := wire.PortCounters(req)
 		lo, hi, ok := sw.pmaPorts(in.PortSelect())

@@ -592,25 +592,13 @@ func fastest(m uint8) uint8 {
 // apply: port 0 is always Active); on an external port the link fields and state.
 func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	const bad = wire.StatusInvalidAttrOrModVal
-	width := s.LinkWidthEnabled()
-	switch width {
-	case wire.LinkWidthNoChange:
-	case wire.LinkWidthSetSupported:
-		width = swWidthSupported
-	default:
-		if width&^swWidthSupported != 0 {
-			return bad
-		}
+	width, ok := wire.LinkEnable(s.LinkWidthEnabled(), wire.LinkWidthNoChange, wire.LinkWidthSetSupported, swWidthSupported)
+	if !ok {
+		return bad
 	}
-	speed := s.LinkSpeedEnabled()
-	switch speed {
-	case wire.LinkSpeedNoChange:
-	case wire.LinkSpeedSetSupported:
-		speed = swSpeedSupported
-	default:
-		if speed&^swSpeedSupported != 0 {
-			return bad
-		}
+	speed, ok := wire.LinkEnable(s.LinkSpeedEnabled(), wire.LinkSpeedNoChange, wire.LinkSpeedSetSupported, swSpeedSupported)
+	if !ok {
+		return bad
 	}
 	mtu, vls, ldd, phys := s.NeighborMTU(), s.OperationalVLs(), s.LinkDownDefaultState(), s.PortPhysicalState()
 	if mtu > swMTUCap || vls > swVLCap || ldd > wire.LinkDownDefaultPolling ||

@@ -45,12 +45,7 @@ func (p *Port) pmaAttr(set bool, attr uint16, req, out []byte) uint16 {
 		if set {
 			return wire.StatusMethodAttrNotSupp
 		}
-		clear(out)
-		c := wire.ClassPortInfo(out)
-		c.SetBaseVersion(wire.MADBaseVersion)
-		c.SetClassVersion(wire.ClassVersionPerf)
-		c.SetCapabilityMask(pmaCapMask)
-		c.SetRespTimeValue(pmaRespTimeValue)
+		wire.FillPMAClassPortInfo(out, pmaCapMask, pmaRespTimeValue)
 	case wire.AttrPortCounters:
 		in := wire.PortCounters(req)
 		// IBA 16.1.3.5: on a CA, PortSelect names the port (the one the MAD came in on).

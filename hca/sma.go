@@ -413,25 +413,13 @@ func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 	if lid >= multicastLIDLo && lid != 0 {
 		return bad
 	}
-	width := s.LinkWidthEnabled()
-	switch width {
-	case wire.LinkWidthNoChange:
-	case wire.LinkWidthSetSupported:
-		width = portWidthSupported
-	default:
-		if width&^portWidthSupported != 0 {
-			return bad
-		}
+	width, ok := wire.LinkEnable(s.LinkWidthEnabled(), wire.LinkWidthNoChange, wire.LinkWidthSetSupported, portWidthSupported)
+	if !ok {
+		return bad
 	}
-	speed := s.LinkSpeedEnabled()
-	switch speed {
-	case wire.LinkSpeedNoChange:
-	case wire.LinkSpeedSetSupported:
-		speed = portSpeedSupported
-	default:
-		if speed&^portSpeedSupported != 0 {
-			return bad
-		}
+	speed, ok := wire.LinkEnable(s.LinkSpeedEnabled(), wire.LinkSpeedNoChange, wire.LinkSpeedSetSupported, portSpeedSupported)
+	if !ok {
+		return bad
 	}
 	mtu := MTU(s.NeighborMTU())
 	if mtu != 0 && (mtu.Bytes() == 0 || mtu > p.dev.cfg.MaxMTU) {
@@ -451,7 +439,7 @@ func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 	}
 	state := PortState(s.PortState())
 	linked := p.link.Load() != nil
-	ok := p.updateIf(func(pi *portInfo) bool {
+	ok = p.updateIf(func(pi *portInfo) bool {
 		// IBA 14.2.5.6 / 7.2: the SM moves a port Init → Armed → Active, or takes it
 		// Down; Init is reached only by training the link. Setting the state the port
 		// already has is no change.

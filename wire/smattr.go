@@ -1357,3 +1357,28 @@ func (c ClassPortInfo) SetTrapQP(v uint32) { smSetBits(c, 520, 24, v) }
 
 // SetTrapQKey sets TrapQ_Key.
 func (c ClassPortInfo) SetTrapQKey(v uint32) { binary.BigEndian.PutUint32(c[68:], v) }
+
+// LinkEnable resolves a LinkWidthEnabled or LinkSpeedEnabled value an SM writes in a
+// PortInfo Set against the port's supported set (IBA 14.2.5.6): noChange keeps the
+// current value (0 is returned), setSupported enables everything supported, anything
+// else must be a subset of supported (ok false otherwise: status 0x001C).
+func LinkEnable(v, noChange, setSupported, supported uint8) (enable uint8, ok bool) {
+	switch v {
+	case noChange:
+		return 0, true
+	case setSupported:
+		return supported, true
+	}
+	return v, v&^supported == 0
+}
+
+// FillPMAClassPortInfo writes a Performance Management ClassPortInfo (IBA 16.1.3.1)
+// with the given capability mask and response time into out (the MAD data area).
+func FillPMAClassPortInfo(out []byte, capMask uint16, respTimeValue uint8) {
+	clear(out)
+	c := ClassPortInfo(out)
+	c.SetBaseVersion(MADBaseVersion)
+	c.SetClassVersion(ClassVersionPerf)
+	c.SetCapabilityMask(capMask)
+	c.SetRespTimeValue(respTimeValue)
+}
