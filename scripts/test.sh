@@ -24,6 +24,7 @@ PIBGW_SKIP_INSTALL=${PIBGW_SKIP_INSTALL:-0}
 # printed reason when a tool is missing; add a row when a test starts using a new tool.
 TOOLS=(
 	"tshark tshark"
+	"iperf3 iperf3"
 )
 # Fuzz targets: package and function.
 FUZZ=(
