@@ -274,8 +274,9 @@ func (k *Kernel) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // Write writes a batch of packets to the kernel. It uses the offset head-room (at least
 // 10 bytes) for the virtio-net header and may coalesce consecutive segments of a TCP or
 // UDP flow into one buffer's spare capacity, so the contents of bufs (between
-// offset-10 and cap) are not preserved; the slice bufs itself is left as it was. Writing
-// to a device that is down fails with an error wrapping syscall.EIO.
+// offset-10 and cap) are not preserved; the slice bufs itself is left as it was. If any
+// packet fails, Write returns 0 and the errors (the others may have been delivered);
+// writing to a device that is down fails with an error wrapping syscall.EIO.
 func (k *Kernel) Write(bufs [][]byte, offset int) (int, error) {
 	if k.closed.Load() {
 		return 0, ErrClosed
