@@ -159,6 +159,13 @@ func newTestFabric(t testing.TB, n int, cfg sa.Config) *testFabric {
 func (tf *testFabric) iface(t testing.TB, i int, pkey uint16, name string, addrs ...string) (*ipoib.Interface, *fakeTUN) {
 	t.Helper()
 	dev := newFakeTUN(name)
+	return tf.ifaceOn(t, i, pkey, dev, addrs...), dev
+}
+
+// ifaceOn creates and runs an interface on HCA i with dev as its IP side.
+func (tf *testFabric) ifaceOn(t testing.TB, i int, pkey uint16, dev tun.Device, addrs ...string) *ipoib.Interface {
+	t.Helper()
+	name := dev.Name()
 	var ps []netip.Prefix
 	for _, a := range addrs {
 		ps = append(ps, netip.MustParsePrefix(a))
@@ -184,7 +191,7 @@ func (tf *testFabric) iface(t testing.TB, i int, pkey uint16, name string, addrs
 			t.Errorf("%s: Run did not return", name)
 		}
 	})
-	return ifc, dev
+	return ifc
 }
 
 // waitFor polls cond until it holds.
