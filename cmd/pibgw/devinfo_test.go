@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -294,7 +296,7 @@ func TestCapFlagNames(t *testing.T) {
 
 func mustDefault(t *testing.T) *daemon.Fabric {
 	t.Helper()
-	f, err := inProcessFabric(nil)
+	f, err := inProcessFabric(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

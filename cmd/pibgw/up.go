@@ -116,7 +116,10 @@ func listenControl(ctx context.Context, path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("up: control socket %s: %w (choose another with --control)", path, err)
 	}
-	if _, err := os.Lstat(path); err == nil {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("up: %s exists and is not a socket; remove it or choose another --control", path)
+		}
 		cl := control.NewClient(path)
 		cl.Timeout = 2 * time.Second
 		var st control.Status
