@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# bench-ipoib.sh — IPoIB datagram mode against its ceilings, in one run, on this machine.
+#
+# Three setups, each two network namespaces at MTU 2044:
+#   veth    a veth pair (the kernel's own ceiling, no TUN at all);
+#   relay   two TUN devices joined by cmd/tunrelay, a plain relay with no IB processing —
+#           the ceiling for any TUN design;
+#   pibgw   `pibgw up` in datagram mode: TUN → IPoIB → UD → switch → UD → IPoIB → TUN.
+# For each: ping RTT (median of 200 pings) and iperf3 TCP throughput (10 s), and pibgw's
+# ratios to the relay. Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
+#
+#   sudo bash scripts/bench-ipoib.sh            # PINGS=200 SECONDS_=10 MTU=2044 by default
+#
+# Traffic stays inside the namespaces this script creates (names bench-*-<pid>), which it
+# removes on exit, as it does every process it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PINGS=${PINGS:-200}
+DURATION=${DURATION:-10}
+MTU=${MTU:-2044}
+tag=$$
+work=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-bench.XXXXXX")
+pids=()
+netns=()
+
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	for n in "${netns[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+need() { command -v "$1" >/dev/null || { echo "bench-ipoib: $1 is not installed" >&2; exit 1; }; }
+[ "$(id -u)" = 0 ] || { echo "bench-ipoib: needs root (network namespaces, TUN devices)" >&2; exit 1; }
+need ip; need ping; need iperf3; need go
+
+go build -o "$work/pibgw" ./cmd/pibgw
+go build -o "$work/tunrelay" ./cmd/tunrelay
+
+# median_rtt NS ADDR: median of PINGS round trips in ms.
+median_rtt() {
+	ip netns exec "$1" ping -c 3 -W 1 "$2" >/dev/null # warm up: neighbours, paths
+	ip netns exec "$1" ping -n -q -c "$PINGS" -i 0.005 "$2" >/dev/null
+	ip netns exec "$1" ping -n -c "$PINGS" -i 0.005 "$2" |
+		sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
+		awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit} m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.3f", m}'
+}
+
+# tcp_gbps CLIENT_NS SERVER_NS SERVER_ADDR: iperf3 TCP throughput in Gbit/s.
+tcp_gbps() {
+	ip netns exec "$2" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
+	local srv=$!
+	sleep 0.5
+	ip netns exec "$1" iperf3 -c "$3" -p 5201 -t "$DURATION" -J >"$work/iperf.json"
+	wait "$srv" || true
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf.json"
+}
+
+results=()
+
+# veth
+a=bench-veth-a-$tag b=bench-veth-b-$tag
+ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
+ip link add veth-a-$tag netns "$a" mtu "$MTU" type veth peer name veth-b-$tag netns "$b" mtu "$MTU"
+ip -n "$a" addr add 10.77.1.1/24 dev veth-a-$tag; ip -n "$a" link set veth-a-$tag up
+ip -n "$b" addr add 10.77.1.2/24 dev veth-b-$tag; ip -n "$b" link set veth-b-$tag up
+results+=("veth $(median_rtt "$a" 10.77.1.2) $(tcp_gbps "$a" "$b" 10.77.1.2)")
+
+# plain TUN relay
+a=bench-relay-a-$tag b=bench-relay-b-$tag
+ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
+"$work/tunrelay" -mtu "$MTU" -a "$a:tr0:10.77.2.1/24" -b "$b:tr1:10.77.2.2/24" &
+pids+=($!)
+for _ in $(seq 50); do ip -n "$b" addr show dev tr1 2>/dev/null | grep -q 10.77.2.2 && break; sleep 0.1; done
+results+=("relay $(median_rtt "$a" 10.77.2.2) $(tcp_gbps "$a" "$b" 10.77.2.2)")
+
+# pibgw datagram mode
+a=bench-pib-a-$tag b=bench-pib-b-$tag
+cat >"$work/bench.toml" <<TOML
+[daemon]
+log_level = "warn"
+[fabric]
+hca_count = 2
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+netns = "$a"
+addresses = ["10.77.3.1/24"]
+[[interfaces]]
+name = "ib1"
+hca = "pib_1"
+netns = "$b"
+addresses = ["10.77.3.2/24"]
+TOML
+netns+=("$a" "$b") # pibgw creates and removes them; listed so a crash is cleaned up too
+"$work/pibgw" up --config "$work/bench.toml" --control "$work/pibgw.sock" &
+pids+=($!)
+for _ in $(seq 100); do [ -S "$work/pibgw.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.3.2 && break; sleep 0.1; done
+results+=("pibgw $(median_rtt "$a" 10.77.3.2) $(tcp_gbps "$a" "$b" 10.77.3.2)")
+
+relay_rtt=$(echo "${results[1]}" | awk '{print $2}')
+relay_tcp=$(echo "${results[1]}" | awk '{print $3}')
+echo
+echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings, iperf3 ${DURATION} s)"
+printf '%-8s %14s %16s %14s %16s\n' setup "ping p50 (ms)" "RTT / relay" "TCP (Gbit/s)" "TCP / relay"
+for r in "${results[@]}"; do
+	set -- $r
+	printf '%-8s %14s %16s %14s %16s\n' "$1" "$2" \
+		"$(awk -v x="$2" -v y="$relay_rtt" 'BEGIN{printf "%.2f×", x/y}')" "$3" \
+		"$(awk -v x="$3" -v y="$relay_tcp" 'BEGIN{printf "%.2f×", x/y}')"
+done
+echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"
