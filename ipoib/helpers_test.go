@@ -314,3 +314,5 @@ func igmpv2(src, group string, typ byte) []byte {
 	}
 	return ipv4(src, dst, 2, 1, m)
 }
+
+func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
