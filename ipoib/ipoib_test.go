@@ -3,6 +3,7 @@ package ipoib_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -269,5 +270,61 @@ func TestIPv4Multicast(t *testing.T) {
 	tc.Inject(p)
 	if got := ta.recv(t); !bytes.Equal(got, p) {
 		t.Fatal("IGMPv2 group: differs")
+	}
+}
+
+// mldv2 builds an MLDv2 report with one record (type typ, no sources) behind a
+// hop-by-hop router-alert header, as the kernel sends it.
+func mldv2(src, group string, typ byte) []byte {
+	hbh := []byte{58, 0, 5, 2, 0, 0, 1, 0}
+	m := make([]byte, 8+20)
+	m[0] = 143
+	binary.BigEndian.PutUint16(m[6:], 1)
+	m[8] = typ
+	g := netip.MustParseAddr(group).As16()
+	copy(m[12:], g[:])
+	return ipv6(src, "ff02::16", 0, append(hbh, m...))
+}
+
+// TestMLDAndSetAddrs: an MLDv2 report joins an IPv6 group (B's sends reach A, not C);
+// addresses added with SetAddrs are answered by ARP and ND.
+func TestMLDAndSetAddrs(t *testing.T) {
+	tf := newTestFabric(t, 3, sa.Config{})
+	a, ta := tf.iface(t, 0, 0xFFFF, "ib0", "10.10.0.1/24", "fd00::1/64")
+	b, tb := tf.iface(t, 1, 0xFFFF, "ib1", "10.10.0.2/24", "fd00::2/64")
+	_, tc := tf.iface(t, 2, 0xFFFF, "ib2", "10.10.0.3/24", "fd00::3/64")
+	group := "ff05::1:3"
+	ta.Inject(mldv2(a.LinkLocal().String(), group, 4))
+	mgid := ipoib.MGIDForIPv6(netip.MustParseAddr(group), 0xFFFF, 2)
+	waitFor(t, "A's join", func() bool { return tf.isMember(t, 0, mgid) })
+	u := make([]byte, 8+5)
+	binary.BigEndian.PutUint16(u[0:], 1)
+	binary.BigEndian.PutUint16(u[2:], 2)
+	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
+	copy(u[8:], "hello")
+	p := ipv6("fd00::2", group, 17, u)
+	tb.Inject(p)
+	if got := ta.recv(t); !bytes.Equal(got, p) {
+		t.Fatalf("A got % x", got)
+	}
+	tc.nothing(t, 30*time.Millisecond)
+	ta.Inject(mldv2(a.LinkLocal().String(), group, 3)) // CHANGE_TO_INCLUDE {}: leave
+	waitFor(t, "A's leave", func() bool { return !tf.isMember(t, 0, mgid) })
+
+	b.SetAddrs([]netip.Prefix{netip.MustParsePrefix("10.10.0.2/24"), netip.MustParsePrefix("10.10.0.22/24"),
+		netip.MustParsePrefix("fd00::2/64"), netip.MustParsePrefix("fd00::22/64")})
+	sn := ipoib.MGIDForIPv6(ipoib.SolicitedNode(netip.MustParseAddr("fd00::22")), 0xFFFF, 2)
+	waitFor(t, "B's new solicited-node group", func() bool { return tf.hasGroup(sn) })
+	for _, q := range [][]byte{
+		icmpEcho4("10.10.0.1", "10.10.0.22", 1, []byte("new v4")),
+		echo6("fd00::1", "fd00::22", 1, []byte("new v6")),
+	} {
+		ta.Inject(q)
+		if got := tb.recv(t); !bytes.Equal(got, q) {
+			t.Fatal("packet to the new address differs")
+		}
+	}
+	if got := b.Info().Addrs; len(got) != 4 {
+		t.Fatalf("Info.Addrs %v", got)
 	}
 }

@@ -151,14 +151,7 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 	n.probes++
 	n.lastProbe = now
 	i.armResolveTimer(n)
-	hw := n.hw
-	stale := n.state == nudStale
 	i.nmu.Unlock()
-	if stale {
-		i.solicit(ip, netip.Addr{}, nil)
-		_ = hw
-		return
-	}
 	i.solicit(ip, netip.Addr{}, nil)
 }
 
