@@ -139,5 +139,18 @@ func TestPKeyChild(t *testing.T) {
 	if got := tpb.recv(t); !bytes.Equal(got, p) {
 		t.Fatal("parent A→B after closing the child differs")
 	}
+
+	// The partition goes away again: B's child goes down (its P_Key left the table),
+	// the parent stays up.
+	tf.restartSM(t, sa.Config{SweepInterval: -1})
+	waitFor(t, "B's child down", func() bool {
+		st := cb.State()
+		return !st.Up && strings.Contains(st.Reason, "P_Key 0x8001 not in the port's table")
+	})
+	tf.waitUp(t, pb)
+	tcb.Inject(icmpEcho4("10.20.0.2", "10.20.0.1", 10, nil))
+	waitFor(t, "drop while down", func() bool { return cb.Counter("drop_down") > 0 })
+	tpb.Inject(icmpEcho4("10.10.0.2", "10.10.0.1", 11, []byte("parent again")))
+	tpa.recvMatch(t, func(b []byte) bool { return bytes.Contains(b, []byte("parent again")) })
 	_ = netip.Addr{}
 }
