@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,77 +12,26 @@ import (
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/sa/satest"
 	"github.com/pibgw/pibgw/tun"
+	"github.com/pibgw/pibgw/tun/tuntest"
 )
 
-// fakeTUN is an in-memory tun.Device: the test plays the IP stack through Inject (what
-// the stack sends) and Recv (what the interface delivered).
+// fakeTUN is tuntest's in-memory Channel with the helpers these tests use: the test
+// plays the IP stack through Inject (what the stack sends) and recv (what the interface
+// delivered).
 type fakeTUN struct {
-	name   string
-	mtu    atomic.Int32
-	in     chan []byte
-	out    chan []byte
-	done   chan struct{}
-	once   sync.Once
-	writes atomic.Uint64
+	*tuntest.Channel
+	name string
+	out  chan []byte
 }
 
 func newFakeTUN(name string) *fakeTUN {
-	f := &fakeTUN{name: name, in: make(chan []byte, 1024), out: make(chan []byte, 4096), done: make(chan struct{})}
-	f.mtu.Store(1500)
-	return f
+	c := tuntest.NewChannel(name, 1500)
+	c.SetBatchSize(64)
+	return &fakeTUN{Channel: c, name: name, out: c.Outbound}
 }
 
-func (f *fakeTUN) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	var p []byte
-	select {
-	case p = <-f.in:
-	case <-f.done:
-		return 0, tun.ErrClosed
-	}
-	n := 0
-	for {
-		sizes[n] = copy(bufs[n][offset:], p)
-		n++
-		if n == len(bufs) {
-			return n, nil
-		}
-		select {
-		case p = <-f.in:
-		default:
-			return n, nil
-		}
-	}
-}
-
-func (f *fakeTUN) Write(bufs [][]byte, offset int) (int, error) {
-	select {
-	case <-f.done:
-		return 0, tun.ErrClosed
-	default:
-	}
-	for k, b := range bufs {
-		select {
-		case f.out <- append([]byte(nil), b[offset:]...):
-			f.writes.Add(1)
-		default:
-			return k, nil
-		}
-	}
-	return len(bufs), nil
-}
-
-func (f *fakeTUN) MTU() int             { return int(f.mtu.Load()) }
-func (f *fakeTUN) SetMTU(mtu int) error { f.mtu.Store(int32(mtu)); return nil }
-func (f *fakeTUN) Name() string         { return f.name }
-func (f *fakeTUN) BatchSize() int       { return 64 }
-func (f *fakeTUN) Close() error         { f.once.Do(func() { close(f.done) }); return nil }
-func (f *fakeTUN) Inject(p []byte)      { f.in <- p }
-func (f *fakeTUN) pending() int         { return len(f.out) }
-func (f *fakeTUN) drain() {
-	for len(f.out) > 0 {
-		<-f.out
-	}
-}
+func (f *fakeTUN) Inject(p []byte) { f.Inbound <- p }
+func (f *fakeTUN) pending() int    { return len(f.out) }
 func (f *fakeTUN) recv(t testing.TB) []byte {
 	t.Helper()
 	select {
