@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -323,5 +324,28 @@ func TestCaptureCancel(t *testing.T) {
 	}
 	if len(recs) == 0 {
 		t.Error("no packets captured during a sweep")
+	}
+}
+
+// daemon.capture records the fabric from bring-up to shutdown.
+func TestConfiguredCapture(t *testing.T) {
+	cfg := config.Default()
+	cfg.Daemon.Capture = filepath.Join(t.TempDir(), "all.pcap")
+	d := start(t, cfg, daemontest.New())
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(cfg.Daemon.Capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	recs, err := fabric.ReadCapture(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The SM's first sweep alone is dozens of SMPs, each seen leaving and arriving.
+	if len(recs) < 50 {
+		t.Errorf("%d packets captured, want the whole bring-up", len(recs))
 	}
 }
