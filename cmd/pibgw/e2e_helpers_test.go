@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/internal/control"
+)
+
+// Helpers of the end-to-end tests (root, kernel TUN devices, network namespaces): they
+// build the pibgw binary, run `pibgw up` with a configuration whose namespaces are the
+// test's own, talk to it over its control socket, and stop it with SIGTERM — and, in a
+// cleanup that runs whatever happened, stop it and delete the namespaces it may have
+// left.
+
+// requireE2E skips the test, saying why, unless it runs as root with /dev/net/tun and
+// the tools it needs (ip always).
+func requireE2E(t *testing.T, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("end-to-end test needs root (TUN devices and network namespaces); run with sudo")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("end-to-end test needs /dev/net/tun: %v", err)
+	}
+	for _, tool := range append([]string{"ip"}, tools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("end-to-end test needs %s: %v", tool, err)
+		}
+	}
+}
+
+// e2eNetNS returns a namespace name unique to this process and test: pibgwe2e-PID-x.
+func e2eNetNS(x string) string { return fmt.Sprintf("pibgwe2e-%d-%s", os.Getpid(), x) }
+
+// buildPibgw builds the binary into a temporary directory of t.
+func buildPibgw(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "pibgw")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// syncBuffer is a bytes.Buffer the daemon's output goroutine and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// e2eDaemon is a running `pibgw up`.
+type e2eDaemon struct {
+	t      *testing.T
+	Bin    string // the pibgw binary
+	Sock   string // its control socket
+	Config string // its configuration file
+	NetNS  []string
+	cmd    *exec.Cmd
+	exited chan error // the exit status, once; put back by whoever takes it
+	logs   *syncBuffer
+}
+
+// startDaemon builds pibgw and runs `pibgw up` with a configuration made of a [daemon]
+// table (the test's control socket, debug logging, and the daemon lines given) and body,
+// and waits until it answers on its socket. netns lists the namespaces the
+// configuration names, which the cleanup deletes if the daemon left them.
+func startDaemon(t *testing.T, daemonLines, body string, netns ...string) *e2eDaemon {
+	t.Helper()
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	d := &e2eDaemon{
+		t: t, Bin: bin, Sock: filepath.Join(dir, "run", "pibgw.sock"), Config: filepath.Join(dir, "e2e.toml"),
+		NetNS: netns, exited: make(chan error, 1), logs: &syncBuffer{},
+	}
+	for _, ns := range netns {
+		if exec.Command("ip", "netns", "pids", ns).Run() == nil {
+			t.Fatalf("namespace %s exists already", ns)
+		}
+	}
+	cfg := fmt.Sprintf("[daemon]\ncontrol = %q\nlog_level = \"debug\"\n%s\n%s", d.Sock, daemonLines, body)
+	if err := os.WriteFile(d.Config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = exec.Command(bin, "up", "--config", d.Config)
+	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	// TestMain's PIBGW_CONTROL would override the file's daemon.control.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PIBGW_CONTROL=") {
+			d.cmd.Env = append(d.cmd.Env, kv)
+		}
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.exited <- d.cmd.Wait() }()
+	t.Cleanup(func() {
+		// Whatever happened: stop the daemon and remove what it may have left.
+		select {
+		case err := <-d.exited:
+			d.exited <- err
+		default:
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-d.exited:
+				d.exited <- err
+			case <-time.After(10 * time.Second):
+				d.cmd.Process.Kill()
+			}
+		}
+		for _, ns := range d.NetNS {
+			if exec.Command("ip", "netns", "pids", ns).Run() == nil {
+				exec.Command("ip", "netns", "del", ns).Run()
+			}
+		}
+		if t.Failed() {
+			t.Logf("daemon log (%s):\n%s", d.Config, d.logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for !control.NewClient(d.Sock).Alive(context.Background()) {
+		select {
+		case err := <-d.exited:
+			d.exited <- err
+			t.Fatalf("pibgw up exited: %v\n%s", err, d.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pibgw up did not answer on %s in 30 s\n%s", d.Sock, d.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return d
+}
+
+// Logs returns what the daemon wrote so far.
+func (d *e2eDaemon) Logs() string { return d.logs.String() }
+
+// run runs a command and returns its combined output.
+func runCmd(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}
+
+// Pibgw runs a CLI verb against the daemon: stdout, stderr and the error.
+func (d *e2eDaemon) Pibgw(args ...string) (string, string, error) {
+	cmd := exec.Command(d.Bin, append(args, "--control", d.Sock)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// MustPibgw runs a CLI verb that must succeed and returns its stdout.
+func (d *e2eDaemon) MustPibgw(args ...string) string {
+	d.t.Helper()
+	out, errs, err := d.Pibgw(args...)
+	if err != nil {
+		d.t.Fatalf("pibgw %v: %v\n%s%s", args, err, out, errs)
+	}
+	return out
+}
+
+// JSON runs a verb with --json and decodes its output into v.
+func (d *e2eDaemon) JSON(v any, args ...string) {
+	d.t.Helper()
+	out := d.MustPibgw(append(args, "--json")...)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		d.t.Fatalf("pibgw %v --json: %v\n%s", args, err, out)
+	}
+}
+
+// Show returns `pibgw show --json` by interface name.
+func (d *e2eDaemon) Show() map[string]control.Interface {
+	d.t.Helper()
+	var ifs []control.Interface
+	d.JSON(&ifs, "show")
+	m := make(map[string]control.Interface, len(ifs))
+	for _, i := range ifs {
+		m[i.Name] = i
+	}
+	return m
+}
+
+// pingNS pings addr from namespace ns count times (0.2 s apart, 2 s to wait for each
+// reply) and reports whether there was no loss, with ping's output.
+func pingNS(ns, addr string, count int) (bool, string) {
+	out, err := runCmd("ip", "netns", "exec", ns, "ping", "-c", fmt.Sprint(count), "-i", "0.2", "-W", "2", addr)
+	return err == nil && strings.Contains(out, " 0% packet loss"), out
+}
+
+// unreachableNS reports whether no echo of two (one second to wait for each) comes back
+// from addr, pinged from ns.
+func unreachableNS(ns, addr string) (bool, string) {
+	out, err := runCmd("ip", "netns", "exec", ns, "ping", "-c", "2", "-i", "0.2", "-W", "1", addr)
+	return err != nil && !strings.Contains(out, "bytes from"), out
+}
+
+// Stop sends SIGTERM and waits for the daemon to exit, which it must do with status 0.
+func (d *e2eDaemon) Stop() {
+	d.t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.exited:
+		d.exited <- err
+		if err != nil {
+			d.t.Errorf("pibgw up after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		d.t.Fatal("pibgw up did not stop within 15 s of SIGTERM")
+	}
+}
+
+// StopAndCheckClean checks that the daemon's interfaces (name → namespace) exist in
+// their namespaces, stops the daemon with SIGTERM, and checks that it left no
+// namespace, no TUN device of those names and no control socket behind.
+func (d *e2eDaemon) StopAndCheckClean(ifaces map[string]string) {
+	d.t.Helper()
+	out, _ := runCmd("ip", "netns", "list")
+	for _, ns := range d.NetNS {
+		if !strings.Contains(out, ns) {
+			d.t.Errorf("namespace %s missing while the daemon runs:\n%s", ns, out)
+		}
+	}
+	for name, ns := range ifaces {
+		if out, err := runCmd("ip", "-n", ns, "-d", "link", "show", name); err != nil || !strings.Contains(out, "link/infiniband") {
+			d.t.Errorf("ip -n %s link show %s while the daemon runs: %v\n%s", ns, name, err, out)
+		}
+	}
+	d.Stop()
+	out, _ = runCmd("ip", "netns", "list")
+	for _, ns := range d.NetNS {
+		if strings.Contains(out, ns) {
+			d.t.Errorf("namespace %s left after SIGTERM:\n%s", ns, out)
+		}
+	}
+	for name, ns := range ifaces {
+		if out, err := runCmd("ip", "-n", ns, "link", "show", name); err == nil {
+			d.t.Errorf("%s still in namespace %s after SIGTERM:\n%s", name, ns, out)
+		}
+	}
+	// Nor did a device fall back into this namespace when its namespace went.
+	out, _ = runCmd("ip", "-o", "link", "show")
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, "link/infiniband") {
+			continue
+		}
+		for name := range ifaces {
+			if strings.Contains(line, ": "+name+":") || strings.Contains(line, ": "+name+"@") {
+				d.t.Errorf("TUN device left after SIGTERM: %s", line)
+			}
+		}
+	}
+	if _, err := os.Lstat(d.Sock); !os.IsNotExist(err) {
+		d.t.Errorf("control socket left after SIGTERM: %v", err)
+	}
+}
