@@ -3,6 +3,9 @@ package hca
 import (
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
 )
 
 // CompChannel is a completion event channel (ibv_comp_channel).
@@ -34,7 +37,11 @@ type CQ struct {
 	solOnly    bool
 	overflowed bool
 	queued     atomic.Int32 // mirrors n, so an empty Poll takes no lock
-	events     uint32       // delivered to the channel
+	modCount   int          // event moderation (Moderate)
+	modPeriod  time.Duration
+	modPending bool
+	modTimer   clock.Timer
+	events     uint32 // delivered to the channel
 	acked      uint32
 	lost       uint64
 }
@@ -171,16 +178,61 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 	cq.n++
 	cq.queued.Store(int32(cq.n))
 	notify := cq.armed && (!cq.solOnly || solicited || wc.Status != WCSuccess)
+	if notify && cq.modCount > 1 && cq.n < cq.modCount && wc.Status == WCSuccess {
+		// Moderated: wait for more completions, or for the period to pass.
+		notify = false
+		if !cq.modPending {
+			cq.modPending = true
+			if cq.modTimer == nil {
+				cq.modTimer = cq.ctx.dev.clk.AfterFunc(cq.modPeriod, cq.moderationExpired)
+			} else {
+				cq.modTimer.Reset(cq.modPeriod)
+			}
+		}
+	}
+	if notify {
+		cq.armed, cq.modPending = false, false
+		cq.events++
+	}
+	cq.mu.Unlock()
+	if notify {
+		cq.signal()
+	}
+	return true
+}
+
+func (cq *CQ) signal() {
+	select {
+	case cq.ch.ch <- cq:
+	default:
+	}
+}
+
+// Moderate sets completion-event moderation, as ibv_modify_cq with IBV_CQ_MODERATE
+// does on hardware that has it: an armed CQ raises its event once count completions are
+// queued or period after the first of them arrived, whichever comes first, so that a
+// consumer woken by the channel finds a batch. An error completion signals at once.
+// count ≤ 1 turns moderation off.
+func (cq *CQ) Moderate(count int, period time.Duration) error {
+	if count > len(cq.ring) || period < 0 {
+		return errorf("modify_cq", EINVAL, "moderation count %d / period %v out of range (cqe %d)", count, period, len(cq.ring))
+	}
+	cq.mu.Lock()
+	cq.modCount, cq.modPeriod = count, period
+	cq.mu.Unlock()
+	return nil
+}
+
+func (cq *CQ) moderationExpired() {
+	cq.mu.Lock()
+	notify := cq.modPending && cq.armed && cq.n > 0
+	cq.modPending = false
 	if notify {
 		cq.armed = false
 		cq.events++
 	}
 	cq.mu.Unlock()
 	if notify {
-		select {
-		case cq.ch.ch <- cq:
-		default:
-		}
+		cq.signal()
 	}
-	return true
 }

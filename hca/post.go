@@ -7,6 +7,9 @@ package hca
 // accepted and completes with IBV_WC_WR_FLUSH_ERR; in SQD it waits for the return to RTS.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	const op = "post_send"
+	if bs, ok := qp.tr.(BatchSender); ok && len(wrs) > 1 && qp.State() == QPStateRTS {
+		return qp.postSendBatch(bs, wrs)
+	}
 	for i := range wrs {
 		wr := &wrs[i]
 		switch s := qp.State(); s {
@@ -31,6 +34,44 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 		if err := qp.tr.PostSend(qp, wr); err != nil {
 			return i, err
 		}
+	}
+	return len(wrs), nil
+}
+
+// BatchSender is implemented by transports that send several WRs at once (UD: one
+// Transmit per batch, so the receiver completes a burst together).
+type BatchSender interface {
+	// PostSendBatch sends validated WRs and returns how many it took; an error is for
+	// the WR at that index.
+	PostSendBatch(qp *QP, wrs []SendWR) (int, error)
+}
+
+// postSendBatch validates WRs and hands runs of valid ones to the transport.
+func (qp *QP) postSendBatch(bs BatchSender, wrs []SendWR) (int, error) {
+	for i := 0; i < len(wrs); {
+		j := i
+		var verr error
+		for ; j < len(wrs); j++ {
+			if verr = qp.validateSend(&wrs[j]); verr != nil {
+				break
+			}
+		}
+		if j > i {
+			n, err := bs.PostSendBatch(qp, wrs[i:j])
+			if err != nil {
+				return i + n, err
+			}
+			if n < j-i { // a WR completed in error: the rest meet the QP in SQE
+				m, err := qp.PostSend(wrs[i+n : j])
+				if err != nil {
+					return i + n + m, err
+				}
+			}
+		}
+		if verr != nil {
+			return j, verr
+		}
+		i = j
 	}
 	return len(wrs), nil
 }

@@ -37,6 +37,8 @@ const (
 	cNeighborsResolved // neighbour entries that became reachable
 	cNeighborsFailed   // resolutions that timed out
 	cPathQueries       // PathRecord lookups made
+	cRxBatches         // tun writes (rx_packets / rx_batches: packets per write)
+	cTxBatches         // tun reads
 	numCounters
 )
 
@@ -58,6 +60,8 @@ var counterNames = [numCounters]string{
 	cDropTunWrite:      "drop_tun_write",
 	cDropUnknownType:   "drop_unknown_ethertype",
 	cDropOwnMulticast:  "drop_own_multicast",
+	cRxBatches:         "rx_batches",
+	cTxBatches:         "tx_batches",
 	cDropDown:          "drop_down",
 	cDropMalformed:     "drop_malformed",
 	cDropNoGroup:       "drop_no_group",

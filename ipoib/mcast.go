@@ -203,6 +203,7 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 	ah = g.ah
 	i.mmu.Unlock()
 	for _, q := range flush {
+		i.cnt.inc(cTxMulticast)
 		i.snd.send(ah, MulticastQPN, ls.qkey, q.etype, q.pkt)
 	}
 }

@@ -3,6 +3,7 @@ package ipoib
 import (
 	"encoding/binary"
 	"net/netip"
+	"runtime"
 
 	"github.com/pibgw/pibgw/hca"
 )
@@ -29,6 +30,18 @@ func (i *Interface) rxLoop() {
 					return
 				}
 			}
+		}
+		// Software interrupt moderation: a sender posts packets in bursts, and a tun
+		// write of the whole burst lets the kernel coalesce it (GRO) into a few large
+		// segments. Keep polling while the burst is still arriving; stop as soon as a
+		// poll finds nothing new, so a lone packet (a ping) is not held back.
+		for n < len(r.wcs) {
+			runtime.Gosched()
+			m := i.rcq.Poll(r.wcs[n:])
+			if m == 0 {
+				break
+			}
+			n += m
 		}
 		i.receiveBatch(r.wcs[:n])
 	}
@@ -97,10 +110,20 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 			i.cnt.inc(cDropUnknownType)
 			continue
 		}
+		// A TCP segment that will head a coalesced write (the first of its flow in the
+		// batch, or the first after ~60 KB of it) is copied into a buffer with room to
+		// coalesce into (rxRing.gro); the others go to the stack from their receive
+		// slots, which are re-posted after the write.
+		if r.needsHead(etype, payload) {
+			g := r.gro[len(out)][:len(buf)]
+			copy(g[rxHead:], payload)
+			buf = g
+		}
 		out = append(out, buf)
 		rxBytes += uint64(len(payload))
 	}
 	if len(out) > 0 {
+		i.cnt.inc(cRxBatches)
 		written, err := i.dev.Write(out, rxHead)
 		if written < 0 {
 			written = 0
@@ -125,6 +148,7 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 	}
 	clear(out)
 	r.out = out[:0]
+	r.flows = r.flows[:0]
 	r.repost = repost[:0]
 }
 

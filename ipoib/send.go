@@ -193,6 +193,7 @@ func (i *Interface) txLoop() error {
 	lkey := r.mr.LKey()
 	for {
 		n, err := i.dev.Read(r.bufs, r.sizes, txHead)
+		i.cnt.inc(cTxBatches)
 		if err != nil {
 			if i.closed.Load() || errors.Is(err, tun.ErrClosed) {
 				return nil

@@ -6,6 +6,7 @@ package ud
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/wire"
@@ -31,14 +32,20 @@ const QKeyGSI = 0x80010000
 
 const maxHeaders = wire.LRHLen + wire.GRHLen + wire.BTHLen + wire.DETHLen + wire.ImmDtLen
 
-// txBuf is a pooled packet buffer with a one-element batch that points at it, so a send
-// hands the port a [][]byte without allocating.
-type txBuf struct {
-	b     [maxHeaders + 4096 + 3 + wire.ICRCLen]byte
-	batch [1][]byte
+// sendBatch is a pooled set of packet buffers: a batch of WRs becomes one Transmit, so
+// a switch forwards runs and the receiver completes a burst at once.
+type sendBatch struct {
+	bufs [batchMax][maxHeaders + 4096 + 3 + wire.ICRCLen]byte
+	pkts [batchMax][]byte
+	wrs  [batchMax]*hca.SendWR
+	lens [batchMax]uint32
+	n    int
 }
 
-var txPool = sync.Pool{New: func() any { return new(txBuf) }}
+// batchMax is the most packets one Transmit carries.
+const batchMax = 32
+
+var batchPool = sync.Pool{New: func() any { return new(sendBatch) }}
 
 type qpState struct {
 	psn atomic.Uint32
@@ -61,19 +68,70 @@ func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
 	}
 }
 
-// PostSend builds the packet (LRH, [GRH], BTH, DETH, [ImmDt], payload, pad, ICRC) and
-// hands it to the port; the WR completes once the packet has left (IBA 10.8.2.?: a UD
-// send completes when transmitted).
+// PostSend sends one WR (hca.Transport).
 func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
+	_, err := t.PostSendBatch(qp, unsafe.Slice(wr, 1))
+	return err
+}
+
+// PostSendBatch builds a packet per WR (LRH, [GRH], BTH, DETH, [ImmDt], payload, pad,
+// ICRC) and hands them to the port in batches; each WR completes once its packet has
+// left (IBA 10.8.2.?: a UD send completes when transmitted). It returns how many WRs it
+// took; an error names the WR at that index.
+func (t *Transport) PostSendBatch(qp *hca.QP, wrs []hca.SendWR) (int, error) {
 	port := qp.Port()
+	b := batchPool.Get().(*sendBatch)
+	defer batchPool.Put(b)
+	for i := range wrs {
+		wr := &wrs[i]
+		if b.n == batchMax {
+			t.flush(qp, port, b)
+		}
+		n, status, err := t.build(qp, port, wr, b.bufs[b.n][:])
+		if err != nil {
+			t.flush(qp, port, b)
+			return i, err
+		}
+		if status != hca.WCSuccess {
+			// IBA 10.8.3: the WR completes in error and the QP enters SQE; those that
+			// follow are flushed by hca's post path.
+			t.flush(qp, port, b)
+			qp.SendError(wr, status)
+			return i + 1, nil
+		}
+		b.pkts[b.n], b.wrs[b.n], b.lens[b.n] = b.bufs[b.n][:n], wr, uint32(hca.MessageLen(wr.SGL))
+		b.n++
+	}
+	t.flush(qp, port, b)
+	return len(wrs), nil
+}
+
+// flush transmits the batch and completes its WRs.
+func (t *Transport) flush(qp *hca.QP, port *hca.Port, b *sendBatch) {
+	if b.n == 0 {
+		return
+	}
+	port.Transmit(b.pkts[:b.n])
+	for k := 0; k < b.n; k++ {
+		if wr := b.wrs[k]; qp.Signaled(wr) {
+			qp.CompleteSend(&hca.WC{WRID: wr.WRID, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: b.lens[k]})
+		}
+		b.pkts[k], b.wrs[k] = nil, nil
+	}
+	b.n = 0
+}
+
+// build writes wr's packet into buf and returns its length; a local protection problem
+// is a WC status, an invalid WR an error.
+func (t *Transport) build(qp *hca.QP, port *hca.Port, wr *hca.SendWR, buf []byte) (int, hca.WCStatus, error) {
 	n := hca.MessageLen(wr.SGL)
 	// IBA C10-?: a UD message must fit in one packet of the path (port) MTU.
 	if mtu := port.ActiveMTU().Bytes(); n > uint64(mtu) {
-		return hca.Errorf("post_send", hca.EINVAL, "UD message of %d bytes exceeds the port's active MTU %d", n, mtu)
+		return 0, 0, hca.Errorf("post_send", hca.EINVAL, "UD message of %d bytes exceeds the port's active MTU %d", n, mtu)
 	}
 	ah := wr.AH.Attr()
 	if ah.PortNum != port.Num() {
-		return hca.Errorf("post_send", hca.EINVAL, "address handle for port %d on a QP of port %d", ah.PortNum, port.Num())
+		return 0, 0, hca.Errorf("post_send", hca.EINVAL, "address handle for port %d on a QP of port %d", ah.PortNum, port.Num())
 	}
 	hdr := wire.LRHLen + wire.BTHLen + wire.DETHLen
 	lnh := wire.LNHLocal
@@ -88,18 +146,14 @@ func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
 	}
 	pad := wire.PadFor(int(n))
 	total := hdr + int(n) + pad + wire.ICRCLen
-
-	tb := txPool.Get().(*txBuf)
-	b := tb.b[:total]
+	b := buf[:total]
 	lrh := wire.LRH(b)
-	lrh.SetLVer(0)
+	b[0], b[1] = 0, 0
 	lrh.SetLNH(lnh)
 	lrh.SetSL(ah.SL)
-	vl := uint8(0)
 	if qp.Type() == hca.QPTypeSMI {
-		vl = 15 // IBA 7.6.5: SMPs travel on VL15
+		lrh.SetVL(15) // IBA 7.6.5: SMPs travel on VL15
 	}
-	lrh.SetVL(vl)
 	lrh.SetDLID(ah.DLID)
 	lrh.SetPktLen(uint16(total / 4))
 	lmcMask := uint16(1)<<port.LMC() - 1
@@ -129,8 +183,7 @@ func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
 	}
 	bth.SetPKey(pkey)
 	bth.SetDestQP(wr.RemoteQPN)
-	st := state(qp)
-	bth.SetPSN((st.psn.Add(1) - 1) & 0xFFFFFF)
+	bth.SetPSN((state(qp).psn.Add(1) - 1) & 0xFFFFFF)
 	off += wire.BTHLen
 	deth := wire.DETH(b[off : off+wire.DETHLen])
 	qkey := wr.RemoteQKey
@@ -146,20 +199,11 @@ func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
 		off += wire.ImmDtLen
 	}
 	if status := qp.Gather(wr, b[off:off+int(n)]); status != hca.WCSuccess {
-		txPool.Put(tb)
-		qp.SendError(wr, status)
-		return nil
+		return 0, status, nil
 	}
 	clear(b[off+int(n) : off+int(n)+pad])
 	wire.SetICRCPending(b)
-	tb.batch[0] = b
-	port.Transmit(tb.batch[:])
-	tb.batch[0] = nil
-	txPool.Put(tb)
-	if qp.Signaled(wr) {
-		qp.CompleteSend(&hca.WC{WRID: wr.WRID, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: uint32(n)})
-	}
-	return nil
+	return total, hca.WCSuccess, nil
 }
 
 // Receive delivers a UD packet into the next receive WQE: the GRH (when present) in the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -71,6 +72,17 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// PIBGW_CPUPROFILE=FILE profiles the daemon from start to stop (go tool pprof FILE).
+	if f := os.Getenv("PIBGW_CPUPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			return fmt.Errorf("up: PIBGW_CPUPROFILE: %w", err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			return fmt.Errorf("up: PIBGW_CPUPROFILE: %w", err)
+		}
+		defer func() { pprof.StopCPUProfile(); out.Close() }()
+	}
 	path := cfg.Daemon.Control
 	ln, err := listenControl(ctx, path)
 	if err != nil {
