@@ -35,7 +35,9 @@ const maxHeaders = wire.LRHLen + wire.GRHLen + wire.BTHLen + wire.DETHLen + wire
 // sendBatch is a pooled set of packet buffers: a batch of WRs becomes one Transmit, so
 // a switch forwards runs and the receiver completes a burst at once.
 type sendBatch struct {
-	bufs [batchMax][maxHeaders + 4096 + 3 + wire.ICRCLen]byte
+	// bufs are allocated as first used, so a pooled batch that only ever carries
+	// single sends costs one packet buffer, not batchMax of them.
+	bufs [batchMax]*[maxPacket]byte
 	pkts [batchMax][]byte
 	wrs  [batchMax]*hca.SendWR
 	lens [batchMax]uint32
@@ -44,6 +46,8 @@ type sendBatch struct {
 
 // batchMax is the most packets one Transmit carries.
 const batchMax = 32
+
+const maxPacket = maxHeaders + 4096 + 3 + wire.ICRCLen
 
 var batchPool = sync.Pool{New: func() any { return new(sendBatch) }}
 
@@ -86,6 +90,9 @@ func (t *Transport) PostSendBatch(qp *hca.QP, wrs []hca.SendWR) (int, error) {
 		wr := &wrs[i]
 		if b.n == batchMax {
 			t.flush(qp, port, b)
+		}
+		if b.bufs[b.n] == nil {
+			b.bufs[b.n] = new([maxPacket]byte)
 		}
 		n, status, err := t.build(qp, port, wr, b.bufs[b.n][:])
 		if err != nil {
