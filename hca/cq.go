@@ -41,6 +41,7 @@ type CQ struct {
 	modPeriod  time.Duration
 	modPending bool
 	modTimer   clock.Timer
+	handler    atomic.Pointer[func(*CQ)]
 	events     uint32 // delivered to the channel
 	acked      uint32
 	lost       uint64
@@ -206,6 +207,20 @@ func (cq *CQ) signal() {
 	case cq.ch.ch <- cq:
 	default:
 	}
+}
+
+// SetCompHandler installs a completion handler, like the kernel verbs' comp_handler: it
+// runs on the goroutine that delivered packets to a QP using this CQ as its receive CQ,
+// once per batch of packets, after the batch's completions are queued — so a consumer
+// can poll and pass a whole burst on (IPoIB writes it to its TUN device) without waking
+// another goroutine. The handler must not block for long and must poll the CQ itself;
+// completion channel events are raised as before. nil removes it.
+func (cq *CQ) SetCompHandler(h func(*CQ)) {
+	if h == nil {
+		cq.handler.Store(nil)
+		return
+	}
+	cq.handler.Store(&h)
 }
 
 // Moderate sets completion-event moderation, as ibv_modify_cq with IBV_CQ_MODERATE

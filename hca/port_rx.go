@@ -17,6 +17,39 @@ type Packet struct {
 	// Loopback is set when the packet never left this port (sent to its own LID or a
 	// multicast group with local members).
 	Loopback bool
+
+	// touched are the receive CQs with a completion handler that got completions from
+	// the current batch; their handlers run once the batch is delivered.
+	touched  [4]*CQ
+	ntouched int
+}
+
+// noteCQ records a CQ whose handler should run after the batch.
+func (pk *Packet) noteCQ(cq *CQ) {
+	if cq.handler.Load() == nil {
+		return
+	}
+	for _, c := range pk.touched[:pk.ntouched] {
+		if c == cq {
+			return
+		}
+	}
+	if pk.ntouched == len(pk.touched) {
+		pk.runHandlers()
+	}
+	pk.touched[pk.ntouched] = cq
+	pk.ntouched++
+}
+
+// runHandlers calls the completion handlers of the CQs the batch touched.
+func (pk *Packet) runHandlers() {
+	for k, cq := range pk.touched[:pk.ntouched] {
+		pk.touched[k] = nil
+		if h := cq.handler.Load(); h != nil {
+			(*h)(cq)
+		}
+	}
+	pk.ntouched = 0
 }
 
 var packetPool = sync.Pool{New: func() any { return new(Packet) }}
@@ -30,6 +63,7 @@ func (p *Port) Receive(pkts [][]byte) {
 	}
 	pk.Packet = wire.Packet{}
 	pk.Raw = nil
+	pk.runHandlers()
 	packetPool.Put(pk)
 }
 
@@ -179,6 +213,7 @@ func (p *Port) deliver(qp *QP, pk *Packet) {
 		return
 	}
 	qp.tr.Receive(qp, pk)
+	pk.noteCQ(qp.recvCQ)
 }
 
 // receiveMulticast delivers a multicast packet to every QP attached to its MGID (IBA

@@ -69,5 +69,6 @@ func (p *Port) loopback(b []byte) {
 	p.receiveOne(pk, b, true)
 	pk.Packet = wire.Packet{}
 	pk.Raw = nil
+	pk.runHandlers()
 	packetPool.Put(pk)
 }

@@ -56,50 +56,7 @@ type rxRing struct {
 	// coalesced TCP segment, because a kernel TUN with offloads (wireguard-go's GRO)
 	// merges a batch's consecutive segments into the spare capacity of the first one —
 	// the receive slots, sized for one packet, would leave it nothing to merge into.
-	gro   [][]byte
-	flows []groFlow // TCP flows seen in the current batch (needsHead)
-}
-
-// groFlow tracks one TCP flow within a receive batch.
-type groFlow struct {
-	key   [36]byte // IPv4/IPv6 addresses and ports
-	bytes int      // coalesced into the current head so far
-}
-
-// needsHead reports whether a received packet should sit in a buffer the tun write can
-// coalesce into: non-TCP packets never need one, a TCP segment does when it is the first
-// of its flow in this batch or when the current head is nearly full.
-func (r *rxRing) needsHead(etype uint16, p []byte) bool {
-	var key [36]byte
-	switch {
-	case etype == EtherTypeIPv4 && len(p) >= 20 && p[9] == 6:
-		ihl := int(p[0]&0x0f) * 4
-		if len(p) < ihl+4 {
-			return false
-		}
-		copy(key[:8], p[12:20])
-		copy(key[8:12], p[ihl:ihl+4])
-	case etype == EtherTypeIPv6 && len(p) >= 44 && p[6] == 6:
-		copy(key[:32], p[8:40])
-		copy(key[32:36], p[40:44])
-	default:
-		return false
-	}
-	for k := range r.flows {
-		f := &r.flows[k]
-		if f.key == key {
-			if f.bytes+len(p) > groSegment-4096 {
-				f.bytes = len(p)
-				return true
-			}
-			f.bytes += len(p)
-			return false
-		}
-	}
-	if len(r.flows) < cap(r.flows) {
-		r.flows = append(r.flows, groFlow{key: key, bytes: len(p)})
-	}
-	return true
+	gro [][]byte
 }
 
 // groSegment is the largest segment the kernel takes from a TUN write (64 KiB).
@@ -118,7 +75,6 @@ func (r *rxRing) init(pd *hca.PD, n int) error {
 	r.repost = make([]hca.RecvWR, 0, n)
 	r.wcs = make([]hca.WC, 128)
 	r.out = make([][]byte, 0, 128)
-	r.flows = make([]groFlow, 0, 16)
 	r.gro = make([][]byte, 128)
 	for k := range r.gro {
 		r.gro[k] = make([]byte, rxHead+groSegment)

@@ -147,6 +147,7 @@ type Interface struct {
 	hctx           *hca.Context
 	pd             *hca.PD
 	sendCh, recvCh *hca.CompChannel
+	rxMu           sync.Mutex // one receive path at a time (handler or rxLoop)
 	scq, rcq       *hca.CQ
 	qp             *hca.QP
 	qpn            uint32
@@ -269,6 +270,7 @@ func (i *Interface) setupVerbs() error {
 	if i.rcq, err = i.hctx.CreateCQ(2*rxRingLen, i.recvCh); err != nil {
 		return err
 	}
+	i.rcq.SetCompHandler(i.onCompletions)
 	i.qp, err = i.pd.CreateQP(hca.QPInitAttr{
 		SendCQ: i.scq, RecvCQ: i.rcq, QPType: hca.QPTypeUD,
 		Cap: hca.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: rxRingLen, MaxSendSGE: 1, MaxRecvSGE: 1},
@@ -372,6 +374,9 @@ func (i *Interface) Run(ctx context.Context) error {
 func (i *Interface) Close() error {
 	i.once.Do(func() {
 		i.closed.Store(true)
+		if i.rcq != nil {
+			i.rcq.SetCompHandler(nil)
+		}
 		i.ctrlMu.Lock()
 		if i.retry != nil {
 			i.retry.Stop()

@@ -3,49 +3,65 @@ package ipoib
 import (
 	"encoding/binary"
 	"net/netip"
-	"runtime"
+	"time"
 
 	"github.com/pibgw/pibgw/hca"
 )
 
-// The receive path: poll the receive CQ in batches (blocking on the completion channel
-// when it is empty), skip the GRH area, strip the header, write the IP packets of a
-// batch to the tun.Device in one call, handle ARP and ND, re-post the buffers.
+// The receive path: the receive CQ's completion handler runs on the goroutine that
+// delivered a batch of packets (in process, the sender's: like the kernel's comp_handler
+// and NAPI, no goroutine hand-off per burst) and passes the whole burst on; rxLoop is the
+// safety net that sleeps on the completion channel for whatever the handler could not
+// take. Either way: skip the GRH area, strip the header, write the IP packets of a batch
+// to the tun.Device in one call, handle ARP and ND, re-post the buffers.
 
-func (i *Interface) rxLoop() {
+// onCompletions is the receive CQ's completion handler.
+func (i *Interface) onCompletions(*hca.CQ) {
+	// Busy (the loop, or this goroutine further up the stack): whoever holds the lock
+	// polls again before it lets go.
+	if !i.rxMu.TryLock() {
+		return
+	}
+	i.drainRx()
+	i.rxMu.Unlock()
+}
+
+// drainRx processes completions until the CQ is empty; rxMu is held.
+func (i *Interface) drainRx() {
 	r := &i.rx
 	for {
 		n := i.rcq.Poll(r.wcs)
 		if n == 0 {
-			if err := i.rcq.ReqNotify(false); err != nil {
-				return
-			}
-			// A completion that arrived before the CQ was armed raised no event.
-			if n = i.rcq.Poll(r.wcs); n == 0 {
-				select {
-				case cq := <-i.recvCh.Events():
-					cq.AckEvents(1)
-					continue
-				case <-i.ctx.Done():
-					return
-				}
-			}
-		}
-		// Software interrupt moderation: a sender posts packets in bursts, and a tun
-		// write of the whole burst lets the kernel coalesce it (GRO) into a few large
-		// segments. Keep polling while the burst is still arriving; stop as soon as a
-		// poll finds nothing new, so a lone packet (a ping) is not held back.
-		for n < len(r.wcs) {
-			runtime.Gosched()
-			m := i.rcq.Poll(r.wcs[n:])
-			if m == 0 {
-				break
-			}
-			n += m
+			return
 		}
 		i.receiveBatch(r.wcs[:n])
 	}
 }
+
+// rxLoop is the safety net: every packet delivered to the QP is followed by the
+// completion handler, which drains the CQ; what can still be left (completions pushed
+// outside a delivery, such as flushes when the QP errors out) is swept up here. The CQ is
+// deliberately not armed: an armed CQ would wake this goroutine for every burst and race
+// the handler for the lock, adding a goroutine hand-off to every packet's latency.
+func (i *Interface) rxLoop() {
+	t := time.NewTicker(rxSweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			if !i.rxMu.TryLock() {
+				continue
+			}
+			i.drainRx()
+			i.rxMu.Unlock()
+		case <-i.ctx.Done():
+			return
+		}
+	}
+}
+
+// rxSweep is how often rxLoop looks for completions the handler did not take.
+const rxSweep = 10 * time.Millisecond
 
 func (i *Interface) receiveBatch(wcs []hca.WC) {
 	r := &i.rx
@@ -110,15 +126,12 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 			i.cnt.inc(cDropUnknownType)
 			continue
 		}
-		// A TCP segment that will head a coalesced write (the first of its flow in the
-		// batch, or the first after ~60 KB of it) is copied into a buffer with room to
-		// coalesce into (rxRing.gro); the others go to the stack from their receive
-		// slots, which are re-posted after the write.
-		if r.needsHead(etype, payload) {
-			g := r.gro[len(out)][:len(buf)]
-			copy(g[rxHead:], payload)
-			buf = g
-		}
+		// Hand the stack a copy in a buffer with room to coalesce into (rxRing.gro):
+		// measured, copying every packet beats handing over the receive slots of those
+		// that would only be appended to a head (wireguard-go then coalesces less).
+		g := r.gro[len(out)][:len(buf)]
+		copy(g[rxHead:], payload)
+		buf = g
 		out = append(out, buf)
 		rxBytes += uint64(len(payload))
 	}
@@ -148,7 +161,6 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 	}
 	clear(out)
 	r.out = out[:0]
-	r.flows = r.flows[:0]
 	r.repost = repost[:0]
 }
 
