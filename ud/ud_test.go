@@ -258,3 +258,41 @@ func TestUDLoopbackToOwnLID(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// TestCompHandlerRunsOncePerBatch posts eight sends in one call: they cross the switch as
+// one batch, and the receiver's completion handler runs once, on the sender's goroutine,
+// with all eight completions queued.
+func TestCompHandlerRunsOncePerBatch(t *testing.T) {
+	f := hcatest.NewFabric(t, 2, hcatest.Options{})
+	a := newEndpoint(t, f.Devs[0], 8192, hca.AccessLocalWrite)
+	b := newEndpoint(t, f.Devs[1], 8*4096, hca.AccessLocalWrite)
+	for i := 0; i < 8; i++ {
+		b.postRecv(t, uint64(i), i*4096, 4096)
+	}
+	calls, seen := 0, 0
+	b.rcq.SetCompHandler(func(cq *hca.CQ) {
+		calls++
+		var wcs [16]hca.WC
+		seen += cq.Poll(wcs[:])
+	})
+	ah := a.ah(t, 2, false, [16]byte{})
+	wrs := make([]hca.SendWR, 8)
+	for i := range wrs {
+		wrs[i] = hca.SendWR{WRID: uint64(i), Opcode: hca.WRSend, SGL: []hca.SGE{{Addr: a.mr.Addr(), Length: 100, LKey: a.mr.LKey()}},
+			AH: ah, RemoteQPN: b.qp.Num(), RemoteQKey: testQKey}
+	}
+	if n, err := a.qp.PostSend(wrs); n != 8 || err != nil {
+		t.Fatalf("PostSend = %d, %v", n, err)
+	}
+	if calls != 1 || seen != 8 {
+		t.Fatalf("handler ran %d times and saw %d completions; want once, 8", calls, seen)
+	}
+	b.rcq.SetCompHandler(nil)
+	b.postRecv(t, 9, 0, 4096)
+	if _, err := a.qp.PostSend(wrs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 {
+		t.Fatal("handler ran after it was removed")
+	}
+}
