@@ -112,6 +112,9 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
+// Pending reports how many completions are queued, without taking the CQ's lock.
+func (cq *CQ) Pending() int { return int(cq.queued.Load()) }
+
 // AckEvents acknowledges n channel events (ibv_ack_cq_events).
 func (cq *CQ) AckEvents(n int) {
 	cq.mu.Lock()

@@ -28,7 +28,7 @@ var (
 const (
 	DefaultNeighborTimeout = 60 * time.Second
 	// rxRing is how many receive buffers stay posted.
-	rxRingLen = 4096
+	rxRingLen = 512
 	// ctrlSlots are send buffers for ARP, ND and packets that waited for resolution.
 	ctrlSlots = 64
 	// slotLen holds head-room (or the GRH area) and a 4 KiB IB MTU's worth of payload.

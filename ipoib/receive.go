@@ -16,14 +16,19 @@ import (
 // to the tun.Device in one call, handle ARP and ND, re-post the buffers.
 
 // onCompletions is the receive CQ's completion handler.
-func (i *Interface) onCompletions(*hca.CQ) {
-	// Busy (the loop, or this goroutine further up the stack): whoever holds the lock
-	// polls again before it lets go.
-	if !i.rxMu.TryLock() {
-		return
+func (i *Interface) onCompletions(*hca.CQ) { i.tryDrain() }
+
+// tryDrain drains the receive CQ unless another caller is at it. Whoever holds the lock
+// looks again after letting go, so completions that arrived while a caller was turned
+// away are not left waiting for the next sweep.
+func (i *Interface) tryDrain() {
+	for i.rcq.Pending() > 0 {
+		if !i.rxMu.TryLock() {
+			return
+		}
+		i.drainRx()
+		i.rxMu.Unlock()
 	}
-	i.drainRx()
-	i.rxMu.Unlock()
 }
 
 // drainRx processes completions until the CQ is empty; rxMu is held.
@@ -46,14 +51,23 @@ func (i *Interface) drainRx() {
 func (i *Interface) rxLoop() {
 	t := time.NewTicker(rxSweep)
 	defer t.Stop()
+	seen := false
 	for {
 		select {
 		case <-t.C:
-			if !i.rxMu.TryLock() {
+			// Only completions still queued a whole sweep later are stragglers; taking
+			// the lock for ones the handler is about to drain would make the sender's
+			// handler skip its turn while the receive queue runs dry.
+			if i.rcq.Pending() == 0 {
+				seen = false
 				continue
 			}
-			i.drainRx()
-			i.rxMu.Unlock()
+			if !seen {
+				seen = true
+				continue
+			}
+			seen = false
+			i.tryDrain()
 		case <-i.ctx.Done():
 			return
 		}
