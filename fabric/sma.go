@@ -568,24 +568,6 @@ func (sw *Switch) fillPortInfo(n, in int, o wire.PortInfo) {
 	o.SetOperationalVLs(mi.operVLs)
 }
 
-func widest(m uint8) uint8 {
-	for _, w := range [...]uint8{wire.LinkWidth12X, wire.LinkWidth8X, wire.LinkWidth4X, wire.LinkWidth2X, wire.LinkWidth1X} {
-		if m&w != 0 {
-			return w
-		}
-	}
-	return 0
-}
-
-func fastest(m uint8) uint8 {
-	for _, s := range [...]uint8{wire.LinkSpeedQDR, wire.LinkSpeedDDR, wire.LinkSpeedSDR} {
-		if m&s != 0 {
-			return s
-		}
-	}
-	return 0
-}
-
 // setPortInfo applies a SubnSet(PortInfo) to port n (IBA 14.2.5.6). Every field is
 // checked first; an invalid one leaves the port unchanged and returns 0x001C. On port 0
 // it sets the switch's LID, SM, M_Key and GID prefix (the port-state fields do not
@@ -639,10 +621,10 @@ func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	}
 	mi := &p.mi
 	if width != 0 {
-		mi.widthEnabled, mi.widthActive = width, widest(width)
+		mi.widthEnabled, mi.widthActive = width, wire.WidestLinkWidth(width)
 	}
 	if speed != 0 {
-		mi.speedEnabled, mi.speedActive = speed, fastest(speed)
+		mi.speedEnabled, mi.speedActive = speed, wire.FastestLinkSpeed(speed)
 	}
 	if mtu != 0 {
 		mi.neighborMTU = mtu

@@ -383,26 +383,6 @@ func (p *Port) fillPortInfo(o wire.PortInfo, localPort uint8) {
 	o.SetRespTimeValue(smaRespTimeValue)
 }
 
-// widest returns the widest link width in the mask (12X > 8X > 4X > 2X > 1X).
-func widest(m uint8) uint8 {
-	for _, w := range [...]uint8{wire.LinkWidth12X, wire.LinkWidth8X, wire.LinkWidth4X, wire.LinkWidth2X, wire.LinkWidth1X} {
-		if m&w != 0 {
-			return w
-		}
-	}
-	return 0
-}
-
-// fastest returns the fastest link speed in the mask.
-func fastest(m uint8) uint8 {
-	for _, s := range [...]uint8{wire.LinkSpeedQDR, wire.LinkSpeedDDR, wire.LinkSpeedSDR} {
-		if m&s != 0 {
-			return s
-		}
-	}
-	return 0
-}
-
 // setPortInfo applies a SubnSet(PortInfo) (IBA 14.2.5.6). Every field is checked before
 // any is applied: an invalid value leaves the port unchanged and returns 0x001C. The
 // CapabilityMask is the port's own (IsSM comes from the SM on the port, not over the
@@ -488,10 +468,10 @@ func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 		pi.vlHighLimit = s.VLHighLimit()
 		pi.hoqLife = s.HOQLife()
 		if width != 0 {
-			pi.widthEnabled, pi.widthActive = width, widest(width)
+			pi.widthEnabled, pi.widthActive = width, wire.WidestLinkWidth(width)
 		}
 		if speed != 0 {
-			pi.speedEnabled, pi.speedActive = speed, fastest(speed)
+			pi.speedEnabled, pi.speedActive = speed, wire.FastestLinkSpeed(speed)
 		}
 		if mtu != 0 {
 			pi.activeMTU = mtu

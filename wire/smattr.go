@@ -1382,3 +1382,24 @@ func FillPMAClassPortInfo(out []byte, capMask uint16, respTimeValue uint8) {
 	c.SetCapabilityMask(capMask)
 	c.SetRespTimeValue(respTimeValue)
 }
+
+// WidestLinkWidth returns the widest link width in a LinkWidth mask (12X > 8X > 4X > 2X >
+// 1X), the width a link trains to (IBA 14.2.5.6), or 0.
+func WidestLinkWidth(m uint8) uint8 {
+	for _, w := range [...]uint8{LinkWidth12X, LinkWidth8X, LinkWidth4X, LinkWidth2X, LinkWidth1X} {
+		if m&w != 0 {
+			return w
+		}
+	}
+	return 0
+}
+
+// FastestLinkSpeed returns the fastest speed in a LinkSpeed mask (QDR > DDR > SDR), or 0.
+func FastestLinkSpeed(m uint8) uint8 {
+	for _, s := range [...]uint8{LinkSpeedQDR, LinkSpeedDDR, LinkSpeedSDR} {
+		if m&s != 0 {
+			return s
+		}
+	}
+	return 0
+}
