@@ -62,16 +62,25 @@ func fillNodeRecord(r wire.NodeRecord, n *Node, p *Port) {
 	copy(r.NodeDescription(), n.Description)
 }
 
-func (a *Agent) handleNodeRecord(m *hca.MAD) {
+// startQuery checks a Get/GetTable query and fetches the SM's topology, answering the
+// error itself when it cannot go on.
+func (a *Agent) startQuery(m *hca.MAD) (wire.SAMAD, *Topology, bool) {
 	req := wire.SAMAD(m.Data)
-	method := req.MAD().Method()
-	if method != wire.MethodGet && method != wire.MethodGetTable {
+	if method := req.MAD().Method(); method != wire.MethodGet && method != wire.MethodGetTable {
 		a.replyError(m, wire.StatusMethodAttrNotSupp)
-		return
+		return nil, nil, false
 	}
 	t := a.topology()
 	if t == nil {
 		a.replyError(m, wire.SAStatusNoResources)
+		return nil, nil, false
+	}
+	return req, t, true
+}
+
+func (a *Agent) handleNodeRecord(m *hca.MAD) {
+	req, t, ok := a.startQuery(m)
+	if !ok {
 		return
 	}
 	mask := req.CompMask()
@@ -98,15 +107,8 @@ func (a *Agent) handleNodeRecord(m *hca.MAD) {
 }
 
 func (a *Agent) handlePortInfoRecord(m *hca.MAD) {
-	req := wire.SAMAD(m.Data)
-	method := req.MAD().Method()
-	if method != wire.MethodGet && method != wire.MethodGetTable {
-		a.replyError(m, wire.StatusMethodAttrNotSupp)
-		return
-	}
-	t := a.topology()
-	if t == nil {
-		a.replyError(m, wire.SAStatusNoResources)
+	req, t, ok := a.startQuery(m)
+	if !ok {
 		return
 	}
 	mask := req.CompMask()

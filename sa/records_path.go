@@ -342,17 +342,11 @@ func pathEnd(t *Topology, q wire.PathRecord, mask uint64, gidBit, lidBit uint64,
 }
 
 func (a *Agent) handlePathRecord(m *hca.MAD) {
-	req := wire.SAMAD(m.Data)
+	req, t, ok := a.startQuery(m)
+	if !ok {
+		return
+	}
 	method := req.MAD().Method()
-	if method != wire.MethodGet && method != wire.MethodGetTable {
-		a.replyError(m, wire.StatusMethodAttrNotSupp)
-		return
-	}
-	t := a.topology()
-	if t == nil {
-		a.replyError(m, wire.SAStatusNoResources)
-		return
-	}
 	mask := req.CompMask()
 	q := wire.PathRecord(req.Data()[:wire.PathRecordLen])
 	src, allSrc, st := pathEnd(t, q, mask, wire.PRCompSGID, wire.PRCompSLID, q.SGID(), q.SLID())
