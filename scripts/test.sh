@@ -155,7 +155,10 @@ run_tests() {
 	else
 		echo
 		echo "failures (from $log):"
-		testlog FAIL <"$log" | head -n 400
+		# The whole failure output goes to a file first: `head` closing the pipe early
+		# would kill the script with SIGPIPE (pipefail) before its summary.
+		testlog FAIL <"$log" >"$log.failures" || true
+		sed -n '1,400p' "$log.failures"
 		record FAIL "$name" $(($(date +%s) - t0)) "exit $st; $pkgs packages ok, see $log"
 	fi
 }
