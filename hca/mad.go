@@ -1,7 +1,6 @@
 package hca
 
 import (
-	"encoding/binary"
 	"sync"
 
 	"github.com/pibgw/pibgw/wire"
@@ -225,11 +224,3 @@ func (p *Port) ReplyMAD(m *MAD, resp []byte) error {
 func (p *Port) TID() uint64 {
 	return uint64(p.num)<<56 | p.tid.Add(1)&(1<<56-1)
 }
-
-// MADTimeout is a MAD's response time, IBA 13.4.6.2: 4.096 µs × 2^RespTimeValue plus
-// the subnet's packet lifetime (used by clients to size retries).
-func MADTimeoutNs(respTimeValue, subnetTimeout uint8) uint64 {
-	return 4096 * (uint64(1)<<respTimeValue + uint64(1)<<subnetTimeout)
-}
-
-var _ = binary.BigEndian

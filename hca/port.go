@@ -12,7 +12,7 @@ import (
 func portGUID(node uint64, n uint8) uint64 { return node | uint64(n) }
 
 // DefaultGIDPrefix is the link-local subnet prefix fe80::/64 (IBA 4.1.1).
-const DefaultGIDPrefix = 0xFE80_0000_0000_0000
+const DefaultGIDPrefix = wire.DefaultGIDPrefix
 
 // PortAttr is ibv_port_attr, plus the PortInfo fields pibgw's tools print.
 type PortAttr struct {

@@ -71,9 +71,6 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	if c.MaxInlineData > MaxInline {
 		return nil, errorf(op, EINVAL, "max_inline_data %d above %d", c.MaxInlineData, MaxInline)
 	}
-	if init.SRQ == nil && c.MaxRecvWR == 0 && init.QPType != QPTypeSMI {
-		// A QP with no RQ and no SRQ could never receive; libibverbs allows it, and so do we.
-	}
 	if init.SRQ != nil && init.SRQ.pd.ctx.dev != d {
 		return nil, errorf(op, EINVAL, "SRQ of another device")
 	}

@@ -6,7 +6,6 @@
 package ipoib
 
 import (
-	"context"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -88,5 +87,3 @@ type Neighbor struct {
 //	func (*Interface) State() State
 //
 // All methods are safe for concurrent use.
-
-var _ = context.Background

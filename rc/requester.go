@@ -672,8 +672,6 @@ func (r *requester) flushAll(qp *hca.QP) {
 	r.rdAtomicOut = 0
 }
 
-func (r *requester) outstanding() bool { return r.count > 0 }
-
 func (r *requester) armTimer(c *conn) {
 	if r.timeout == 0 {
 		return
