@@ -159,10 +159,10 @@ func (cw *CaptureWriter) writeRecord(iface uint8, ts, sec, nsec uint64, p []byte
 	}
 	if wire.ICRCPending(p) {
 		// What a capture shows is what a wire would carry: the ICRC computed, the
-		// in-process mark gone (see wire.FinalizeICRC).
+		// in-process mark gone (see wire.Finalize).
 		cw.scratch = append(cw.scratch[:0], p...)
 		p = cw.scratch
-		wire.FinalizeICRC(p)
+		wire.Finalize(p)
 	}
 	body := p[:min(len(p), capLen)]
 	if _, err := cw.bw.Write(body); err != nil {

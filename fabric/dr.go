@@ -88,7 +88,7 @@ func icrcOK(b []byte, bth wire.BTH) bool {
 }
 
 // seal finishes a packet the agent built from a copy of another, its ICRC deferred to
-// where it becomes observable (wire.SetICRCPending, wire.FinalizeICRC).
+// where it becomes observable (wire.SetICRCPending, wire.Finalize).
 func seal(pkt []byte, bthOff int) {
 	wire.SetICRCPending(pkt)
 }

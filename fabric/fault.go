@@ -156,7 +156,7 @@ func (f *FaultLink) Send(pkts [][]byte) {
 		if corR < cfg.Corrupt && len(p) > wire.LRHLen {
 			pb := copyPacket(p)
 			// The damage must be to a packet with a real ICRC, or nobody could detect it.
-			wire.FinalizeICRC(pb.b)
+			wire.Finalize(pb.b)
 			bit := f.corruptBit(p)
 			pb.b[bit/8] ^= 1 << (bit % 8)
 			b.bufs = append(b.bufs, pb)

@@ -20,6 +20,7 @@ type QP struct {
 	recvCQ *CQ
 	srq    *SRQ
 	sigAll bool
+	csumP  bool // QPInitAttr.IPCsumPartial
 	cap    QPCap
 	tr     Transport
 
@@ -85,7 +86,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	}
 	qp := &QP{
 		pd: pd, dev: d, typ: init.QPType, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
-		srq: init.SRQ, sigAll: init.SQSigAll, cap: c, tr: tr,
+		srq: init.SRQ, sigAll: init.SQSigAll, cap: c, tr: tr, csumP: init.IPCsumPartial && init.QPType == QPTypeUD,
 	}
 	if init.SRQ == nil {
 		qp.rq = newRecvQueue(int(c.MaxRecvWR), int(c.MaxRecvSGE))
@@ -155,6 +156,10 @@ func (qp *QP) Num() uint32 { return qp.num }
 
 // Type is the QP type.
 func (qp *QP) Type() QPType { return qp.typ }
+
+// IPCsumPartial reports whether the QP takes CHECKSUM_PARTIAL receives
+// (QPInitAttr.IPCsumPartial).
+func (qp *QP) IPCsumPartial() bool { return qp.csumP }
 
 // State is the current state.
 func (qp *QP) State() QPState { return QPState(qp.state.Load()) }

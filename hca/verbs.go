@@ -228,6 +228,11 @@ const (
 	SendSignaled  SendFlags = 1 << 1
 	SendSolicited SendFlags = 1 << 2
 	SendInline    SendFlags = 1 << 3
+	// SendIPCsum is IBV_SEND_IP_CSUM: the UD message is an IPoIB packet (4-byte header,
+	// then IPv4 or IPv6 carrying TCP or UDP) whose transport checksum field holds the
+	// pseudo-header sum (Linux's CHECKSUM_PARTIAL); the HCA completes the checksum, as
+	// HCAs with IBV_DEVICE_UD_IP_CSUM do for Linux's ipoib. Other messages go unchanged.
+	SendIPCsum SendFlags = 1 << 4
 )
 
 // WCStatus is ibv_wc_status.
@@ -319,6 +324,12 @@ const (
 	WCWithImm  WCFlags = 1 << 1
 	WCIPCsumOK WCFlags = 1 << 2
 	WCWithInv  WCFlags = 1 << 3
+	// WCIPCsumPartial (a pibgw extension, set only for QPs created with
+	// QPInitAttr.IPCsumPartial, always with WCIPCsumOK) says the received IP packet is
+	// intact but its TCP/UDP checksum field holds only the pseudo-header sum: it came
+	// from an in-process sender's SendIPCsum, and the receiver passes it on as
+	// CHECKSUM_PARTIAL instead of having the HCA compute the sum.
+	WCIPCsumPartial WCFlags = 1 << 16
 )
 
 // SGE is ibv_sge: a piece of registered memory, by virtual address and local key.
@@ -418,6 +429,9 @@ type QPInitAttr struct {
 	SQSigAll bool
 	// Port is the port of a special QP (SMI/GSI); ordinary QPs get theirs from ModifyQP.
 	Port uint8
+	// IPCsumPartial (pibgw extension, UD only) lets receives complete with
+	// WCIPCsumPartial rather than the HCA computing deferred TCP/UDP checksums.
+	IPCsumPartial bool
 }
 
 // QPAttr is ibv_qp_attr.

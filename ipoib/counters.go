@@ -38,6 +38,8 @@ const (
 	cNeighborsFailed   // resolutions that timed out
 	cPathQueries       // PathRecord lookups made
 	cRxBatches         // tun writes (rx_packets / rx_batches: packets per write)
+	cTxGSO             // large segments from the stack cut into packets here
+	cRxGRO             // received packets merged into a preceding one's segment
 	cTxBatches         // tun reads
 	numCounters
 )
@@ -62,6 +64,8 @@ var counterNames = [numCounters]string{
 	cDropOwnMulticast:  "drop_own_multicast",
 	cRxBatches:         "rx_batches",
 	cTxBatches:         "tx_batches",
+	cTxGSO:             "tx_gso_segments",
+	cRxGRO:             "rx_gro_merged",
 	cDropDown:          "drop_down",
 	cDropMalformed:     "drop_malformed",
 	cDropNoGroup:       "drop_no_group",

@@ -155,6 +155,11 @@ type Interface struct {
 	tx  txRing
 	rx  rxRing
 	snd sender
+	// off is the device's offload side when it has one (see offload.go); gtx and gro
+	// are that path's transmit buffers and receive merge state.
+	off tun.Offloader
+	gtx gsoRing
+	gro groState
 
 	link  atomic.Pointer[linkState]
 	addrs atomic.Pointer[addrSet]
@@ -271,15 +276,23 @@ func (i *Interface) setupVerbs() error {
 		return err
 	}
 	i.rcq.SetCompHandler(i.onCompletions)
+	if o, ok := i.dev.(tun.Offloader); ok && o.Offloads() {
+		i.off = o
+	}
 	i.qp, err = i.pd.CreateQP(hca.QPInitAttr{
 		SendCQ: i.scq, RecvCQ: i.rcq, QPType: hca.QPTypeUD,
-		Cap: hca.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: rxRingLen, MaxSendSGE: 1, MaxRecvSGE: 1},
+		Cap:           hca.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: rxRingLen, MaxSendSGE: 2, MaxRecvSGE: 1},
+		IPCsumPartial: i.off != nil,
 	})
 	if err != nil {
 		return err
 	}
 	i.qpn = i.qp.Num()
-	if err := i.tx.init(i.pd, batch); err != nil {
+	if i.off != nil {
+		if err := i.gtx.init(i.pd, batch); err != nil {
+			return err
+		}
+	} else if err := i.tx.init(i.pd, batch); err != nil {
 		return err
 	}
 	if err := i.rx.init(i.pd, rxRingLen); err != nil {
@@ -293,6 +306,7 @@ func (i *Interface) destroyVerbs() {
 		_ = i.qp.Destroy()
 	}
 	i.tx.free()
+	i.gtx.free()
 	i.rx.free()
 	i.snd.free()
 	if i.scq != nil {
@@ -348,7 +362,11 @@ func (i *Interface) Run(ctx context.Context) error {
 	i.wg.Add(1)
 	go func() {
 		defer i.wg.Done()
-		errc <- i.txLoop()
+		if i.off != nil {
+			errc <- i.txLoopGSO()
+		} else {
+			errc <- i.txLoop()
+		}
 	}()
 	var err error
 	select {

@@ -61,7 +61,7 @@ func (g *group) wantFull() bool { return g.report || g.own }
 
 // groupAHFor returns the AH of a group to send pkt to, or queues pkt and joins the
 // group send-only.
-func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt []byte) (*hca.AH, bool) {
+func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt []byte, partial bool) (*hca.AH, bool) {
 	i.mmu.RLock()
 	g := i.groups[mgid]
 	if g != nil && g.ah != nil {
@@ -88,7 +88,7 @@ func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt
 		return nil, false
 	}
 	if len(g.queue) < maxQueued {
-		g.queue = append(g.queue, queued{etype, clonePacket(pkt)})
+		g.queue = append(g.queue, queued{etype, clonePacket(pkt, partial)})
 	} else {
 		i.cnt.inc(cDropNoGroup)
 	}

@@ -2,6 +2,7 @@ package ipoib
 
 import (
 	"context"
+	"github.com/pibgw/pibgw/internal/inet"
 	"net/netip"
 	"slices"
 	"time"
@@ -60,7 +61,7 @@ type neighbor struct {
 
 // neighborAH returns the AH and QPN of dst's neighbour, or queues pkt and starts the
 // resolution. It is the transmit path's lookup: a read lock and a map access.
-func (i *Interface) neighborAH(dst netip.Addr, now time.Time, etype uint16, pkt []byte) (*hca.AH, uint32, bool) {
+func (i *Interface) neighborAH(dst netip.Addr, now time.Time, etype uint16, pkt []byte, partial bool) (*hca.AH, uint32, bool) {
 	i.nmu.RLock()
 	n := i.neigh[dst]
 	if n != nil && n.ah != nil && (n.state == nudReachable || n.state == nudStale) {
@@ -74,14 +75,23 @@ func (i *Interface) neighborAH(dst netip.Addr, now time.Time, etype uint16, pkt 
 		return ah, qpn, true
 	}
 	i.nmu.RUnlock()
-	i.resolve(dst, now, etype, pkt)
+	i.resolve(dst, now, etype, pkt, partial)
 	return nil, 0, false
 }
 
-func clonePacket(p []byte) []byte { return append([]byte(nil), p...) }
+// clonePacket copies a packet to be queued; one whose transport checksum is partial
+// (CHECKSUM_PARTIAL, from a tun with offloads) gets it completed, because queued packets
+// go out later without checksum offload.
+func clonePacket(p []byte, partial bool) []byte {
+	c := append([]byte(nil), p...)
+	if partial {
+		inet.CompletePartial(c)
+	}
+	return c
+}
 
 // resolve queues pkt for dst and starts (or continues) its resolution.
-func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []byte) {
+func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []byte, partial bool) {
 	solicit, path := false, false
 	i.nmu.Lock()
 	n := i.neigh[dst]
@@ -99,7 +109,7 @@ func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []b
 	}
 	if pkt != nil {
 		if len(n.queue) < maxQueued {
-			n.queue = append(n.queue, queued{etype, clonePacket(pkt)})
+			n.queue = append(n.queue, queued{etype, clonePacket(pkt, partial)})
 		} else {
 			i.cnt.inc(cDropNoNeighbor)
 		}
@@ -305,7 +315,7 @@ func (i *Interface) sendToNeighbor(ip netip.Addr, etype uint16, payload []byte) 
 		return
 	}
 	if len(n.queue) < maxQueued {
-		n.queue = append(n.queue, queued{etype, clonePacket(payload)})
+		n.queue = append(n.queue, queued{etype, clonePacket(payload, false)})
 	} else {
 		i.cnt.inc(cDropNoNeighbor)
 	}

@@ -140,15 +140,15 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 			i.cnt.inc(cDropUnknownType)
 			continue
 		}
-		// Hand the stack a copy in a buffer with room to coalesce into (rxRing.gro):
-		// measured, copying every packet beats handing over the receive slots of those
-		// that would only be appended to a head (wireguard-go then coalesces less).
-		g := r.gro[len(out)][:len(buf)]
-		copy(g[rxHead:], payload)
-		buf = g
+		if i.off != nil {
+			i.groAdd(buf, wc.WCFlags)
+			continue
+		}
+		// The slot goes to the stack as it is: it has room to coalesce into (rxStride).
 		out = append(out, buf)
 		rxBytes += uint64(len(payload))
 	}
+	i.groFlush()
 	if len(out) > 0 {
 		i.cnt.inc(cRxBatches)
 		written, err := i.dev.Write(out, rxHead)

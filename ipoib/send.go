@@ -210,7 +210,7 @@ func (i *Interface) txLoop() error {
 		for k := 0; k < n; k++ {
 			size := r.sizes[k]
 			pkt := r.bufs[k][txHead : txHead+size]
-			ah, qpn, etype, ok := i.dest(pkt, ls, now, true)
+			ah, qpn, etype, ok := i.dest(pkt, ls, now, true, false)
 			if !ok {
 				continue
 			}
@@ -259,8 +259,8 @@ func (i *Interface) postTx(wrs []hca.SendWR) {
 // dest classifies one outgoing IP packet: where it goes (AH, QPN) and its EtherType, or
 // !ok when it was queued (for a neighbour or a group), consumed (a membership report) or
 // dropped (counted). fromStack marks packets the IP stack sent, as opposed to ND
-// messages pibgw builds itself.
-func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack bool) (ah *hca.AH, qpn uint32, etype uint16, ok bool) {
+// messages pibgw builds itself; partial marks a CHECKSUM_PARTIAL packet.
+func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack, partial bool) (ah *hca.AH, qpn uint32, etype uint16, ok bool) {
 	if len(pkt)+HeaderLen > ls.ibMTU {
 		i.cnt.inc(cDropTooBig)
 		return nil, 0, 0, false
@@ -279,7 +279,7 @@ func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack boo
 		d := [4]byte(pkt[16:20])
 		switch {
 		case d[0]&0xF0 == 0xE0: // 224.0.0.0/4
-			ah, ok = i.groupAHFor(MGIDForIPv4(netip.AddrFrom4(d), i.pkey, scopeLinkLocal), netip.AddrFrom4(d), etype, pkt)
+			ah, ok = i.groupAHFor(MGIDForIPv4(netip.AddrFrom4(d), i.pkey, scopeLinkLocal), netip.AddrFrom4(d), etype, pkt, partial)
 			if ok {
 				i.cnt.inc(cTxMulticast)
 			}
@@ -288,7 +288,7 @@ func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack boo
 			i.cnt.inc(cTxMulticast)
 			return ls.bcastAH, MulticastQPN, etype, true
 		}
-		ah, qpn, ok = i.neighborAH(netip.AddrFrom4(d), now, etype, pkt)
+		ah, qpn, ok = i.neighborAH(netip.AddrFrom4(d), now, etype, pkt, partial)
 		return ah, qpn, etype, ok
 	case 6:
 		if len(pkt) < ipv6HeaderLen {
@@ -301,13 +301,13 @@ func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack boo
 		}
 		d := netip.AddrFrom16([16]byte(pkt[24:40]))
 		if pkt[24] == 0xFF {
-			ah, ok = i.groupAHFor(MGIDForIPv6(d, i.pkey, scopeLinkLocal), d, etype, pkt)
+			ah, ok = i.groupAHFor(MGIDForIPv6(d, i.pkey, scopeLinkLocal), d, etype, pkt, partial)
 			if ok {
 				i.cnt.inc(cTxMulticast)
 			}
 			return ah, MulticastQPN, etype, ok
 		}
-		ah, qpn, ok = i.neighborAH(d, now, etype, pkt)
+		ah, qpn, ok = i.neighborAH(d, now, etype, pkt, partial)
 		return ah, qpn, etype, ok
 	}
 	i.cnt.inc(cDropMalformed)
@@ -322,7 +322,7 @@ func (i *Interface) xmit(pkt []byte) {
 		i.cnt.inc(cDropDown)
 		return
 	}
-	ah, qpn, etype, ok := i.dest(pkt, ls, i.clk.Now(), false)
+	ah, qpn, etype, ok := i.dest(pkt, ls, i.clk.Now(), false, false)
 	if ok {
 		i.snd.send(ah, qpn, ls.qkey, etype, pkt)
 	}

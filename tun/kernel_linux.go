@@ -1,6 +1,7 @@
 package tun
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -40,6 +42,8 @@ type Kernel struct {
 
 	mtu    atomic.Int32
 	closed atomic.Bool
+	vnet   bool     // the file carries virtio-net headers (offloads are on)
+	file   *os.File // wireguard's TUN file, for ReadGSO and WriteGSO
 
 	wmu  sync.Mutex
 	wbuf [][]byte // the caller's slice headers, which wireguard's GRO reorders
@@ -133,6 +137,79 @@ func (k *Kernel) open(ns netns.NsHandle) error {
 	}
 	k.index = link.Attrs().Index
 	k.mtu.Store(int32(link.Attrs().MTU))
+	k.file = k.dev.File()
+	k.vnet = k.hasVnetHdr()
+	return nil
+}
+
+// hasVnetHdr asks the kernel (TUNGETIFF) whether the device carries virtio-net headers,
+// which wireguard-go turns on when the kernel supports segmentation offload.
+func (k *Kernel) hasVnetHdr() bool {
+	sc, err := k.file.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var ifr [unix.IFNAMSIZ + 24]byte
+	var ierr error
+	if err := sc.Control(func(fd uintptr) {
+		_, _, e := unix.Syscall(unix.SYS_IOCTL, fd, unix.TUNGETIFF, uintptr(unsafe.Pointer(&ifr[0])))
+		if e != 0 {
+			ierr = e
+		}
+	}); err != nil || ierr != nil {
+		return false
+	}
+	flags := binary.NativeEndian.Uint16(ifr[unix.IFNAMSIZ:])
+	return flags&unix.IFF_VNET_HDR != 0
+}
+
+var _ Offloader = (*Kernel)(nil)
+
+// Offloads reports whether the device exchanges offloaded segments (the kernel and
+// wireguard-go agreed on virtio-net headers).
+func (k *Kernel) Offloads() bool { return k.vnet }
+
+// ReadGSO reads one segment as the kernel queued it: up to 64 KiB of TCP or UDP to be
+// segmented, or one packet, with its virtio-net header decoded. Do not mix with Read.
+func (k *Kernel) ReadGSO(buf []byte, offset int) (int, GSO, error) {
+	if k.closed.Load() {
+		return 0, GSO{}, ErrClosed
+	}
+	if !k.vnet || offset < virtioNetHdrLen {
+		return 0, GSO{}, fmt.Errorf("tun: read %s: no offloads, or offset %d below %d", k.name, offset, virtioNetHdrLen)
+	}
+	b := buf[offset-virtioNetHdrLen:]
+	n, err := k.file.Read(b)
+	if err != nil {
+		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return 0, GSO{}, ErrClosed
+		}
+		return 0, GSO{}, fmt.Errorf("tun: read %s: %w", k.name, err)
+	}
+	if n < virtioNetHdrLen {
+		return 0, GSO{}, fmt.Errorf("tun: read %s: %d bytes, shorter than the virtio-net header", k.name, n)
+	}
+	return n - virtioNetHdrLen, decodeVnetHdr(b), nil
+}
+
+// WriteGSO writes buf[offset:] with the virtio-net header g describes, which goes in
+// the head-room: the kernel segments it if it must, and takes a CHECKSUM_PARTIAL
+// segment's checksum as done (what veth does for its peer). Do not mix with Write.
+func (k *Kernel) WriteGSO(buf []byte, offset int, g GSO) error {
+	if k.closed.Load() {
+		return ErrClosed
+	}
+	if !k.vnet || offset < virtioNetHdrLen {
+		return fmt.Errorf("tun: write %s: no offloads, or offset %d below %d", k.name, offset, virtioNetHdrLen)
+	}
+	b := buf[offset-virtioNetHdrLen:]
+	encodeVnetHdr(b, g)
+	if _, err := k.file.Write(b); err != nil {
+		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("tun: write %s: %w", k.name, err)
+	}
 	return nil
 }
 

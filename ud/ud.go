@@ -210,6 +210,11 @@ func (t *Transport) build(qp *hca.QP, port *hca.Port, wr *hca.SendWR, buf []byte
 	}
 	clear(b[off+int(n) : off+int(n)+pad])
 	wire.SetICRCPending(b)
+	if wr.SendFlags&hca.SendIPCsum != 0 && qp.Type() == hca.QPTypeUD {
+		// The checksum engine's work is deferred like the ICRC's (wire.SetIPCsumPending);
+		// a message that is not TCP/UDP over IP goes as it is, as on an HCA.
+		wire.SetIPCsumPending(b)
+	}
 	return total, hca.WCSuccess, nil
 }
 
@@ -238,6 +243,16 @@ func (t *Transport) Receive(qp *hca.QP, p *hca.Packet) {
 		return
 	}
 	flags := hca.WCFlags(0)
+	if wire.IPCsumPending(p.Raw) {
+		// Checksum offload on the receive side: the data are intact (the packet never
+		// left the process); either hand the partial checksum on or complete it.
+		if qp.IPCsumPartial() {
+			flags |= hca.WCIPCsumOK | hca.WCIPCsumPartial
+		} else {
+			wire.FinalizeIPCsum(p.Raw)
+			flags |= hca.WCIPCsumOK
+		}
+	}
 	if p.GRH != nil {
 		if st := qp.Scatter(&w, 0, p.GRH); st != hca.WCSuccess {
 			qp.RecvError(&w, st, hca.WCRecv)

@@ -233,7 +233,7 @@ func TestICRCPending(t *testing.T) {
 			t.Fatal("pending packet not recognised")
 		}
 		clear(pkt[len(pkt)-ICRCLen:])
-		FinalizeICRC(pkt)
+		Finalize(pkt)
 		if string(pkt) != string(want) || ICRCPending(pkt) {
 			t.Fatalf("global=%v: finalized packet differs from one built with SetICRC", global)
 		}

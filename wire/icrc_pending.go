@@ -9,11 +9,15 @@ package wire
 // "ICRC pending" instead (BTH.Resv8a, which the ICRC masks out and which is zero on any
 // real wire), and receivers skip the check for marked packets. Every place where a packet
 // becomes observable or can be damaged — a capture, a UDP link, a fault injector that
-// corrupts — calls FinalizeICRC first, so what anyone can see is bit-exact IBA with a
+// corrupts — calls Finalize first, so what anyone can see is bit-exact IBA with a
 // correct ICRC, and a corrupted packet is one with a real ICRC that fails the check.
 
 // icrcPendingMark is the BTH.Resv8a value of a packet whose ICRC is not computed yet.
 const icrcPendingMark = 0x80
+
+// ipCsumPendingMark is the BTH.Resv8a value of a pending packet that also carries a
+// deferred TCP/UDP checksum (SetIPCsumPending).
+const ipCsumPendingMark = icrcPendingMark | 0x40
 
 // bthOffset returns the offset of the BTH, or -1 for raw or short packets.
 func bthOffset(pkt []byte) int {
@@ -33,7 +37,7 @@ func bthOffset(pkt []byte) int {
 }
 
 // SetICRCPending marks pkt (LRH through the ICRC slot) as carrying no ICRC yet. Only
-// in-process senders call it; see FinalizeICRC.
+// in-process senders call it; see Finalize.
 func SetICRCPending(pkt []byte) {
 	if o := bthOffset(pkt); o >= 0 {
 		pkt[o+4] = icrcPendingMark
@@ -43,12 +47,14 @@ func SetICRCPending(pkt []byte) {
 // ICRCPending reports whether pkt's ICRC was deferred.
 func ICRCPending(pkt []byte) bool {
 	o := bthOffset(pkt)
-	return o >= 0 && pkt[o+4] == icrcPendingMark
+	return o >= 0 && (pkt[o+4] == icrcPendingMark || pkt[o+4] == ipCsumPendingMark)
 }
 
-// FinalizeICRC computes a deferred ICRC and clears the mark, leaving pkt exactly as IBA
+// Finalize does what an in-process sender deferred — the TCP/UDP checksum
+// (SetIPCsumPending), then the ICRC — and clears the marks, leaving pkt exactly as IBA
 // puts it on a wire. A packet that is not pending is left alone.
-func FinalizeICRC(pkt []byte) {
+func Finalize(pkt []byte) {
+	FinalizeIPCsum(pkt)
 	if o := bthOffset(pkt); o >= 0 && pkt[o+4] == icrcPendingMark {
 		pkt[o+4] = 0
 		SetICRC(pkt) // Resv8a is masked, so the mark never changed the ICRC

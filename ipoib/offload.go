@@ -1,0 +1,437 @@
+package ipoib
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/inet"
+	"github.com/pibgw/pibgw/tun"
+)
+
+// The offload path, used when the tun.Device is a kernel TUN with offloads
+// (tun.Offloader): what Linux's ipoib does on an HCA with IB_DEVICE_UD_TSO and
+// IB_DEVICE_UD_IP_CSUM.
+//
+// Transmit: one read returns a whole segment of up to 64 KiB as the IP stack queued it
+// (TCP or UDP, with CHECKSUM_PARTIAL). It is cut into path-MTU packets right here, each
+// posted as a two-SGE send — a header slot (IPoIB header, the IP and TCP/UDP headers
+// patched for that segment) and the payload where the read put it — with
+// IBV_SEND_IP_CSUM. So the payload is copied once (by the HCA's gather) and no checksum
+// is computed in process (wire.SetIPCsumPending); the first segment goes in place, its
+// header patched in the read buffer.
+//
+// Receive: the QP is created with IPCsumPartial, so packets from in-process senders keep
+// their partial checksums (hca.WCIPCsumPartial). Consecutive TCP segments of a flow in a
+// burst are merged into the first one's receive slot (rxStride leaves the room), like
+// Linux's GRO, and each result is written with its virtio-net header: the kernel gets
+// one large CHECKSUM_PARTIAL segment instead of many packets, and nobody sums the data.
+
+// gsoRing is the offload transmit path's buffers, one MR: the read buffer, then a
+// header slot per segment.
+type gsoRing struct {
+	mr   *hca.MR
+	buf  []byte // txHead head-room + one segment of up to 64 KiB
+	hdrs [][]byte
+	tmpl [maxSegHeaders]byte
+	// scratch builds whole packets for the slow path (destination not resolved).
+	scratch []byte
+	sgl     [][2]hca.SGE
+	wrs     []hca.SendWR
+}
+
+// maxSegHeaders bounds a segment's IP and transport headers (60 + 60).
+const maxSegHeaders = 120
+
+// hdrSlotLen is a header slot: IPoIB header + IP and transport headers, rounded up.
+const hdrSlotLen = 128
+
+func (g *gsoRing) init(pd *hca.PD, n int) error {
+	bufLen := txHead + groSegment
+	mem := make([]byte, bufLen+n*hdrSlotLen)
+	mr, err := pd.RegMR(mem, hca.AccessLocalWrite)
+	if err != nil {
+		return err
+	}
+	g.mr = mr
+	g.buf = mem[:bufLen:bufLen]
+	g.hdrs = make([][]byte, n)
+	for k := range g.hdrs {
+		o := bufLen + k*hdrSlotLen
+		g.hdrs[k] = mem[o : o+hdrSlotLen : o+hdrSlotLen]
+	}
+	g.scratch = make([]byte, slotLen)
+	g.sgl = make([][2]hca.SGE, n)
+	g.wrs = make([]hca.SendWR, 0, n)
+	return nil
+}
+
+func (g *gsoRing) free() {
+	if g.mr != nil {
+		_ = g.mr.Dereg()
+		g.mr = nil
+	}
+}
+
+// txLoopGSO is txLoop for an Offloader: one segment per read.
+func (i *Interface) txLoopGSO() error {
+	g := &i.gtx
+	for {
+		n, meta, err := i.off.ReadGSO(g.buf, txHead)
+		i.cnt.inc(cTxBatches)
+		if err != nil {
+			if i.closed.Load() || errors.Is(err, tun.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		ls := i.link.Load()
+		if !ls.up {
+			i.cnt.inc(cDropDown)
+			continue
+		}
+		pkt := g.buf[txHead : txHead+n]
+		if meta.Type == tun.GSONone {
+			i.sendOne(pkt, meta, ls)
+		} else {
+			i.sendSegmented(pkt, meta, ls)
+		}
+	}
+}
+
+// sendOne sends a packet the stack did not ask to segment; a CHECKSUM_PARTIAL one goes
+// with checksum offload when the HCA can do it, or is completed here.
+func (i *Interface) sendOne(pkt []byte, meta tun.GSO, ls *linkState) {
+	partial := false
+	if meta.NeedsCsum {
+		iphl, proto, csumOff, ok := inet.Transport(pkt)
+		cs, co := int(meta.CsumStart), int(meta.CsumOffset)
+		switch {
+		case ok && cs == iphl && co == csumOff:
+			partial = true
+		case cs+co+2 <= len(pkt):
+			inet.CompleteAt(pkt[cs:], co, ok && proto == inet.ProtoUDP)
+		default:
+			i.cnt.inc(cDropMalformed)
+			return
+		}
+	}
+	ah, qpn, etype, ok := i.dest(pkt, ls, i.clk.Now(), true, partial)
+	if !ok {
+		return
+	}
+	i.postTx(append(i.gtx.wrs[:0], i.inPlaceWR(pkt, etype, partial, ah, qpn, ls)))
+}
+
+// inPlaceWR is the one-SGE send of pkt, which lies at txHead in the read buffer: the
+// IPoIB header goes into the head-room in front of it.
+func (i *Interface) inPlaceWR(pkt []byte, etype uint16, partial bool, ah *hca.AH, qpn uint32, ls *linkState) hca.SendWR {
+	g := &i.gtx
+	hdr := g.buf[txHead-HeaderLen : txHead]
+	binary.BigEndian.PutUint32(hdr, uint32(etype)<<16)
+	g.sgl[0][0] = hca.SGE{Addr: hca.BufAddr(hdr), Length: uint32(len(pkt) + HeaderLen), LKey: g.mr.LKey()}
+	flags := hca.SendSignaled
+	if partial {
+		flags |= hca.SendIPCsum
+	}
+	return hca.SendWR{
+		WRID: 0, SGL: g.sgl[0][:1], Opcode: hca.WRSend, SendFlags: flags,
+		AH: ah, RemoteQPN: qpn, RemoteQKey: ls.qkey,
+	}
+}
+
+// segmenter patches a segment's headers from the template of the big one's
+// (tcp_gso_segment's and udp4_ufo/__udp_gso_segment's rules).
+type segmenter struct {
+	tmpl    []byte // IP + transport headers of the big segment
+	iphl    int
+	proto   uint8
+	csumOff int
+	v4      bool
+	size    int    // payload per segment
+	seq     uint32 // TCP: sequence number of the first byte
+	id      uint16 // IPv4: identification of the first segment
+}
+
+// headers writes segment k's headers (payload n bytes; last marks the final segment)
+// into dst, len(dst) == len(tmpl).
+func (s *segmenter) headers(dst []byte, k, n int, last bool) {
+	copy(dst, s.tmpl)
+	hl := len(s.tmpl)
+	if s.v4 {
+		binary.BigEndian.PutUint16(dst[2:], uint16(hl+n))
+		binary.BigEndian.PutUint16(dst[4:], s.id+uint16(k))
+		inet.SetIPv4HeaderChecksum(dst[:s.iphl])
+	} else {
+		binary.BigEndian.PutUint16(dst[4:], uint16(hl-40+n))
+	}
+	l4 := dst[s.iphl:]
+	if s.proto == inet.ProtoTCP {
+		binary.BigEndian.PutUint32(l4[4:], s.seq+uint32(k*s.size))
+		if k > 0 {
+			l4[13] &^= tcpCWR
+		}
+		if !last {
+			l4[13] &^= tcpFIN | tcpPSH
+		}
+	} else {
+		binary.BigEndian.PutUint16(l4[4:], uint16(8+n))
+	}
+	binary.BigEndian.PutUint16(l4[s.csumOff:], inet.Fold(inet.PseudoSum(dst, s.proto, hl-s.iphl+n)))
+}
+
+// TCP flags (RFC 9293 §3.1, RFC 3168).
+const (
+	tcpFIN = 0x01
+	tcpPSH = 0x08
+	tcpACK = 0x10
+	tcpCWR = 0x80
+)
+
+// sendSegmented cuts a large segment into packets of meta.Size payload bytes.
+func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
+	g := &i.gtx
+	iphl, proto, csumOff, ok := inet.Transport(pkt)
+	v4 := ok && pkt[0]>>4 == 4
+	switch {
+	case !ok || meta.Size == 0:
+		ok = false
+	case meta.Type == tun.GSOTCPv4:
+		ok = v4 && proto == inet.ProtoTCP
+	case meta.Type == tun.GSOTCPv6:
+		ok = !v4 && proto == inet.ProtoTCP
+	case meta.Type == tun.GSOUDPL4:
+		ok = proto == inet.ProtoUDP
+	default:
+		ok = false
+	}
+	l4hl := 8
+	if ok && proto == inet.ProtoTCP {
+		l4hl = int(pkt[iphl+12]>>4) * 4
+		ok = l4hl >= 20
+	}
+	hl := iphl + l4hl
+	if !ok || hl > maxSegHeaders || hl > len(pkt) {
+		i.cnt.inc(cDropMalformed)
+		return
+	}
+	s := segmenter{tmpl: g.tmpl[:hl], iphl: iphl, proto: proto, csumOff: csumOff, v4: v4, size: int(meta.Size)}
+	copy(s.tmpl, pkt[:hl])
+	if proto == inet.ProtoTCP {
+		s.seq = binary.BigEndian.Uint32(pkt[iphl+4:])
+	}
+	if v4 {
+		s.id = binary.BigEndian.Uint16(pkt[4:])
+	}
+	data := pkt[hl:]
+	nseg := max((len(data)+s.size-1)/s.size, 1)
+	segLen := func(k int) int { return min(s.size, len(data)-k*s.size) }
+	i.cnt.inc(cTxGSO)
+
+	// Segment 0 in place: its headers are the big segment's, patched.
+	n0 := segLen(0)
+	s.headers(pkt[:hl], 0, n0, nseg == 1)
+	seg0 := pkt[:hl+n0]
+	ah, qpn, etype, ok := i.dest(seg0, ls, i.clk.Now(), true, true)
+	if !ok {
+		// dest queued (or dropped) the first; the rest follow it one by one, whole.
+		for k := 1; k < nseg; k++ {
+			n := segLen(k)
+			p := g.scratch[:hl+n]
+			s.headers(p[:hl], k, n, k == nseg-1)
+			copy(p[hl:], data[k*s.size:k*s.size+n])
+			inet.CompletePartial(p)
+			i.xmit(p)
+		}
+		return
+	}
+	wrs := append(g.wrs[:0], i.inPlaceWR(seg0, etype, true, ah, qpn, ls))
+	lkey := g.mr.LKey()
+	dataAddr := hca.BufAddr(data)
+	for k := 1; k < nseg; k++ {
+		if len(wrs) == len(g.hdrs) {
+			i.postTx(wrs)
+			wrs = wrs[:0]
+		}
+		slot := len(wrs)
+		n := segLen(k)
+		h := g.hdrs[slot][:HeaderLen+hl]
+		binary.BigEndian.PutUint32(h, uint32(etype)<<16)
+		s.headers(h[HeaderLen:], k, n, k == nseg-1)
+		g.sgl[slot] = [2]hca.SGE{
+			{Addr: hca.BufAddr(h), Length: uint32(len(h)), LKey: lkey},
+			{Addr: dataAddr + uint64(k*s.size), Length: uint32(n), LKey: lkey},
+		}
+		wrs = append(wrs, hca.SendWR{
+			WRID: uint64(slot), SGL: g.sgl[slot][:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled | hca.SendIPCsum,
+			AH: ah, RemoteQPN: qpn, RemoteQKey: ls.qkey,
+		})
+	}
+	i.postTx(wrs)
+}
+
+// groState is the segment being merged during one receive burst.
+type groState struct {
+	buf     []byte // receive slot: the IP packet at rxHead, room to grow up to cap
+	iphl    int
+	tcphl   int
+	size    int    // payload of the first segment: all but the last have this much
+	nextSeq uint32 // sequence number the next segment must have
+	segs    int
+	partial bool
+	closed  bool // took a PSH or a short segment: nothing more merges
+}
+
+// groAdd passes one received IP packet (at rxHead in buf) toward the stack: merged into
+// the segment being built, starting a new one, or written as it is.
+func (i *Interface) groAdd(buf []byte, flags hca.WCFlags) {
+	st := &i.gro
+	ip := buf[rxHead:]
+	ok := flags&hca.WCIPCsumOK != 0
+	partial := flags&hca.WCIPCsumPartial != 0
+	if st.buf != nil && ok && i.groMerge(ip) {
+		return
+	}
+	i.groFlush()
+	iphl, tcphl, ok := groCandidate(ip, ok)
+	if !ok {
+		i.writeOne(buf, partial)
+		return
+	}
+	*st = groState{
+		buf: buf, iphl: iphl, tcphl: tcphl, size: len(ip) - iphl - tcphl,
+		nextSeq: binary.BigEndian.Uint32(ip[iphl+4:]) + uint32(len(ip)-iphl-tcphl), segs: 1, partial: partial,
+	}
+	st.closed = ip[iphl+13]&tcpPSH != 0
+}
+
+// groCandidate reports whether ip can head a merged segment: an intact TCP segment
+// carrying data with only ACK (and PSH) set, its IP length matching.
+func groCandidate(ip []byte, csumOK bool) (iphl, tcphl int, ok bool) {
+	if !csumOK {
+		return 0, 0, false
+	}
+	iphl, proto, _, ok := inet.Transport(ip)
+	if !ok || proto != inet.ProtoTCP {
+		return 0, 0, false
+	}
+	if ip[0]>>4 == 4 {
+		if int(binary.BigEndian.Uint16(ip[2:])) != len(ip) {
+			return 0, 0, false
+		}
+	} else if int(binary.BigEndian.Uint16(ip[4:]))+40 != len(ip) {
+		return 0, 0, false
+	}
+	tcphl = int(ip[iphl+12]>>4) * 4
+	if tcphl < 20 || iphl+tcphl >= len(ip) {
+		return 0, 0, false
+	}
+	if f := ip[iphl+13]; f != tcpACK && f != tcpACK|tcpPSH {
+		return 0, 0, false
+	}
+	return iphl, tcphl, true
+}
+
+// groMerge appends ip's payload to the segment being built if it continues it (Linux's
+// tcp_gro_receive rules: same flow, headers and options, the next sequence number, no
+// larger than the first segment).
+func (i *Interface) groMerge(ip []byte) bool {
+	st := &i.gro
+	if st.closed {
+		return false
+	}
+	head := st.buf[rxHead:]
+	iphl, tcphl, ok := groCandidate(ip, true)
+	if !ok || iphl != st.iphl || tcphl != st.tcphl || ip[0]>>4 != head[0]>>4 {
+		return false
+	}
+	if ip[0]>>4 == 4 {
+		// Version/IHL/TOS, DF, TTL/protocol, addresses.
+		if ip[1] != head[1] || ip[6]&0x40 != head[6]&0x40 || string(ip[8:10]) != string(head[8:10]) ||
+			string(ip[12:iphl]) != string(head[12:iphl]) {
+			return false
+		}
+	} else if string(ip[:4]) != string(head[:4]) || string(ip[6:40]) != string(head[6:40]) {
+		return false
+	}
+	th, hh := ip[iphl:], head[iphl:]
+	// Ports, acknowledgment number, window, options must match; PSH may end the run.
+	if string(th[:4]) != string(hh[:4]) || string(th[8:12]) != string(hh[8:12]) ||
+		string(th[14:16]) != string(hh[14:16]) || string(th[20:tcphl]) != string(hh[20:tcphl]) {
+		return false
+	}
+	if binary.BigEndian.Uint32(th[4:]) != st.nextSeq {
+		return false
+	}
+	payload := ip[iphl+tcphl:]
+	if len(payload) > st.size || len(head)+len(payload) > 0xFFFF || len(st.buf)+len(payload) > cap(st.buf) {
+		return false
+	}
+	st.buf = append(st.buf, payload...)
+	st.nextSeq += uint32(len(payload))
+	st.segs++
+	st.partial = true // the merged segment's checksum is recomputed as partial
+	if th[13]&tcpPSH != 0 {
+		st.buf[rxHead+iphl+13] |= tcpPSH
+		st.closed = true
+	}
+	if len(payload) < st.size {
+		st.closed = true
+	}
+	return true
+}
+
+// groFlush writes the segment being built, if any.
+func (i *Interface) groFlush() {
+	st := &i.gro
+	if st.buf == nil {
+		return
+	}
+	buf, segs := st.buf, st.segs
+	st.buf = nil
+	if segs == 1 {
+		i.writeOne(buf, st.partial)
+		return
+	}
+	ip := buf[rxHead:]
+	g := tun.GSO{
+		Type: tun.GSOTCPv6, NeedsCsum: true, CsumStart: uint16(st.iphl), CsumOffset: inet.TCPCsumOffset,
+		HdrLen: uint16(st.iphl + st.tcphl), Size: uint16(st.size),
+	}
+	if ip[0]>>4 == 4 {
+		g.Type = tun.GSOTCPv4
+		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
+		inet.SetIPv4HeaderChecksum(ip[:st.iphl])
+	} else {
+		binary.BigEndian.PutUint16(ip[4:], uint16(len(ip)-40))
+	}
+	inet.SetPartial(ip, st.iphl, inet.ProtoTCP, inet.TCPCsumOffset)
+	i.cnt.add(cRxGRO, uint64(segs-1))
+	i.writeGSO(buf, g, segs, len(ip)+(segs-1)*(st.iphl+st.tcphl))
+}
+
+// writeOne writes one received packet; a partial one says so to the kernel.
+func (i *Interface) writeOne(buf []byte, partial bool) {
+	ip := buf[rxHead:]
+	var g tun.GSO
+	if partial {
+		if iphl, _, csumOff, ok := inet.Transport(ip); ok {
+			g = tun.GSO{NeedsCsum: true, CsumStart: uint16(iphl), CsumOffset: uint16(csumOff)}
+		} else {
+			i.cnt.inc(cDropMalformed)
+			return
+		}
+	}
+	i.writeGSO(buf, g, 1, len(ip))
+}
+
+// writeGSO writes buf (the IP packet at rxHead) and counts segs packets of bytes in all.
+func (i *Interface) writeGSO(buf []byte, g tun.GSO, segs, bytes int) {
+	i.cnt.inc(cRxBatches)
+	if err := i.off.WriteGSO(buf, rxHead, g); err != nil {
+		i.cnt.add(cDropTunWrite, uint64(segs))
+		return
+	}
+	i.cnt.add(cRxPackets, uint64(segs))
+	i.cnt.add(cRxBytes, uint64(bytes))
+}
