@@ -57,18 +57,8 @@ type rxRing struct {
 // groSegment is the largest segment the kernel takes from a TUN write (64 KiB).
 const groSegment = 65536
 
-// rxStride is the spacing of receive slots: each slot is posted with slotLen bytes but
-// its slice has the capacity of a whole coalesced TCP segment, because a kernel TUN with
-// offloads (wireguard-go's GRO) merges a batch's consecutive segments into the spare
-// capacity of the first one. So a received packet goes to the tun write from the slot
-// it was received in, with no copy. The spare room is address space, not memory: only
-// slots that head a coalesced segment ever touch it. The stride is not a multiple of
-// 4 KiB so that the slots' first lines, the ones every packet writes, spread over the
-// cache sets instead of all landing in the same few.
-const rxStride = groSegment + slotLen
-
 func (r *rxRing) init(pd *hca.PD, n int) error {
-	mem := make([]byte, n*rxStride)
+	mem := make([]byte, n*slotLen)
 	mr, err := pd.RegMR(mem, hca.AccessLocalWrite)
 	if err != nil {
 		return err
@@ -81,7 +71,7 @@ func (r *rxRing) init(pd *hca.PD, n int) error {
 	r.wcs = make([]hca.WC, 128)
 	r.out = make([][]byte, 0, 128)
 	for k := range r.bufs {
-		r.bufs[k] = mem[k*rxStride : k*rxStride+slotLen : (k+1)*rxStride]
+		r.bufs[k] = mem[k*slotLen : (k+1)*slotLen : (k+1)*slotLen]
 		r.sgl[k][0] = hca.SGE{Addr: hca.BufAddr(r.bufs[k]), Length: slotLen, LKey: mr.LKey()}
 		r.wrs[k] = hca.RecvWR{WRID: uint64(k), SGL: r.sgl[k][:]}
 	}

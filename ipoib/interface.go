@@ -148,6 +148,7 @@ type Interface struct {
 	pd             *hca.PD
 	sendCh, recvCh *hca.CompChannel
 	rxMu           sync.Mutex // one receive path at a time (handler or rxLoop)
+	rxDrains       atomic.Uint64
 	scq, rcq       *hca.CQ
 	qp             *hca.QP
 	qpn            uint32

@@ -23,9 +23,10 @@ import (
 //
 // Receive: the QP is created with IPCsumPartial, so packets from in-process senders keep
 // their partial checksums (hca.WCIPCsumPartial). Consecutive TCP segments of a flow in a
-// burst are merged into the first one's receive slot (rxStride leaves the room), like
-// Linux's GRO, and each result is written with its virtio-net header: the kernel gets
-// one large CHECKSUM_PARTIAL segment instead of many packets, and nobody sums the data.
+// burst are merged like Linux's GRO — the first one's headers fixed up to cover them all,
+// the others' payloads left in their receive slots — and each result is written with its
+// virtio-net header in one writev: the kernel gets one large CHECKSUM_PARTIAL segment
+// instead of many packets, its copy is the only one, and nobody sums the data.
 
 // gsoRing is the offload transmit path's buffers, one MR: the read buffer, then a
 // header slot per segment.
@@ -272,7 +273,9 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 
 // groState is the segment being merged during one receive burst.
 type groState struct {
-	buf     []byte // receive slot: the IP packet at rxHead, room to grow up to cap
+	buf     []byte   // receive slot of the first segment: the IP packet at rxHead
+	tail    [][]byte // payloads of the segments merged into it, in their slots
+	length  int      // IP length of the merged segment
 	iphl    int
 	tcphl   int
 	size    int    // payload of the first segment: all but the last have this much
@@ -299,7 +302,7 @@ func (i *Interface) groAdd(buf []byte, flags hca.WCFlags) {
 		return
 	}
 	*st = groState{
-		buf: buf, iphl: iphl, tcphl: tcphl, size: len(ip) - iphl - tcphl,
+		buf: buf, tail: st.tail[:0], length: len(ip), iphl: iphl, tcphl: tcphl, size: len(ip) - iphl - tcphl,
 		nextSeq: binary.BigEndian.Uint32(ip[iphl+4:]) + uint32(len(ip)-iphl-tcphl), segs: 1, partial: partial,
 	}
 	st.closed = ip[iphl+13]&tcpPSH != 0
@@ -364,10 +367,11 @@ func (i *Interface) groMerge(ip []byte) bool {
 		return false
 	}
 	payload := ip[iphl+tcphl:]
-	if len(payload) > st.size || len(head)+len(payload) > 0xFFFF || len(st.buf)+len(payload) > cap(st.buf) {
+	if len(payload) > st.size || st.length+len(payload) > 0xFFFF || len(st.tail) == maxGROSegs {
 		return false
 	}
-	st.buf = append(st.buf, payload...)
+	st.tail = append(st.tail, payload)
+	st.length += len(payload)
 	st.nextSeq += uint32(len(payload))
 	st.segs++
 	st.partial = true // the merged segment's checksum is recomputed as partial
@@ -380,6 +384,9 @@ func (i *Interface) groMerge(ip []byte) bool {
 	}
 	return true
 }
+
+// maxGROSegs bounds the segments merged into one write.
+const maxGROSegs = 64
 
 // groFlush writes the segment being built, if any.
 func (i *Interface) groFlush() {
@@ -400,14 +407,16 @@ func (i *Interface) groFlush() {
 	}
 	if ip[0]>>4 == 4 {
 		g.Type = tun.GSOTCPv4
-		binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
+		binary.BigEndian.PutUint16(ip[2:], uint16(st.length))
 		inet.SetIPv4HeaderChecksum(ip[:st.iphl])
 	} else {
-		binary.BigEndian.PutUint16(ip[4:], uint16(len(ip)-40))
+		binary.BigEndian.PutUint16(ip[4:], uint16(st.length-40))
 	}
-	inet.SetPartial(ip, st.iphl, inet.ProtoTCP, inet.TCPCsumOffset)
+	binary.BigEndian.PutUint16(ip[st.iphl+inet.TCPCsumOffset:],
+		inet.Fold(inet.PseudoSum(ip, inet.ProtoTCP, st.length-st.iphl)))
 	i.cnt.add(cRxGRO, uint64(segs-1))
-	i.writeGSO(buf, g, segs, len(ip)+(segs-1)*(st.iphl+st.tcphl))
+	i.writeGSO(buf, g, st.tail, segs, st.length+(segs-1)*(st.iphl+st.tcphl))
+	clear(st.tail)
 }
 
 // writeOne writes one received packet; a partial one says so to the kernel.
@@ -422,13 +431,14 @@ func (i *Interface) writeOne(buf []byte, partial bool) {
 			return
 		}
 	}
-	i.writeGSO(buf, g, 1, len(ip))
+	i.writeGSO(buf, g, nil, 1, len(ip))
 }
 
-// writeGSO writes buf (the IP packet at rxHead) and counts segs packets of bytes in all.
-func (i *Interface) writeGSO(buf []byte, g tun.GSO, segs, bytes int) {
+// writeGSO writes buf (the IP packet at rxHead) and tail, and counts segs packets of
+// bytes in all.
+func (i *Interface) writeGSO(buf []byte, g tun.GSO, tail [][]byte, segs, bytes int) {
 	i.cnt.inc(cRxBatches)
-	if err := i.off.WriteGSO(buf, rxHead, g); err != nil {
+	if err := i.off.WriteGSO(buf, rxHead, g, tail); err != nil {
 		i.cnt.add(cDropTunWrite, uint64(segs))
 		return
 	}

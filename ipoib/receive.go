@@ -34,6 +34,7 @@ func (i *Interface) tryDrain() {
 // drainRx processes completions until the CQ is empty; rxMu is held.
 func (i *Interface) drainRx() {
 	r := &i.rx
+	i.rxDrains.Add(1)
 	for {
 		n := i.rcq.Poll(r.wcs)
 		if n == 0 {
@@ -51,22 +52,19 @@ func (i *Interface) drainRx() {
 func (i *Interface) rxLoop() {
 	t := time.NewTicker(rxSweep)
 	defer t.Stop()
-	seen := false
+	var drains uint64
 	for {
 		select {
 		case <-t.C:
-			// Only completions still queued a whole sweep later are stragglers; taking
-			// the lock for ones the handler is about to drain would make the sender's
-			// handler skip its turn while the receive queue runs dry.
-			if i.rcq.Pending() == 0 {
-				seen = false
+			// Only completions nobody drained for a whole sweep are stragglers. Taking
+			// the lock while the handler keeps up with a stream would make the sender's
+			// handler skip its turns while the sweep runs — and if this goroutine is
+			// then descheduled with the lock held, the receive queue runs dry.
+			d := i.rxDrains.Load()
+			if i.rcq.Pending() == 0 || d != drains {
+				drains = d
 				continue
 			}
-			if !seen {
-				seen = true
-				continue
-			}
-			seen = false
 			i.tryDrain()
 		case <-i.ctx.Done():
 			return
@@ -144,7 +142,6 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 			i.groAdd(buf, wc.WCFlags)
 			continue
 		}
-		// The slot goes to the stack as it is: it has room to coalesce into (rxStride).
 		out = append(out, buf)
 		rxBytes += uint64(len(payload))
 	}

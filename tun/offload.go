@@ -44,8 +44,9 @@ type Offloader interface {
 	// ReadGSO reads one segment (up to 64 KiB) into buf[offset:] and returns its length
 	// and metadata. offset must be at least MinOffset.
 	ReadGSO(buf []byte, offset int) (int, GSO, error)
-	// WriteGSO writes buf[offset:] as one segment; it may use the head-room.
-	WriteGSO(buf []byte, offset int, g GSO) error
+	// WriteGSO writes buf[offset:] followed by the pieces of tail (payload of a
+	// coalesced segment that lies elsewhere) as one segment; it may use the head-room.
+	WriteGSO(buf []byte, offset int, g GSO, tail [][]byte) error
 }
 
 // virtio_net_hdr (include/uapi/linux/virtio_net.h), 10 bytes, little-endian.
