@@ -216,6 +216,11 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 		i.cnt.inc(cDropMalformed)
 		return
 	}
+	if HeaderLen+hl+int(meta.Size) > ls.ibMTU {
+		// The stack segments at our MTU; a larger size would make packets no link takes.
+		i.cnt.inc(cDropTooBig)
+		return
+	}
 	s := segmenter{tmpl: g.tmpl[:hl], iphl: iphl, proto: proto, csumOff: csumOff, v4: v4, size: int(meta.Size)}
 	copy(s.tmpl, pkt[:hl])
 	if proto == inet.ProtoTCP {

@@ -193,19 +193,22 @@ addresses = ["10.10.0.2/24"]
 	// InfiniBand, IPoIB and IP decode. Anything malformed still fails the test.
 	// iperf3's payload is random bytes: decoded as plain data, so that no heuristic
 	// dissector (Thrift, say) tries to read a protocol in it.
-	args := append([]string{"-o", "tcp.analyze_sequence_numbers:FALSE", "-d", "tcp.port==5201,data"}, fabrictest.NoEoIBHeuristic...)
+	// Checksums are verified: pibgw defers TCP checksums inside the process (HCA
+	// checksum offload), and a capture must still show every one computed and right.
+	args := append([]string{"-o", "tcp.analyze_sequence_numbers:FALSE", "-d", "tcp.port==5201,data",
+		"-o", "tcp.check_checksum:TRUE", "-o", "ip.check_checksum:TRUE"}, fabrictest.NoEoIBHeuristic...)
 	const problems = `_ws.malformed || (_ws.expert.severity >= "Warning" && !tcp.options.sack.dsack && !tcp.analysis)`
 	if bad := strings.TrimSpace(fabrictest.Tshark(t, pcap, append(args, "-Y", problems)...)); bad != "" {
 		t.Fatalf("tshark reports malformed frames or expert warnings:\n%s\n%s", bad, fabrictest.Tshark(t, pcap, append(args, "-q", "-z", "expert")...))
 	}
-	rows := fabrictest.TsharkFields(t, pcap, "frame.protocols", "arp.hw.type", "arp.hw.size",
-		"infiniband.rwh.etype", "ip.src", "ip.dst", "tcp.dstport")
+	rows := fabrictest.TsharkFieldsWith(t, pcap, args, "frame.protocols", "arp.hw.type", "arp.hw.size",
+		"infiniband.rwh.etype", "ip.src", "ip.dst", "tcp.dstport", "ip.checksum.status", "tcp.checksum.status")
 	if len(rows) != captureCount {
 		t.Errorf("tshark read %d frames, want %d", len(rows), captureCount)
 	}
 	var arp, tcp, tcpData int
 	for _, r := range rows {
-		if len(r) < 7 {
+		if len(r) < 9 {
 			t.Fatalf("tshark row %q", r)
 		}
 		switch {
@@ -218,6 +221,10 @@ addresses = ["10.10.0.2/24"]
 			tcp++
 			if r[3] != "0x0800" {
 				t.Errorf("TCP frame with IPoIB EtherType %s", r[3])
+			}
+			// Wireshark's checksum status: 1 is good (0 bad, 2 unverified).
+			if r[7] != "1" || r[8] != "1" {
+				t.Errorf("TCP frame %s → %s: IPv4 header checksum status %s, TCP checksum status %s; want 1 (good)", r[4], r[5], r[7], r[8])
 			}
 			if r[4] == "10.10.0.1" && r[5] == "10.10.0.2" && r[6] == "5201" {
 				tcpData++

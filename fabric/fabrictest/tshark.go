@@ -32,7 +32,13 @@ func Tshark(t testing.TB, path string, args ...string) string {
 // TsharkFields returns, per frame, the values of the named fields.
 func TsharkFields(t testing.TB, path string, fields ...string) [][]string {
 	t.Helper()
-	args := []string{"-T", "fields", "-E", "separator=|", "-E", "occurrence=f"}
+	return TsharkFieldsWith(t, path, nil, fields...)
+}
+
+// TsharkFieldsWith is TsharkFields with more tshark options (preferences, decode-as).
+func TsharkFieldsWith(t testing.TB, path string, opts []string, fields ...string) [][]string {
+	t.Helper()
+	args := append(append([]string(nil), opts...), "-T", "fields", "-E", "separator=|", "-E", "occurrence=f")
 	for _, f := range fields {
 		args = append(args, "-e", f)
 	}
