@@ -390,7 +390,8 @@ func (i *Interface) groMerge(ip []byte) bool {
 	return true
 }
 
-// maxGROSegs bounds the segments merged into one write.
+// maxGROSegs bounds the segments merged into the first one (a write has at most
+// maxGROSegs+1 pieces, far below the kernel's 1024 iovecs).
 const maxGROSegs = 64
 
 // groFlush writes the segment being built, if any.
