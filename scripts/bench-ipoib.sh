@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # bench-ipoib.sh — IPoIB datagram mode against its ceilings, in one run, on this machine.
 #
-# Three setups, each two network namespaces at MTU 2044:
+# Three setups, each two network namespaces at MTU 2044, all set up before measuring:
 #   veth    a veth pair (the kernel's own ceiling, no TUN at all);
 #   relay   two TUN devices joined by cmd/tunrelay, a plain relay with no IB processing —
 #           the ceiling for any TUN design;
 #   pibgw   `pibgw up` in datagram mode: TUN → IPoIB → UD → switch → UD → IPoIB → TUN.
 # For each: ping RTT (median of 200 pings) and iperf3 TCP throughput (10 s), and pibgw's
-# ratios to the relay. Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
+# ratios to the relay. The measurements are interleaved — pings in bursts of 50 taken in
+# turn, iperf3 runs in turn (order reversed every round) — so that the load of a shared
+# machine, which drifts over seconds, weighs on all setups alike. ROUNDS=N repeats the
+# iperf3 runs and reports each setup's median. pibgw runs with its default scheduler
+# setting (daemon.max_procs: half the CPUs), the relay with Go's (all CPUs);
+# RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, to compare at equal
+# settings. Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
 #
-#   sudo bash scripts/bench-ipoib.sh            # PINGS=200 SECONDS_=10 MTU=2044 by default
+#   sudo bash scripts/bench-ipoib.sh            # PINGS=200 DURATION=10 MTU=2044 ROUNDS=1
 #
 # Traffic stays inside the namespaces this script creates (names bench-*-<pid>), which it
 # removes on exit, as it does every process it started.
@@ -19,6 +25,8 @@ cd "$(dirname "$0")/.."
 PINGS=${PINGS:-200}
 DURATION=${DURATION:-10}
 MTU=${MTU:-2044}
+ROUNDS=${ROUNDS:-1}
+RELAY_MAXPROCS=${RELAY_MAXPROCS:-}
 tag=$$
 work=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-bench.XXXXXX")
 pids=()
@@ -39,13 +47,14 @@ need ip; need ping; need iperf3; need go
 go build -o "$work/pibgw" ./cmd/pibgw
 go build -o "$work/tunrelay" ./cmd/tunrelay
 
-# median_rtt NS ADDR: median of PINGS round trips in ms.
-median_rtt() {
-	ip netns exec "$1" ping -c 3 -W 1 "$2" >/dev/null # warm up: neighbours, paths
-	ip netns exec "$1" ping -n -q -c "$PINGS" -i 0.005 "$2" >/dev/null
-	ip netns exec "$1" ping -n -c "$PINGS" -i 0.005 "$2" |
-		sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p' | sort -n |
-		awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit} m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.3f", m}'
+# rtts NS ADDR COUNT: COUNT round trips in ms, one per line (after a warm-up).
+rtts() {
+	ip netns exec "$1" ping -n -c "$3" -i 0.005 "$2" | sed -n 's/.*time=\([0-9.]*\) ms.*/\1/p'
+}
+
+# median: the median of the numbers on stdin.
+median() {
+	sort -n | awk '{v[NR]=$1} END {if (NR==0) {print "nan"; exit} m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.3f", m}'
 }
 
 # tcp_gbps CLIENT_NS SERVER_NS SERVER_ADDR: iperf3 TCP throughput in Gbit/s.
@@ -58,7 +67,8 @@ tcp_gbps() {
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf.json"
 }
 
-results=()
+names=(veth relay pibgw)
+declare -A client server addr
 
 # veth
 a=bench-veth-a-$tag b=bench-veth-b-$tag
@@ -66,15 +76,19 @@ ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 ip link add veth-a-$tag netns "$a" mtu "$MTU" type veth peer name veth-b-$tag netns "$b" mtu "$MTU"
 ip -n "$a" addr add 10.77.1.1/24 dev veth-a-$tag; ip -n "$a" link set veth-a-$tag up
 ip -n "$b" addr add 10.77.1.2/24 dev veth-b-$tag; ip -n "$b" link set veth-b-$tag up
-results+=("veth $(median_rtt "$a" 10.77.1.2) $(tcp_gbps "$a" "$b" 10.77.1.2)")
+client[veth]=$a server[veth]=$b addr[veth]=10.77.1.2
 
 # plain TUN relay
 a=bench-relay-a-$tag b=bench-relay-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
-"$work/tunrelay" -mtu "$MTU" -a "$a:tr0:10.77.2.1/24" -b "$b:tr1:10.77.2.2/24" &
+if [ -n "$RELAY_MAXPROCS" ]; then
+	GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" -mtu "$MTU" -a "$a:tr0:10.77.2.1/24" -b "$b:tr1:10.77.2.2/24" &
+else
+	"$work/tunrelay" -mtu "$MTU" -a "$a:tr0:10.77.2.1/24" -b "$b:tr1:10.77.2.2/24" &
+fi
 pids+=($!)
 for _ in $(seq 50); do ip -n "$b" addr show dev tr1 2>/dev/null | grep -q 10.77.2.2 && break; sleep 0.1; done
-results+=("relay $(median_rtt "$a" 10.77.2.2) $(tcp_gbps "$a" "$b" 10.77.2.2)")
+client[relay]=$a server[relay]=$b addr[relay]=10.77.2.2
 
 # pibgw datagram mode
 a=bench-pib-a-$tag b=bench-pib-b-$tag
@@ -98,17 +112,41 @@ netns+=("$a" "$b") # pibgw creates and removes them; listed so a crash is cleane
 "$work/pibgw" up --config "$work/bench.toml" --control "$work/pibgw.sock" &
 pids+=($!)
 for _ in $(seq 100); do [ -S "$work/pibgw.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.3.2 && break; sleep 0.1; done
-results+=("pibgw $(median_rtt "$a" 10.77.3.2) $(tcp_gbps "$a" "$b" 10.77.3.2)")
+client[pibgw]=$a server[pibgw]=$b addr[pibgw]=10.77.3.2
+
+# Pings: warm up (neighbours, paths), then bursts of 50 in turn.
+for n in "${names[@]}"; do
+	ip netns exec "${client[$n]}" ping -c 3 -W 1 "${addr[$n]}" >/dev/null
+	ip netns exec "${client[$n]}" ping -n -q -c 50 -i 0.005 "${addr[$n]}" >/dev/null
+	: >"$work/rtt-$n"
+done
+for ((done_ = 0; done_ < PINGS; done_ += 50)); do
+	c=$((PINGS - done_ < 50 ? PINGS - done_ : 50))
+	for n in "${names[@]}"; do rtts "${client[$n]}" "${addr[$n]}" "$c" >>"$work/rtt-$n"; done
+done
+
+# iperf3: one run per setup per round, in turn; the order alternates.
+for n in "${names[@]}"; do : >"$work/tcp-$n"; done
+for ((r = 0; r < ROUNDS; r++)); do
+	order=("${names[@]}")
+	if ((r % 2 == 1)); then order=(pibgw relay veth); fi
+	for n in "${order[@]}"; do tcp_gbps "${client[$n]}" "${server[$n]}" "${addr[$n]}" >>"$work/tcp-$n"; done
+done
+
+results=()
+for n in "${names[@]}"; do
+	results+=("$n $(median <"$work/rtt-$n") $(median <"$work/tcp-$n") $(paste -sd/ "$work/tcp-$n")")
+done
 
 relay_rtt=$(echo "${results[1]}" | awk '{print $2}')
 relay_tcp=$(echo "${results[1]}" | awk '{print $3}')
 echo
-echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings, iperf3 ${DURATION} s)"
-printf '%-8s %14s %16s %14s %16s\n' setup "ping p50 (ms)" "RTT / relay" "TCP (Gbit/s)" "TCP / relay"
+echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default})"
+printf '%-8s %14s %12s %14s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "runs"
 for r in "${results[@]}"; do
 	set -- $r
-	printf '%-8s %14s %16s %14s %16s\n' "$1" "$2" \
+	printf '%-8s %14s %12s %14s %12s  %s\n' "$1" "$2" \
 		"$(awk -v x="$2" -v y="$relay_rtt" 'BEGIN{printf "%.2f×", x/y}')" "$3" \
-		"$(awk -v x="$3" -v y="$relay_tcp" 'BEGIN{printf "%.2f×", x/y}')"
+		"$(awk -v x="$3" -v y="$relay_tcp" 'BEGIN{printf "%.2f×", x/y}')" "$4"
 done
 echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"

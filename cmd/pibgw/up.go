@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -58,9 +59,23 @@ func upCommand(e *env) *cli.Command {
 				level = e.level
 			}
 			log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+			setMaxProcs(cfg.Daemon.MaxProcs, log)
 			return up(c.Context, cfg, log)
 		},
 	}
+}
+
+// setMaxProcs applies daemon.max_procs, unless the GOMAXPROCS environment variable
+// already chose.
+func setMaxProcs(n int, log *slog.Logger) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	if n == 0 {
+		n = config.AutoMaxProcs(runtime.NumCPU())
+	}
+	runtime.GOMAXPROCS(n)
+	log.Debug("scheduler", "max_procs", n, "cpus", runtime.NumCPU())
 }
 
 // up runs the daemon until SIGINT or SIGTERM.

@@ -83,6 +83,7 @@ func TestOptions(t *testing.T) {
 control = "/tmp/p.sock"
 log_level = "debug"
 capture = "/tmp/f.pcap"
+max_procs = 3
 [fabric]
 node_guid_base = "0x0011223300000000"
 switch_ports = 12
@@ -119,7 +120,7 @@ mtu = 4092
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Daemon.Control != "/tmp/p.sock" || c.Daemon.LogLevel.String() != "DEBUG" || c.Daemon.Capture != "/tmp/f.pcap" {
+	if c.Daemon.Control != "/tmp/p.sock" || c.Daemon.LogLevel.String() != "DEBUG" || c.Daemon.Capture != "/tmp/f.pcap" || c.Daemon.MaxProcs != 3 {
 		t.Errorf("daemon %+v", c.Daemon)
 	}
 	if c.Fabric.HCAs[0].NodeGUID != 0x0011_2233_0000_0300 || c.Fabric.HCAs[0].Ports != 2 ||
@@ -159,6 +160,7 @@ func TestErrors(t *testing.T) {
 		{"[sm]\nhca = \"pib_7\"\n", "x.toml: sm.hca: \"pib_7\": no such HCA (have pib_0, pib_1)"},
 		{"[sm]\nport = 2\n", "x.toml: sm.port: 2 out of range 1..1 (pib_0 has 1)"},
 		{"[sm]\npriority = 16\n", "x.toml: sm.priority: 16 out of range 0..15"},
+		{"[daemon]\nmax_procs = -1\n", "x.toml: daemon.max_procs: -1 out of range 0..4096"},
 		{"[sm]\nsweep_interval = \"soon\"\n", "x.toml: sm.sweep_interval: \"soon\": want a duration"},
 		{"[[sm.partitions]]\npkey = 0x8001\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[0].name: missing"},
 		{"[[sm.partitions]]\nname = \"a\"\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[0].pkey: missing"},

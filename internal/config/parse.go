@@ -23,6 +23,7 @@ type file struct {
 		Control  any `toml:"control"`
 		LogLevel any `toml:"log_level"`
 		Capture  any `toml:"capture"`
+		MaxProcs any `toml:"max_procs"`
 	} `toml:"daemon"`
 	Fabric struct {
 		HCACount     any       `toml:"hca_count"`
@@ -278,6 +279,7 @@ func (p *parser) daemon(c *Config, f *file) {
 		p.errf("daemon.log_level", "%q: want debug, info, warn or error", lvl)
 	}
 	c.Daemon.Capture = p.str("daemon.capture", d.Capture, "")
+	c.Daemon.MaxProcs = int(p.intIn("daemon.max_procs", d.MaxProcs, 0, 0, 4096))
 }
 
 func (p *parser) fabric(c *Config, f *file) {

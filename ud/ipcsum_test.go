@@ -1,0 +1,156 @@
+package ud_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/hca/hcatest"
+	"github.com/pibgw/pibgw/internal/inet"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// ipoibTCP is an IPoIB message (4-byte header, IPv4, TCP) whose TCP checksum field holds
+// the pseudo-header sum, as a kernel hands it over with CHECKSUM_PARTIAL; want is the same
+// packet with the checksum completed.
+func ipoibTCP(payload int) (msg, want []byte) {
+	ip := make([]byte, 20+20+payload)
+	ip[0] = 0x45
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
+	ip[8], ip[9] = 64, inet.ProtoTCP
+	copy(ip[12:], []byte{10, 1, 0, 1, 10, 1, 0, 2})
+	inet.SetIPv4HeaderChecksum(ip[:20])
+	binary.BigEndian.PutUint16(ip[20:], 40000)
+	binary.BigEndian.PutUint16(ip[22:], 5201)
+	ip[32], ip[33] = 5<<4, 0x10
+	for i := 40; i < len(ip); i++ {
+		ip[i] = byte(i*31 + 7)
+	}
+	inet.SetPartial(ip, 20, inet.ProtoTCP, inet.TCPCsumOffset)
+	msg = append([]byte{0x08, 0x00, 0, 0}, ip...)
+	want = append([]byte(nil), msg...)
+	inet.CompletePartial(want[4:])
+	return msg, want
+}
+
+// TestUDIPCsumOffload: a send with SendIPCsum reaches a QP that asked for partial
+// checksums unchanged, flagged WCIPCsumOK|WCIPCsumPartial; an ordinary QP gets the
+// checksum completed (WCIPCsumOK); a capture of the wire shows it completed; a send
+// without the flag is delivered as it is, with no flag.
+func TestUDIPCsumOffload(t *testing.T) {
+	var captured [][]byte
+	f := hcatest.NewFabric(t, 2, hcatest.Options{Wrap: func(i int, d fabric.Direction, l fabric.Link) fabric.Link {
+		if i != 0 || d != fabric.AtoB {
+			return l
+		}
+		return linkFunc(func(pkts [][]byte) {
+			for _, p := range pkts {
+				c := append([]byte(nil), p...)
+				wire.Finalize(c)
+				captured = append(captured, c)
+			}
+			l.Send(pkts)
+		})
+	}})
+	a := newEndpoint(t, f.Devs[0], 8192, hca.AccessLocalWrite)
+	plain := newEndpoint(t, f.Devs[1], 8192, hca.AccessLocalWrite)
+	partial := newPartialEndpoint(t, f.Devs[1])
+	ah := a.ah(t, 2, false, [16]byte{})
+	msg, want := ipoibTCP(1000)
+	copy(a.buf, msg)
+
+	for _, c := range []struct {
+		name    string
+		dst     *endpoint
+		flags   hca.SendFlags
+		wantWC  hca.WCFlags
+		wantMsg []byte
+	}{
+		{"partial receiver", partial, hca.SendIPCsum, hca.WCIPCsumOK | hca.WCIPCsumPartial, msg},
+		{"plain receiver", plain, hca.SendIPCsum, hca.WCIPCsumOK, want},
+		{"no offload", partial, 0, 0, msg},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			captured = nil
+			clear(c.dst.buf)
+			c.dst.postRecv(t, 1, 0, 8192)
+			wr := sendWR(a, ah, c.dst, uint32(len(msg)))
+			wr.SendFlags |= c.flags
+			if _, err := a.qp.PostSend([]hca.SendWR{wr}); err != nil {
+				t.Fatal(err)
+			}
+			if wc := poll1(t, a.scq); wc.Status != hca.WCSuccess {
+				t.Fatalf("send: %v", wc.Status)
+			}
+			wc := poll1(t, c.dst.rcq)
+			if wc.Status != hca.WCSuccess || int(wc.ByteLen) != 40+len(msg) {
+				t.Fatalf("receive: %v, %d bytes", wc.Status, wc.ByteLen)
+			}
+			if got := wc.WCFlags &^ hca.WCGRH; got != c.wantWC {
+				t.Errorf("WC flags %#x, want %#x", got, c.wantWC)
+			}
+			if got := c.dst.buf[40 : 40+len(msg)]; !bytes.Equal(got, c.wantMsg) {
+				t.Errorf("received message differs from the expected one (checksum %#04x, want %#04x)",
+					binary.BigEndian.Uint16(got[4+36:]), binary.BigEndian.Uint16(c.wantMsg[4+36:]))
+			}
+			if c.wantWC&hca.WCIPCsumPartial == 0 && c.wantWC != 0 && !inet.Valid(c.dst.buf[44:40+len(msg)]) {
+				t.Error("completed TCP checksum is not valid")
+			}
+			// What the wire shows: always complete, never the in-process marks.
+			if len(captured) != 1 {
+				t.Fatalf("captured %d packets", len(captured))
+			}
+			p := captured[0]
+			if wire.ICRCPending(p) || wire.IPCsumPending(p) || !wire.CheckICRC(p) {
+				t.Fatal("captured packet still pending or with a bad ICRC")
+			}
+			pay := p[wire.LRHLen+wire.BTHLen+wire.DETHLen : len(p)-wire.ICRCLen]
+			if c.flags != 0 && !bytes.Equal(pay[:len(want)], want) {
+				t.Error("captured packet does not carry the completed checksum")
+			}
+		})
+	}
+}
+
+// TestIPCsumPendingOnlyForIP: the HCA offloads TCP/UDP over IP only; anything else is
+// sent as it is.
+func TestIPCsumPendingOnlyForIP(t *testing.T) {
+	f := hcatest.NewFabric(t, 2, hcatest.Options{})
+	a := newEndpoint(t, f.Devs[0], 8192, hca.AccessLocalWrite)
+	b := newPartialEndpoint(t, f.Devs[1])
+	msg, _ := ipoibTCP(100)
+	msg[0], msg[1] = 0x08, 0x06 // ARP EtherType
+	copy(a.buf, msg)
+	b.postRecv(t, 1, 0, 8192)
+	wr := sendWR(a, a.ah(t, 2, false, [16]byte{}), b, uint32(len(msg)))
+	wr.SendFlags |= hca.SendIPCsum
+	if _, err := a.qp.PostSend([]hca.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	poll1(t, a.scq)
+	wc := poll1(t, b.rcq)
+	if wc.WCFlags&(hca.WCIPCsumOK|hca.WCIPCsumPartial) != 0 || !bytes.Equal(b.buf[40:40+len(msg)], msg) {
+		t.Fatalf("non-IP message: flags %#x, changed %v", wc.WCFlags, !bytes.Equal(b.buf[40:40+len(msg)], msg))
+	}
+}
+
+func newPartialEndpoint(t testing.TB, d *hca.Device) *endpoint {
+	t.Helper()
+	e := newEndpoint(t, d, 8192, hca.AccessLocalWrite)
+	qp, err := e.pd.CreateQP(hca.QPInitAttr{
+		SendCQ: e.scq, RecvCQ: e.rcq, QPType: hca.QPTypeUD, IPCsumPartial: true,
+		Cap: hca.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toRTS(t, qp, testQKey)
+	e.qp = qp
+	return e
+}
+
+type linkFunc func([][]byte)
+
+func (f linkFunc) Send(pkts [][]byte) { f(pkts) }
