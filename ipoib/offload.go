@@ -24,9 +24,9 @@ import (
 // Receive: the QP is created with IPCsumPartial, so packets from in-process senders keep
 // their partial checksums (hca.WCIPCsumPartial). Consecutive TCP segments of a flow in a
 // burst are merged like Linux's GRO — the first one's headers fixed up to cover them all,
-// the others' payloads left in their receive slots — and each result is written with its
-// virtio-net header in one writev: the kernel gets one large CHECKSUM_PARTIAL segment
-// instead of many packets, its copy is the only one, and nobody sums the data.
+// the others' payloads taken from their receive slots — and each result is written with
+// its virtio-net header: the kernel gets one large CHECKSUM_PARTIAL segment instead of
+// many packets, and nobody sums the data.
 
 // gsoRing is the offload transmit path's buffers, one MR: the read buffer, then a
 // header slot per segment.
@@ -152,17 +152,37 @@ type segmenter struct {
 	size    int    // payload per segment
 	seq     uint32 // TCP: sequence number of the first byte
 	id      uint16 // IPv4: identification of the first segment
+
+	// Sums of what all segments share, so each one's checksums cost a few additions:
+	// the IPv4 header without its length, identification and checksum fields, and the
+	// pseudo-header without its length.
+	ready   bool
+	ipSum   uint64
+	pseudo0 uint64
+}
+
+func (s *segmenter) prepare() {
+	if s.v4 {
+		h := s.tmpl[:s.iphl]
+		s.ipSum = inet.Sum(h[:2], 0) + inet.Sum(h[6:10], 0) + inet.Sum(h[12:], 0)
+	}
+	s.pseudo0 = inet.PseudoSum(s.tmpl, s.proto, 0)
+	s.ready = true
 }
 
 // headers writes segment k's headers (payload n bytes; last marks the final segment)
 // into dst, len(dst) == len(tmpl).
 func (s *segmenter) headers(dst []byte, k, n int, last bool) {
+	if !s.ready {
+		s.prepare()
+	}
 	copy(dst, s.tmpl)
 	hl := len(s.tmpl)
 	if s.v4 {
-		binary.BigEndian.PutUint16(dst[2:], uint16(hl+n))
-		binary.BigEndian.PutUint16(dst[4:], s.id+uint16(k))
-		inet.SetIPv4HeaderChecksum(dst[:s.iphl])
+		tot, id := uint16(hl+n), s.id+uint16(k)
+		binary.BigEndian.PutUint16(dst[2:], tot)
+		binary.BigEndian.PutUint16(dst[4:], id)
+		binary.BigEndian.PutUint16(dst[10:], ^inet.Fold(s.ipSum+uint64(tot)+uint64(id)))
 	} else {
 		binary.BigEndian.PutUint16(dst[4:], uint16(hl-40+n))
 	}
@@ -178,7 +198,7 @@ func (s *segmenter) headers(dst []byte, k, n int, last bool) {
 	} else {
 		binary.BigEndian.PutUint16(l4[4:], uint16(8+n))
 	}
-	binary.BigEndian.PutUint16(l4[s.csumOff:], inet.Fold(inet.PseudoSum(dst, s.proto, hl-s.iphl+n)))
+	binary.BigEndian.PutUint16(l4[s.csumOff:], inet.Fold(s.pseudo0+uint64(hl-s.iphl+n)))
 }
 
 // TCP flags (RFC 9293 §3.1, RFC 3168).
