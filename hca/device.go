@@ -131,7 +131,9 @@ type Device struct {
 	mu       sync.RWMutex
 	qps      map[uint32]*QP
 	nextQPN  uint32
-	mrs      []*MR // by key index (key >> 8)
+	mrs      []*MR         // by key index (key >> 8)
+	mrTab    slotTable[MR] // the same, for LookupKey without the lock
+	qpTab    mapTable[QP]  // qps, for lookupQP without the lock
 	freeMR   []uint32
 	keyGen   uint8
 	counts   objectCounts
@@ -261,9 +263,4 @@ func (d *Device) SetTransport(t QPType, tr Transport) {
 func (d *Device) nextID() uint32 { return d.ids.Add(1) }
 
 // lookupQP finds a QP by number.
-func (d *Device) lookupQP(qpn uint32) *QP {
-	d.mu.RLock()
-	qp := d.qps[qpn]
-	d.mu.RUnlock()
-	return qp
-}
+func (d *Device) lookupQP(qpn uint32) *QP { return d.qpTab.load(qpn) }

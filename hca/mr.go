@@ -61,6 +61,7 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	d.keyGen++
 	mr.key = idx<<8 | uint32(d.keyGen)
 	d.mrs[idx] = mr
+	d.mrTab.store(idx, mr)
 	d.counts.mr++
 	pd.refs.Add(1)
 	return mr, nil
@@ -97,6 +98,7 @@ func (mr *MR) Dereg() error {
 		return errorf("dereg_mr", EINVAL, "MR %#x is not registered", mr.key)
 	}
 	d.mrs[idx] = nil
+	d.mrTab.store(idx, nil)
 	d.freeMR = append(d.freeMR, idx)
 	d.counts.mr--
 	mr.pd.refs.Add(-1)
@@ -105,13 +107,7 @@ func (mr *MR) Dereg() error {
 
 // LookupKey finds the MR with the given L_Key or R_Key.
 func (d *Device) LookupKey(key uint32) *MR {
-	idx := key >> 8
-	d.mu.RLock()
-	var mr *MR
-	if int(idx) < len(d.mrs) {
-		mr = d.mrs[idx]
-	}
-	d.mu.RUnlock()
+	mr := d.mrTab.load(key >> 8)
 	if mr == nil || mr.key != key {
 		return nil
 	}

@@ -123,6 +123,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		qp.num = d.nextQPN
 		d.nextQPN = nextQPN(d.nextQPN)
 		d.qps[qp.num] = qp
+		d.qpTab.store(qp.num, qp)
 	}
 	d.counts.qp++
 	d.mu.Unlock()
@@ -446,6 +447,7 @@ func (qp *QP) Destroy() error {
 			return errorf("destroy_qp", EINVAL, "QP %#x already destroyed", qp.num)
 		}
 		delete(d.qps, qp.num)
+		d.qpTab.store(qp.num, nil)
 	}
 	d.counts.qp--
 	if qp.srq != nil {

@@ -15,7 +15,7 @@
 # RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, to compare at equal
 # settings. Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
 #
-#   sudo bash scripts/bench-ipoib.sh            # PINGS=200 DURATION=10 MTU=2044 ROUNDS=1
+#   sudo bash scripts/bench-ipoib.sh            # PINGS=200 DURATION=10 MTU=2044 ROUNDS=3
 #
 # Traffic stays inside the namespaces this script creates (names bench-*-<pid>), which it
 # removes on exit, as it does every process it started.
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 PINGS=${PINGS:-200}
 DURATION=${DURATION:-10}
 MTU=${MTU:-2044}
-ROUNDS=${ROUNDS:-1}
+ROUNDS=${ROUNDS:-3}
 RELAY_MAXPROCS=${RELAY_MAXPROCS:-}
 tag=$$
 work=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-bench.XXXXXX")
