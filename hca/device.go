@@ -129,11 +129,10 @@ type Device struct {
 	log   *slog.Logger
 
 	mu       sync.RWMutex
-	qps      map[uint32]*QP
+	qps      mapTable[QP] // by QPN (QP0 and QP1 live on their ports)
 	nextQPN  uint32
-	mrs      []*MR         // by key index (key >> 8)
-	mrTab    slotTable[MR] // the same, for LookupKey without the lock
-	qpTab    mapTable[QP]  // qps, for lookupQP without the lock
+	mrs      slotTable[MR] // by key index (key >> 8)
+	nextMR   uint32        // the lowest key index never used
 	freeMR   []uint32
 	keyGen   uint8
 	counts   objectCounts
@@ -189,9 +188,8 @@ func NewDevice(cfg Config) (*Device, error) {
 		cfg:      cfg,
 		clk:      cfg.Clock,
 		log:      cfg.Logger.With("device", cfg.Name),
-		qps:      make(map[uint32]*QP),
 		nextQPN:  firstUserQPN,
-		mrs:      make([]*MR, 1), // key index 0 is never used
+		nextMR:   1, // key index 0 is never used
 		contexts: make(map[*Context]struct{}),
 	}
 	d.attr = DeviceAttr{
@@ -263,4 +261,4 @@ func (d *Device) SetTransport(t QPType, tr Transport) {
 func (d *Device) nextID() uint32 { return d.ids.Add(1) }
 
 // lookupQP finds a QP by number.
-func (d *Device) lookupQP(qpn uint32) *QP { return d.qpTab.load(qpn) }
+func (d *Device) lookupQP(qpn uint32) *QP { return d.qps.load(qpn) }

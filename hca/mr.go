@@ -54,14 +54,13 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 		idx = d.freeMR[n-1]
 		d.freeMR = d.freeMR[:n-1]
 	} else {
-		idx = uint32(len(d.mrs))
-		d.mrs = append(d.mrs, nil)
+		idx = d.nextMR
+		d.nextMR++
 	}
 	// The low byte is a generation number so a stale key does not find a reused slot.
 	d.keyGen++
 	mr.key = idx<<8 | uint32(d.keyGen)
-	d.mrs[idx] = mr
-	d.mrTab.store(idx, mr)
+	d.mrs.store(idx, mr)
 	d.counts.mr++
 	pd.refs.Add(1)
 	return mr, nil
@@ -94,11 +93,10 @@ func (mr *MR) Dereg() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	idx := mr.key >> 8
-	if int(idx) >= len(d.mrs) || d.mrs[idx] != mr {
+	if d.mrs.load(idx) != mr {
 		return errorf("dereg_mr", EINVAL, "MR %#x is not registered", mr.key)
 	}
-	d.mrs[idx] = nil
-	d.mrTab.store(idx, nil)
+	d.mrs.store(idx, nil)
 	d.freeMR = append(d.freeMR, idx)
 	d.counts.mr--
 	mr.pd.refs.Add(-1)
@@ -107,7 +105,7 @@ func (mr *MR) Dereg() error {
 
 // LookupKey finds the MR with the given L_Key or R_Key.
 func (d *Device) LookupKey(key uint32) *MR {
-	mr := d.mrTab.load(key >> 8)
+	mr := d.mrs.load(key >> 8)
 	if mr == nil || mr.key != key {
 		return nil
 	}

@@ -117,13 +117,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		}
 		qp.port.Store(special)
 	default:
-		for d.qps[d.nextQPN] != nil {
+		for d.qps.load(d.nextQPN) != nil {
 			d.nextQPN = nextQPN(d.nextQPN)
 		}
 		qp.num = d.nextQPN
 		d.nextQPN = nextQPN(d.nextQPN)
-		d.qps[qp.num] = qp
-		d.qpTab.store(qp.num, qp)
+		d.qps.store(qp.num, qp)
 	}
 	d.counts.qp++
 	d.mu.Unlock()
@@ -442,12 +441,11 @@ func (qp *QP) Destroy() error {
 	case QPTypeGSI:
 		qp.port.Load().qp1.CompareAndSwap(qp, nil)
 	default:
-		if d.qps[qp.num] != qp {
+		if d.qps.load(qp.num) != qp {
 			d.mu.Unlock()
 			return errorf("destroy_qp", EINVAL, "QP %#x already destroyed", qp.num)
 		}
-		delete(d.qps, qp.num)
-		d.qpTab.store(qp.num, nil)
+		d.qps.store(qp.num, nil)
 	}
 	d.counts.qp--
 	if qp.srq != nil {

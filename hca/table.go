@@ -4,7 +4,8 @@ import "sync/atomic"
 
 // Lookup tables for the packet path: lookups are atomic loads and write nothing, so
 // receivers on different cores do not bounce a lock's cache line between them (a read
-// lock per packet did). Stores happen under the device lock.
+// lock per packet did). They are the device's only record of its MRs and QPs; stores
+// happen under the device lock.
 
 // slotTable maps a dense index (an MR key's index, reused after deregistration) to an
 // object; it grows by doubling.

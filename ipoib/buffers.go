@@ -54,7 +54,7 @@ type rxRing struct {
 	out    [][]byte
 }
 
-// groSegment is the largest segment the kernel takes from a TUN write (64 KiB).
+// groSegment is the largest segment a TUN read or write carries (64 KiB).
 const groSegment = 65536
 
 func (r *rxRing) init(pd *hca.PD, n int) error {

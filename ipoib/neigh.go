@@ -2,13 +2,13 @@ package ipoib
 
 import (
 	"context"
-	"github.com/pibgw/pibgw/internal/inet"
 	"net/netip"
 	"slices"
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/inet"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/wire"
 )

@@ -214,18 +214,17 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 	g := &i.gtx
 	iphl, proto, csumOff, ok := inet.Transport(pkt)
 	v4 := ok && pkt[0]>>4 == 4
-	switch {
-	case !ok || meta.Size == 0:
-		ok = false
-	case meta.Type == tun.GSOTCPv4:
-		ok = v4 && proto == inet.ProtoTCP
-	case meta.Type == tun.GSOTCPv6:
-		ok = !v4 && proto == inet.ProtoTCP
-	case meta.Type == tun.GSOUDPL4:
-		ok = proto == inet.ProtoUDP
+	switch meta.Type {
+	case tun.GSOTCPv4:
+		ok = ok && v4 && proto == inet.ProtoTCP
+	case tun.GSOTCPv6:
+		ok = ok && !v4 && proto == inet.ProtoTCP
+	case tun.GSOUDPL4:
+		ok = ok && proto == inet.ProtoUDP
 	default:
 		ok = false
 	}
+	ok = ok && meta.Size > 0
 	l4hl := 8
 	if ok && proto == inet.ProtoTCP {
 		l4hl = int(pkt[iphl+12]>>4) * 4

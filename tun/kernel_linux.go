@@ -184,10 +184,7 @@ func (k *Kernel) ReadGSO(buf []byte, offset int) (int, GSO, error) {
 	b := buf[offset-virtioNetHdrLen:]
 	n, err := k.file.Read(b)
 	if err != nil {
-		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
-			return 0, GSO{}, ErrClosed
-		}
-		return 0, GSO{}, fmt.Errorf("tun: read %s: %w", k.name, err)
+		return 0, GSO{}, k.ioErr("read", err)
 	}
 	if n < virtioNetHdrLen {
 		return 0, GSO{}, fmt.Errorf("tun: read %s: %d bytes, shorter than the virtio-net header", k.name, n)
@@ -224,10 +221,7 @@ func (k *Kernel) WriteGSO(buf []byte, offset int, g GSO, tail [][]byte) error {
 		k.wmu.Unlock()
 	}
 	if err != nil {
-		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
-			return ErrClosed
-		}
-		return fmt.Errorf("tun: write %s: %w", k.name, err)
+		return k.ioErr("write", err)
 	}
 	return nil
 }
@@ -359,12 +353,21 @@ func (k *Kernel) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 	n, err := k.dev.Read(bufs, sizes, offset)
 	if err != nil {
-		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
-			return 0, ErrClosed
+		if err = k.ioErr("read", err); err == ErrClosed {
+			n = 0
 		}
-		return n, fmt.Errorf("tun: read %s: %w", k.name, err)
+		return n, err
 	}
 	return n, nil
+}
+
+// ioErr is what a failed read or write returns: ErrClosed once the device is closing,
+// else the error, naming the operation and the device.
+func (k *Kernel) ioErr(op string, err error) error {
+	if k.closed.Load() || errors.Is(err, os.ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("tun: %s %s: %w", op, k.name, err)
 }
 
 // Write writes a batch of packets to the kernel. It uses the offset head-room (at least
@@ -389,10 +392,7 @@ func (k *Kernel) Write(bufs [][]byte, offset int) (int, error) {
 	clear(k.wbuf)
 	k.wmu.Unlock()
 	if err != nil {
-		if k.closed.Load() || errors.Is(err, os.ErrClosed) {
-			return 0, ErrClosed
-		}
-		return 0, fmt.Errorf("tun: write %s: %w", k.name, err)
+		return 0, k.ioErr("write", err)
 	}
 	return len(bufs), nil
 }

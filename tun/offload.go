@@ -1,5 +1,7 @@
 package tun
 
+import "encoding/binary"
+
 // Segmentation and checksum offload, exchanged as whole segments.
 //
 // A Device with offloads already splits the kernel's large segments in Read and merges
@@ -56,29 +58,29 @@ const (
 )
 
 func decodeVnetHdr(h []byte) GSO {
+	le := binary.LittleEndian
 	return GSO{
 		Type:       GSOType(h[1] &^ vnetGSOECN),
 		ECN:        h[1]&vnetGSOECN != 0,
 		NeedsCsum:  h[0]&vnetFlagNeedsCsum != 0,
-		HdrLen:     uint16(h[2]) | uint16(h[3])<<8,
-		Size:       uint16(h[4]) | uint16(h[5])<<8,
-		CsumStart:  uint16(h[6]) | uint16(h[7])<<8,
-		CsumOffset: uint16(h[8]) | uint16(h[9])<<8,
+		HdrLen:     le.Uint16(h[2:]),
+		Size:       le.Uint16(h[4:]),
+		CsumStart:  le.Uint16(h[6:]),
+		CsumOffset: le.Uint16(h[8:]),
 	}
 }
 
 func encodeVnetHdr(h []byte, g GSO) {
-	var flags, typ byte
+	h[0], h[1] = 0, byte(g.Type)
 	if g.NeedsCsum {
-		flags = vnetFlagNeedsCsum
+		h[0] = vnetFlagNeedsCsum
 	}
-	typ = byte(g.Type)
 	if g.ECN {
-		typ |= vnetGSOECN
+		h[1] |= vnetGSOECN
 	}
-	h[0], h[1] = flags, typ
-	h[2], h[3] = byte(g.HdrLen), byte(g.HdrLen>>8)
-	h[4], h[5] = byte(g.Size), byte(g.Size>>8)
-	h[6], h[7] = byte(g.CsumStart), byte(g.CsumStart>>8)
-	h[8], h[9] = byte(g.CsumOffset), byte(g.CsumOffset>>8)
+	le := binary.LittleEndian
+	le.PutUint16(h[2:], g.HdrLen)
+	le.PutUint16(h[4:], g.Size)
+	le.PutUint16(h[6:], g.CsumStart)
+	le.PutUint16(h[8:], g.CsumOffset)
 }
