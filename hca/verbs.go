@@ -228,10 +228,10 @@ const (
 	SendSignaled  SendFlags = 1 << 1
 	SendSolicited SendFlags = 1 << 2
 	SendInline    SendFlags = 1 << 3
-	// SendIPCsum is IBV_SEND_IP_CSUM: the UD message is an IPoIB packet (4-byte header,
-	// then IPv4 or IPv6 carrying TCP or UDP) whose transport checksum field holds the
-	// pseudo-header sum (Linux's CHECKSUM_PARTIAL); the HCA completes the checksum, as
-	// HCAs with IBV_DEVICE_UD_IP_CSUM do for Linux's ipoib. Other messages go unchanged.
+	// SendIPCsum is IBV_SEND_IP_CSUM: the HCA finishes a checksum the sender started
+	// (Linux's CHECKSUM_PARTIAL), as HCAs with IBV_DEVICE_UD_IP_CSUM do for Linux's ipoib.
+	// Where it lies is in the WR (SendWR.CsumStart, CsumOffset), so the HCA needs to
+	// know nothing of IP. UD only.
 	SendIPCsum SendFlags = 1 << 4
 )
 
@@ -347,6 +347,12 @@ type SendWR struct {
 	Opcode    WROpcode
 	SendFlags SendFlags
 	ImmData   uint32 // host order; carried big-endian in ImmDt
+	// CsumStart and CsumOffset go with SendIPCsum, as virtio-net's csum_start and
+	// csum_offset and mlx5's checksum offsets: the HCA sums the message from byte
+	// CsumStart to its end, adding what the 16-bit field at CsumStart+CsumOffset holds
+	// (the pseudo-header sum), and stores the complement of the folded sum there (RFC
+	// 1071). A field outside the message completes the WR with WCLocQPOpErr.
+	CsumStart, CsumOffset uint16
 	// InvalidateRKey is the R_Key a SEND_WITH_INV invalidates at the responder.
 	InvalidateRKey uint32
 

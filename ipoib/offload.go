@@ -18,7 +18,7 @@ import (
 // posted as a two-SGE send — a header slot (IPoIB header, the IP and TCP/UDP headers
 // patched for that segment) and the payload where the read put it — with
 // IBV_SEND_IP_CSUM. So the payload is copied once (by the HCA's gather) and no checksum
-// is computed in process (wire.SetIPCsumPending); the first segment goes in place, its
+// is computed in process (wire.SetCsumPending); the first segment goes in place, its
 // header patched in the read buffer.
 //
 // Receive: the QP is created with IPCsumPartial, so packets from in-process senders keep
@@ -103,13 +103,13 @@ func (i *Interface) txLoopGSO() error {
 // sendOne sends a packet the stack did not ask to segment; a CHECKSUM_PARTIAL one goes
 // with checksum offload when the HCA can do it, or is completed here.
 func (i *Interface) sendOne(pkt []byte, meta tun.GSO, ls *linkState) {
-	partial := false
+	var at csumAt
 	if meta.NeedsCsum {
 		iphl, proto, csumOff, ok := inet.Transport(pkt)
 		cs, co := int(meta.CsumStart), int(meta.CsumOffset)
 		switch {
 		case ok && cs == iphl && co == csumOff:
-			partial = true
+			at = csumAt{uint16(cs), uint16(co)}
 		case cs+co+2 <= len(pkt):
 			inet.CompleteAt(pkt[cs:], co, ok && proto == inet.ProtoUDP)
 		default:
@@ -117,28 +117,42 @@ func (i *Interface) sendOne(pkt []byte, meta tun.GSO, ls *linkState) {
 			return
 		}
 	}
-	ah, qpn, etype, ok := i.dest(pkt, ls, i.clk.Now(), true, partial)
+	ah, qpn, etype, ok := i.dest(pkt, ls, i.clk.Now(), true, at.pending())
 	if !ok {
 		return
 	}
-	i.postTx(append(i.gtx.wrs[:0], i.inPlaceWR(pkt, etype, partial, ah, qpn, ls)))
+	i.postTx(append(i.gtx.wrs[:0], i.inPlaceWR(pkt, etype, at, ah, qpn, ls)))
+}
+
+// csumAt is where the transport checksum of a CHECKSUM_PARTIAL IP packet lies, as
+// virtio-net's csum_start and csum_offset say it; the zero value means none is pending
+// (an IP header comes first, so start is never 0).
+type csumAt struct{ start, offset uint16 }
+
+func (c csumAt) pending() bool { return c.start != 0 }
+
+// apply asks the HCA to finish the checksum at c of the IPoIB message wr sends (the
+// 4-byte header, then the packet).
+func (c csumAt) apply(wr *hca.SendWR) {
+	if c.pending() {
+		wr.SendFlags |= hca.SendIPCsum
+		wr.CsumStart, wr.CsumOffset = HeaderLen+c.start, c.offset
+	}
 }
 
 // inPlaceWR is the one-SGE send of pkt, which lies at txHead in the read buffer: the
 // IPoIB header goes into the head-room in front of it.
-func (i *Interface) inPlaceWR(pkt []byte, etype uint16, partial bool, ah *hca.AH, qpn uint32, ls *linkState) hca.SendWR {
+func (i *Interface) inPlaceWR(pkt []byte, etype uint16, at csumAt, ah *hca.AH, qpn uint32, ls *linkState) hca.SendWR {
 	g := &i.gtx
 	hdr := g.buf[txHead-HeaderLen : txHead]
 	binary.BigEndian.PutUint32(hdr, uint32(etype)<<16)
 	g.sgl[0][0] = hca.SGE{Addr: hca.BufAddr(hdr), Length: uint32(len(pkt) + HeaderLen), LKey: g.mr.LKey()}
-	flags := hca.SendSignaled
-	if partial {
-		flags |= hca.SendIPCsum
-	}
-	return hca.SendWR{
-		WRID: 0, SGL: g.sgl[0][:1], Opcode: hca.WRSend, SendFlags: flags,
+	wr := hca.SendWR{
+		WRID: 0, SGL: g.sgl[0][:1], Opcode: hca.WRSend, SendFlags: hca.SendSignaled,
 		AH: ah, RemoteQPN: qpn, RemoteQKey: ls.qkey,
 	}
+	at.apply(&wr)
+	return wr
 }
 
 // segmenter patches a segment's headers from the template of the big one's
@@ -270,7 +284,8 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 		}
 		return
 	}
-	wrs := append(g.wrs[:0], i.inPlaceWR(seg0, etype, true, ah, qpn, ls))
+	at := csumAt{uint16(s.iphl), uint16(s.csumOff)}
+	wrs := append(g.wrs[:0], i.inPlaceWR(seg0, etype, at, ah, qpn, ls))
 	lkey := g.mr.LKey()
 	dataAddr := hca.BufAddr(data)
 	for k := 1; k < nseg; k++ {
@@ -288,9 +303,10 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 			{Addr: dataAddr + uint64(k*s.size), Length: uint32(n), LKey: lkey},
 		}
 		wrs = append(wrs, hca.SendWR{
-			WRID: uint64(slot), SGL: g.sgl[slot][:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled | hca.SendIPCsum,
+			WRID: uint64(slot), SGL: g.sgl[slot][:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled,
 			AH: ah, RemoteQPN: qpn, RemoteQKey: ls.qkey,
 		})
+		at.apply(&wrs[len(wrs)-1])
 	}
 	i.postTx(wrs)
 }

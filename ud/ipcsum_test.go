@@ -78,6 +78,7 @@ func TestUDIPCsumOffload(t *testing.T) {
 			c.dst.postRecv(t, 1, 0, 8192)
 			wr := sendWR(a, ah, c.dst, uint32(len(msg)))
 			wr.SendFlags |= c.flags
+			wr.CsumStart, wr.CsumOffset = 4+20, inet.TCPCsumOffset
 			if _, err := a.qp.PostSend([]hca.SendWR{wr}); err != nil {
 				t.Fatal(err)
 			}
@@ -103,7 +104,7 @@ func TestUDIPCsumOffload(t *testing.T) {
 				t.Fatalf("captured %d packets", len(captured))
 			}
 			p := captured[0]
-			if wire.ICRCPending(p) || wire.IPCsumPending(p) || !wire.CheckICRC(p) {
+			if wire.ICRCPending(p) || wire.CsumPending(p) || !wire.CheckICRC(p) {
 				t.Fatal("captured packet still pending or with a bad ICRC")
 			}
 			pay := p[wire.LRHLen+wire.BTHLen+wire.DETHLen : len(p)-wire.ICRCLen]
@@ -114,25 +115,51 @@ func TestUDIPCsumOffload(t *testing.T) {
 	}
 }
 
-// TestIPCsumPendingOnlyForIP: the HCA offloads TCP/UDP over IP only; anything else is
-// sent as it is.
-func TestIPCsumPendingOnlyForIP(t *testing.T) {
+// TestCsumEngineKnowsNoIP: the checksum engine sums whatever region the WR names (here
+// not IP at all): the receiver that wants complete checksums finds the RFC 1071 sum of
+// the region in the field; a field outside the message fails the WR with LOC_QP_OP_ERR
+// and sends nothing.
+func TestCsumEngineKnowsNoIP(t *testing.T) {
 	f := hcatest.NewFabric(t, 2, hcatest.Options{})
 	a := newEndpoint(t, f.Devs[0], 8192, hca.AccessLocalWrite)
-	b := newPartialEndpoint(t, f.Devs[1])
-	msg, _ := ipoibTCP(100)
-	msg[0], msg[1] = 0x08, 0x06 // ARP EtherType
+	b := newEndpoint(t, f.Devs[1], 8192, hca.AccessLocalWrite)
+	ah := a.ah(t, 2, false, [16]byte{})
+	msg := make([]byte, 301)
+	for i := range msg {
+		msg[i] = byte(i*7 + 3)
+	}
+	const start, off = 10, 6
+	binary.BigEndian.PutUint16(msg[start+off:], 0x1234) // the "pseudo-header" part
 	copy(a.buf, msg)
 	b.postRecv(t, 1, 0, 8192)
-	wr := sendWR(a, a.ah(t, 2, false, [16]byte{}), b, uint32(len(msg)))
+	wr := sendWR(a, ah, b, uint32(len(msg)))
 	wr.SendFlags |= hca.SendIPCsum
+	wr.CsumStart, wr.CsumOffset = start, off
 	if _, err := a.qp.PostSend([]hca.SendWR{wr}); err != nil {
 		t.Fatal(err)
 	}
-	poll1(t, a.scq)
-	wc := poll1(t, b.rcq)
-	if wc.WCFlags&(hca.WCIPCsumOK|hca.WCIPCsumPartial) != 0 || !bytes.Equal(b.buf[40:40+len(msg)], msg) {
-		t.Fatalf("non-IP message: flags %#x, changed %v", wc.WCFlags, !bytes.Equal(b.buf[40:40+len(msg)], msg))
+	if wc := poll1(t, a.scq); wc.Status != hca.WCSuccess {
+		t.Fatalf("send: %v", wc.Status)
+	}
+	if wc := poll1(t, b.rcq); wc.Status != hca.WCSuccess || wc.WCFlags&hca.WCIPCsumOK == 0 {
+		t.Fatalf("receive: %v, flags %#x", wc.Status, wc.WCFlags)
+	}
+	got := b.buf[40 : 40+len(msg)]
+	if !bytes.Equal(got[:start+off], msg[:start+off]) || !bytes.Equal(got[start+off+2:], msg[start+off+2:]) {
+		t.Fatal("bytes outside the checksum field changed")
+	}
+	// As a TCP receiver checks it: the region with the stored checksum, plus the
+	// pseudo-header sum the field held, folds to all ones.
+	if sum := inet.Fold(inet.Sum(got[start:], 0x1234)); sum != 0xFFFF {
+		t.Fatalf("region and partial sum fold to %#04x, want 0xffff", sum)
+	}
+
+	wr.CsumStart, wr.CsumOffset = uint16(len(msg)-1), 0
+	if _, err := a.qp.PostSend([]hca.SendWR{wr}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := poll1(t, a.scq); wc.Status != hca.WCLocQPOpErr {
+		t.Fatalf("field outside the message: %v, want LOC_QP_OP_ERR", wc.Status)
 	}
 }
 

@@ -211,9 +211,10 @@ func (t *Transport) build(qp *hca.QP, port *hca.Port, wr *hca.SendWR, buf []byte
 	clear(b[off+int(n) : off+int(n)+pad])
 	wire.SetICRCPending(b)
 	if wr.SendFlags&hca.SendIPCsum != 0 && qp.Type() == hca.QPTypeUD {
-		// The checksum engine's work is deferred like the ICRC's (wire.SetIPCsumPending);
-		// a message that is not TCP/UDP over IP goes as it is, as on an HCA.
-		wire.SetIPCsumPending(b)
+		// The checksum engine's work is deferred like the ICRC's (wire.SetCsumPending).
+		if !wire.SetCsumPending(b, wr.CsumStart, wr.CsumOffset) {
+			return 0, hca.WCLocQPOpErr, nil
+		}
 	}
 	return total, hca.WCSuccess, nil
 }
@@ -243,13 +244,13 @@ func (t *Transport) Receive(qp *hca.QP, p *hca.Packet) {
 		return
 	}
 	flags := hca.WCFlags(0)
-	if wire.IPCsumPending(p.Raw) {
+	if wire.CsumPending(p.Raw) {
 		// Checksum offload on the receive side: the data are intact (the packet never
 		// left the process); either hand the partial checksum on or complete it.
 		if qp.IPCsumPartial() {
 			flags |= hca.WCIPCsumOK | hca.WCIPCsumPartial
 		} else {
-			wire.FinalizeIPCsum(p.Raw)
+			wire.FinalizeCsum(p.Raw)
 			flags |= hca.WCIPCsumOK
 		}
 	}

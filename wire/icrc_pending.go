@@ -15,9 +15,9 @@ package wire
 // icrcPendingMark is the BTH.Resv8a value of a packet whose ICRC is not computed yet.
 const icrcPendingMark = 0x80
 
-// ipCsumPendingMark is the BTH.Resv8a value of a pending packet that also carries a
-// deferred TCP/UDP checksum (SetIPCsumPending).
-const ipCsumPendingMark = icrcPendingMark | 0x40
+// csumPendingMark is the BTH.Resv8a value of a pending packet that also carries a
+// deferred checksum (SetCsumPending).
+const csumPendingMark = icrcPendingMark | 0x40
 
 // bthOffset returns the offset of the BTH, or -1 for raw or short packets.
 func bthOffset(pkt []byte) int {
@@ -47,14 +47,14 @@ func SetICRCPending(pkt []byte) {
 // ICRCPending reports whether pkt's ICRC was deferred.
 func ICRCPending(pkt []byte) bool {
 	o := bthOffset(pkt)
-	return o >= 0 && (pkt[o+4] == icrcPendingMark || pkt[o+4] == ipCsumPendingMark)
+	return o >= 0 && (pkt[o+4] == icrcPendingMark || pkt[o+4] == csumPendingMark)
 }
 
-// Finalize does what an in-process sender deferred — the TCP/UDP checksum
-// (SetIPCsumPending), then the ICRC — and clears the marks, leaving pkt exactly as IBA
+// Finalize does what an in-process sender deferred — the checksum
+// (SetCsumPending), then the ICRC — and clears the marks, leaving pkt exactly as IBA
 // puts it on a wire. A packet that is not pending is left alone.
 func Finalize(pkt []byte) {
-	FinalizeIPCsum(pkt)
+	FinalizeCsum(pkt)
 	if o := bthOffset(pkt); o >= 0 && pkt[o+4] == icrcPendingMark {
 		pkt[o+4] = 0
 		SetICRC(pkt) // Resv8a is masked, so the mark never changed the ICRC

@@ -3,86 +3,86 @@ package wire
 import (
 	"encoding/binary"
 
-	"github.com/pibgw/pibgw/internal/inet"
+	"github.com/pibgw/pibgw/internal/csum"
 )
 
-// Deferred TCP/UDP checksums: the HCA side of IPoIB checksum offload.
+// Deferred checksums: the HCA side of checksum offload.
 //
-// A UD send with IBV_SEND_IP_CSUM asks the HCA to compute the checksums of the IP packet
-// the message carries after its 4-byte IPoIB header (the mlx4 offload Linux's ipoib uses
-// when a device has IB_DEVICE_UD_IP_CSUM): the packet's transport checksum field holds
-// the pseudo-header sum, Linux's CHECKSUM_PARTIAL. Like the ICRC, inside one process the
-// sum is deferred rather than computed: the packet is marked, and whoever makes it
-// observable (Finalize: captures, UDP links, the fault injector) or hands it to a
-// receiver that wants complete checksums (FinalizeIPCsum) computes it first. A receiver
-// that takes CHECKSUM_PARTIAL packets as they are (an IPoIB interface writing to a
-// kernel TUN, which passes the state on to the IP stack just as veth does) saves two
-// passes over every byte. The mark exists only on packets that are also ICRC pending.
+// A send with IBV_SEND_IP_CSUM asks the HCA's checksum engine to finish a checksum the
+// sender started (the IPoIB offload Linux's ipoib uses when a device has
+// IB_DEVICE_UD_IP_CSUM). The work request says where, as virtio-net's csum_start and
+// csum_offset and mlx5's checksum offsets do: sum the message from CsumStart to its end,
+// adding what the 16-bit field at CsumStart+CsumOffset holds (the pseudo-header sum,
+// Linux's CHECKSUM_PARTIAL), and store the complement there. The engine knows nothing of
+// IP. Like the ICRC, inside one process the sum is deferred rather than computed: the
+// packet is marked and the two offsets ride in its ICRC slot, which a pending packet does
+// not use yet; whoever makes the packet observable (Finalize: captures, UDP links, the
+// fault injector) or hands it to a receiver that wants complete checksums (FinalizeCsum)
+// computes it first. A receiver that takes CHECKSUM_PARTIAL data as they are (an IPoIB
+// interface writing to a kernel TUN, which passes the state on to the IP stack as veth
+// does) saves two passes over every byte. The mark exists only on ICRC-pending packets.
 
-// ipoibHeaderLen is the IPoIB encapsulation header in front of the IP packet (RFC 4391
-// §6).
-const ipoibHeaderLen = 4
+// payloadOffset returns where the payload of the packet whose BTH is at o starts, or -1.
+func payloadOffset(pkt []byte, o int) int {
+	op := BTH(pkt[o : o+BTHLen]).OpCode()
+	if !op.Valid() || !op.HasPayload() {
+		return -1
+	}
+	return o + BTHLen + op.HeaderLen()
+}
 
-// SetIPCsumPending marks an ICRC-pending UD packet as carrying a partial (pseudo-header
-// only) TCP/UDP checksum. It reports false, marking nothing, if the packet is not
-// pending or its payload is not an IPoIB-encapsulated TCP or UDP packet.
-func SetIPCsumPending(pkt []byte) bool {
+// payloadEnd returns the end of the payload of the packet whose BTH is at o: before the
+// pad bytes and the ICRC.
+func payloadEnd(pkt []byte, o int) int {
+	return len(pkt) - ICRCLen - int(BTH(pkt[o:o+BTHLen]).PadCnt())
+}
+
+// SetCsumPending marks an ICRC-pending packet as carrying a checksum for the engine to
+// finish: the region runs from start (counted from the first payload byte) to the end of
+// the payload, and the 16-bit field at start+offset holds the partial sum. It reports
+// false, marking nothing, if the packet is not pending, has no payload, or the field does
+// not lie inside the payload.
+func SetCsumPending(pkt []byte, start, offset uint16) bool {
 	o := bthOffset(pkt)
 	if o < 0 || pkt[o+4] != icrcPendingMark {
 		return false
 	}
-	if _, ok := udIPPacket(pkt, o); !ok {
+	p := payloadOffset(pkt, o)
+	if p < 0 || p+int(start)+int(offset)+2 > payloadEnd(pkt, o) {
 		return false
 	}
-	pkt[o+4] = ipCsumPendingMark
+	slot := pkt[len(pkt)-ICRCLen:]
+	binary.BigEndian.PutUint16(slot, start)
+	binary.BigEndian.PutUint16(slot[2:], offset)
+	pkt[o+4] = csumPendingMark
 	return true
 }
 
-// IPCsumPending reports whether pkt carries a deferred TCP/UDP checksum.
-func IPCsumPending(pkt []byte) bool {
+// CsumPending reports whether pkt carries a deferred checksum.
+func CsumPending(pkt []byte) bool {
 	o := bthOffset(pkt)
-	return o >= 0 && pkt[o+4] == ipCsumPendingMark
+	return o >= 0 && pkt[o+4] == csumPendingMark
 }
 
-// FinalizeIPCsum computes a deferred TCP/UDP checksum (and the IPv4 header checksum) in
-// place and clears its mark; the ICRC stays pending. Other packets are left alone.
-func FinalizeIPCsum(pkt []byte) {
+// FinalizeCsum computes a deferred checksum in place and clears its mark; the ICRC stays
+// pending. Other packets are left alone. A sum that comes out 0 is stored as 0xFFFF, as
+// Linux's skb_checksum_help does (RFC 768 needs it for UDP; for TCP the two are equal).
+func FinalizeCsum(pkt []byte) {
 	o := bthOffset(pkt)
-	if o < 0 || pkt[o+4] != ipCsumPendingMark {
+	if o < 0 || pkt[o+4] != csumPendingMark {
 		return
 	}
 	pkt[o+4] = icrcPendingMark
-	if ip, ok := udIPPacket(pkt, o); ok {
-		inet.CompletePartial(ip)
+	p, end := payloadOffset(pkt, o), payloadEnd(pkt, o)
+	slot := pkt[len(pkt)-ICRCLen:]
+	start := p + int(binary.BigEndian.Uint16(slot))
+	field := start + int(binary.BigEndian.Uint16(slot[2:]))
+	if p < 0 || field+2 > end {
+		return // not what SetCsumPending wrote (a forged mark): nothing to finish
 	}
-}
-
-// udIPPacket returns the IP packet inside a UD SEND packet whose BTH is at o: the payload
-// after DETH (and ImmDt) less pad and ICRC, after the IPoIB header, when that header
-// says IPv4 or IPv6 and the packet is TCP or UDP.
-func udIPPacket(pkt []byte, o int) ([]byte, bool) {
-	bth := BTH(pkt[o : o+BTHLen])
-	off := o + BTHLen + DETHLen
-	switch bth.OpCode() {
-	case UDSendOnly:
-	case UDSendOnlyImm:
-		off += ImmDtLen
-	default:
-		return nil, false
+	c := ^csum.Fold(csum.Sum(pkt[start:end], 0))
+	if c == 0 {
+		c = 0xFFFF
 	}
-	end := len(pkt) - ICRCLen - int(bth.PadCnt())
-	if end-off < ipoibHeaderLen+20 {
-		return nil, false
-	}
-	payload := pkt[off:end]
-	switch binary.BigEndian.Uint16(payload) {
-	case 0x0800, 0x86DD:
-	default:
-		return nil, false
-	}
-	ip := payload[ipoibHeaderLen:]
-	if _, _, _, ok := inet.Transport(ip); !ok {
-		return nil, false
-	}
-	return ip, true
+	binary.BigEndian.PutUint16(pkt[field:], c)
 }

@@ -6,7 +6,8 @@ package inet
 
 import (
 	"encoding/binary"
-	"math/bits"
+
+	"github.com/pibgw/pibgw/internal/csum"
 )
 
 // IP protocol numbers.
@@ -21,51 +22,14 @@ const (
 	UDPCsumOffset = 6
 )
 
-// Sum adds b to the running one's-complement sum (RFC 1071) as big-endian 16-bit words;
-// b may have odd length only as the last piece of a sum. Fold the result with Fold.
-func Sum(b []byte, sum uint64) uint64 {
-	var c uint64
-	for len(b) >= 32 {
-		sum, c = bits.Add64(sum, binary.BigEndian.Uint64(b), 0)
-		sum, c = bits.Add64(sum, binary.BigEndian.Uint64(b[8:]), c)
-		sum, c = bits.Add64(sum, binary.BigEndian.Uint64(b[16:]), c)
-		sum, c = bits.Add64(sum, binary.BigEndian.Uint64(b[24:]), c)
-		sum += c
-		b = b[32:]
-	}
-	for len(b) >= 8 {
-		sum, c = bits.Add64(sum, binary.BigEndian.Uint64(b), 0)
-		sum += c
-		b = b[8:]
-	}
-	if len(b) >= 4 {
-		sum, c = bits.Add64(sum, uint64(binary.BigEndian.Uint32(b)), 0)
-		sum += c
-		b = b[4:]
-	}
-	if len(b) >= 2 {
-		sum, c = bits.Add64(sum, uint64(binary.BigEndian.Uint16(b)), 0)
-		sum += c
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum, c = bits.Add64(sum, uint64(b[0])<<8, 0)
-		sum += c
-	}
-	return sum
-}
+// Sum adds b to the running one's-complement sum (RFC 1071); see csum.Sum.
+func Sum(b []byte, sum uint64) uint64 { return csum.Sum(b, sum) }
 
 // Fold folds a running sum to 16 bits (not complemented).
-func Fold(sum uint64) uint16 {
-	sum = sum>>32 + sum&0xFFFFFFFF
-	sum = sum>>32 + sum&0xFFFFFFFF
-	sum = sum>>16 + sum&0xFFFF
-	sum = sum>>16 + sum&0xFFFF
-	return uint16(sum)
-}
+func Fold(sum uint64) uint16 { return csum.Fold(sum) }
 
 // Checksum is the Internet checksum of b: the complement of its folded sum.
-func Checksum(b []byte) uint16 { return ^Fold(Sum(b, 0)) }
+func Checksum(b []byte) uint16 { return csum.Checksum(b) }
 
 // PseudoSum is the sum of the pseudo-header of a transport segment of length bytes
 // carried in ip (an IPv4 or IPv6 header: its addresses are read from it).
