@@ -30,6 +30,7 @@ TOOLS=(
 FUZZ=(
 	"./wire FuzzParsePacket"
 	"./wire FuzzParseMAD"
+	"./wire FuzzFinalize"
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"
 )
