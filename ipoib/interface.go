@@ -147,8 +147,11 @@ type Interface struct {
 	hctx           *hca.Context
 	pd             *hca.PD
 	sendCh, recvCh *hca.CompChannel
-	rxMu           sync.Mutex // one receive path at a time (handler or rxLoop)
+	rxMu           sync.Mutex // one receive path at a time (handler or sweep)
 	rxDrains       atomic.Uint64
+	sweepMu        sync.Mutex  // guards the two below; held while a sweep runs
+	sweepTimer     clock.Timer // the receive sweep (see sweep), armed by Run
+	sweepDrains    uint64      // rxDrains at the last sweep
 	scq, rcq       *hca.CQ
 	qp             *hca.QP
 	qpn            uint32
@@ -355,11 +358,7 @@ func (i *Interface) Run(ctx context.Context) error {
 		return errors.New("ipoib: Run called twice")
 	}
 	errc := make(chan error, 1)
-	i.wg.Add(1)
-	go func() {
-		defer i.wg.Done()
-		i.rxLoop()
-	}()
+	i.startSweep()
 	i.wg.Add(1)
 	go func() {
 		defer i.wg.Done()
@@ -377,10 +376,14 @@ func (i *Interface) Run(ctx context.Context) error {
 	}
 	i.Close()
 	if err == nil {
+		// Close ended the transmit loop's read; wait for it, bounded.
+		late := make(chan struct{})
+		t := i.clk.AfterFunc(5*time.Second, func() { close(late) })
 		select {
 		case err = <-errc:
-		case <-time.After(5 * time.Second):
+		case <-late:
 		}
+		t.Stop()
 	}
 	if i.closed.Load() && (errors.Is(err, tun.ErrClosed) || errors.Is(err, ErrClosed)) {
 		err = nil
@@ -403,6 +406,7 @@ func (i *Interface) Close() error {
 		i.takeDown("closed", true)
 		i.ctrlMu.Unlock()
 		i.cancel()
+		i.stopSweep()
 		_ = i.dev.Close()
 		i.jobs.close()
 		i.snd.wake()

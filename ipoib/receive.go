@@ -10,9 +10,8 @@ import (
 
 // The receive path: the receive CQ's completion handler runs on the goroutine that
 // delivered a batch of packets (in process, the sender's: like the kernel's comp_handler
-// and NAPI, no goroutine hand-off per burst) and passes the whole burst on; rxLoop is the
-// safety net that sleeps on the completion channel for whatever the handler could not
-// take. Either way: skip the GRH area, strip the header, write the IP packets of a batch
+// and NAPI, no goroutine hand-off per burst) and passes the whole burst on; sweep is the
+// safety net, on a timer, for whatever the handler could not take. Either way: skip the GRH area, strip the header, write the IP packets of a batch
 // to the tun.Device in one call, handle ARP and ND, re-post the buffers.
 
 // onCompletions is the receive CQ's completion handler.
@@ -44,35 +43,49 @@ func (i *Interface) drainRx() {
 	}
 }
 
-// rxLoop is the safety net: every packet delivered to the QP is followed by the
+// sweep is the safety net: every packet delivered to the QP is followed by the
 // completion handler, which drains the CQ; what can still be left (completions pushed
-// outside a delivery, such as flushes when the QP errors out) is swept up here. The CQ is
-// deliberately not armed: an armed CQ would wake this goroutine for every burst and race
+// outside a delivery, such as flushes when the QP errors out) is swept up here, on a
+// timer of the interface's clock that re-arms itself until the interface closes. The CQ
+// is deliberately not armed: an armed CQ would wake a goroutine for every burst and race
 // the handler for the lock, adding a goroutine hand-off to every packet's latency.
-func (i *Interface) rxLoop() {
-	t := time.NewTicker(rxSweep)
-	defer t.Stop()
-	var drains uint64
-	for {
-		select {
-		case <-t.C:
-			// Only completions nobody drained for a whole sweep are stragglers. Taking
-			// the lock while the handler keeps up with a stream would make the sender's
-			// handler skip its turns while the sweep runs — and if this goroutine is
-			// then descheduled with the lock held, the receive queue runs dry.
-			d := i.rxDrains.Load()
-			if i.rcq.Pending() == 0 || d != drains {
-				drains = d
-				continue
-			}
-			i.tryDrain()
-		case <-i.ctx.Done():
-			return
-		}
+func (i *Interface) sweep() {
+	i.sweepMu.Lock()
+	defer i.sweepMu.Unlock()
+	if i.ctx.Err() != nil {
+		return
 	}
+	// Only completions nobody drained for a whole sweep are stragglers. Taking the lock
+	// while the handler keeps up with a stream would make the sender's handler skip its
+	// turns while the sweep runs — and if the sweep is then descheduled with the lock
+	// held, the receive queue runs dry.
+	d := i.rxDrains.Load()
+	if i.rcq.Pending() > 0 && d == i.sweepDrains {
+		i.tryDrain()
+	}
+	i.sweepDrains = d
+	i.sweepTimer.Reset(rxSweep)
 }
 
-// rxSweep is how often rxLoop looks for completions the handler did not take.
+// startSweep arms the sweep (Run); stopSweep disarms it and waits for a sweep under way
+// (Close, after cancelling the context), so none runs once the verbs objects are gone.
+func (i *Interface) startSweep() {
+	i.sweepMu.Lock()
+	if i.ctx.Err() == nil {
+		i.sweepTimer = i.clk.AfterFunc(rxSweep, i.sweep)
+	}
+	i.sweepMu.Unlock()
+}
+
+func (i *Interface) stopSweep() {
+	i.sweepMu.Lock()
+	if i.sweepTimer != nil {
+		i.sweepTimer.Stop()
+	}
+	i.sweepMu.Unlock()
+}
+
+// rxSweep is how often sweep looks for completions the handler did not take.
 const rxSweep = 10 * time.Millisecond
 
 func (i *Interface) receiveBatch(wcs []hca.WC) {
