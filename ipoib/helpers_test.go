@@ -32,6 +32,24 @@ func newFakeTUN(name string) *fakeTUN {
 
 func (f *fakeTUN) Inject(p []byte) { f.Inbound <- p }
 func (f *fakeTUN) pending() int    { return len(f.out) }
+// recvAdvancing is recv for a packet that may need a retransmission first (an ARP
+// request sent while the SM was still programming the switches): it moves the fake clock
+// on by step every few milliseconds while it waits, so the interface's timers fire.
+func (f *fakeTUN) recvAdvancing(t testing.TB, clk *clock.Fake, step time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case p := <-f.out:
+			return p
+		case <-time.After(5 * time.Millisecond):
+			clk.Advance(step)
+		}
+	}
+	t.Fatalf("%s: nothing delivered", f.name)
+	return nil
+}
+
 func (f *fakeTUN) recv(t testing.TB) []byte {
 	t.Helper()
 	select {
