@@ -32,6 +32,7 @@ func newFakeTUN(name string) *fakeTUN {
 
 func (f *fakeTUN) Inject(p []byte) { f.Inbound <- p }
 func (f *fakeTUN) pending() int    { return len(f.out) }
+
 // recvAdvancing is recv for a packet that may need a retransmission first (an ARP
 // request sent while the SM was still programming the switches): it moves the fake clock
 // on by step every few milliseconds while it waits, so the interface's timers fire.
