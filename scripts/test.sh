@@ -25,6 +25,7 @@ PIBGW_SKIP_INSTALL=${PIBGW_SKIP_INSTALL:-0}
 TOOLS=(
 	"tshark tshark"
 	"iperf3 iperf3"
+	"ping iputils-ping"
 )
 # Fuzz targets: package and function.
 FUZZ=(
