@@ -351,8 +351,11 @@ type SendWR struct {
 	// csum_offset and mlx5's checksum offsets: the HCA sums the message from byte
 	// CsumStart to its end, adding what the 16-bit field at CsumStart+CsumOffset holds
 	// (the pseudo-header sum), and stores the complement of the folded sum there (RFC
-	// 1071). A field outside the message completes the WR with WCLocQPOpErr.
+	// 1071). CsumNoZero stores a result of 0 as 0xFFFF, for checksums where zero means
+	// "none" (UDP, RFC 768); TCP's is stored as computed (RFC 1624). A field outside the
+	// message completes the WR with WCLocQPOpErr.
 	CsumStart, CsumOffset uint16
+	CsumNoZero            bool
 	// InvalidateRKey is the R_Key a SEND_WITH_INV invalidates at the responder.
 	InvalidateRKey uint32
 

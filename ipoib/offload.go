@@ -109,7 +109,7 @@ func (i *Interface) sendOne(pkt []byte, meta tun.GSO, ls *linkState) {
 		cs, co := int(meta.CsumStart), int(meta.CsumOffset)
 		switch {
 		case ok && cs == iphl && co == csumOff:
-			at = csumAt{uint16(cs), uint16(co)}
+			at = csumAt{uint16(cs), uint16(co), proto == inet.ProtoUDP}
 		case cs+co+2 <= len(pkt):
 			inet.CompleteAt(pkt[cs:], co, ok && proto == inet.ProtoUDP)
 		default:
@@ -127,7 +127,10 @@ func (i *Interface) sendOne(pkt []byte, meta tun.GSO, ls *linkState) {
 // csumAt is where the transport checksum of a CHECKSUM_PARTIAL IP packet lies, as
 // virtio-net's csum_start and csum_offset say it; the zero value means none is pending
 // (an IP header comes first, so start is never 0).
-type csumAt struct{ start, offset uint16 }
+type csumAt struct {
+	start, offset uint16
+	udp           bool // a sum of 0 goes as 0xFFFF (RFC 768)
+}
 
 func (c csumAt) pending() bool { return c.start != 0 }
 
@@ -136,7 +139,7 @@ func (c csumAt) pending() bool { return c.start != 0 }
 func (c csumAt) apply(wr *hca.SendWR) {
 	if c.pending() {
 		wr.SendFlags |= hca.SendIPCsum
-		wr.CsumStart, wr.CsumOffset = HeaderLen+c.start, c.offset
+		wr.CsumStart, wr.CsumOffset, wr.CsumNoZero = HeaderLen+c.start, c.offset, c.udp
 	}
 }
 
@@ -284,7 +287,7 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 		}
 		return
 	}
-	at := csumAt{uint16(s.iphl), uint16(s.csumOff)}
+	at := csumAt{uint16(s.iphl), uint16(s.csumOff), s.proto == inet.ProtoUDP}
 	wrs := append(g.wrs[:0], i.inPlaceWR(seg0, etype, at, ah, qpn, ls))
 	lkey := g.mr.LKey()
 	dataAddr := hca.BufAddr(data)

@@ -154,6 +154,29 @@ func TestCsumEngineKnowsNoIP(t *testing.T) {
 		t.Fatalf("region and partial sum fold to %#04x, want 0xffff", sum)
 	}
 
+	// A sum that comes out 0: stored as 0x0000 (TCP, RFC 1624), or as 0xFFFF when the
+	// WR says zero means "no checksum" (UDP, RFC 768).
+	binary.BigEndian.PutUint16(msg[start+off:], 0)
+	rest := inet.Fold(inet.Sum(msg[start:], 0))
+	binary.BigEndian.PutUint16(msg[start+off:], 0xFFFF-rest)
+	copy(a.buf, msg)
+	for _, noZero := range []bool{false, true} {
+		b.postRecv(t, 1, 0, 8192)
+		wr.CsumNoZero = noZero
+		if _, err := a.qp.PostSend([]hca.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		poll1(t, a.scq)
+		poll1(t, b.rcq)
+		want := uint16(0)
+		if noZero {
+			want = 0xFFFF
+		}
+		if got := binary.BigEndian.Uint16(b.buf[40+start+off:]); got != want {
+			t.Errorf("CsumNoZero %v: zero sum stored as %#04x, want %#04x", noZero, got, want)
+		}
+	}
+
 	wr.CsumStart, wr.CsumOffset = uint16(len(msg)-1), 0
 	if _, err := a.qp.PostSend([]hca.SendWR{wr}); err != nil {
 		t.Fatal(err)

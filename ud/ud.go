@@ -212,7 +212,7 @@ func (t *Transport) build(qp *hca.QP, port *hca.Port, wr *hca.SendWR, buf []byte
 	wire.SetICRCPending(b)
 	if wr.SendFlags&hca.SendIPCsum != 0 && qp.Type() == hca.QPTypeUD {
 		// The checksum engine's work is deferred like the ICRC's (wire.SetCsumPending).
-		if !wire.SetCsumPending(b, wr.CsumStart, wr.CsumOffset) {
+		if !wire.SetCsumPending(b, wr.CsumStart, wr.CsumOffset, wr.CsumNoZero) {
 			return 0, hca.WCLocQPOpErr, nil
 		}
 	}

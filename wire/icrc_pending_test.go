@@ -10,16 +10,16 @@ import (
 func TestCsumPending(t *testing.T) {
 	pkt := buildPacket(UDSendOnly, false, 64)
 	n := len(pkt)
-	if SetCsumPending(pkt, 0, 0) {
+	if SetCsumPending(pkt, 0, 0, false) {
 		t.Fatal("marked a packet whose ICRC is not pending")
 	}
 	SetICRCPending(pkt)
 	payload := LRHLen + BTHLen + DETHLen
 	plen := n - ICRCLen - int(BTH(pkt[LRHLen:]).PadCnt()) - payload
-	if SetCsumPending(pkt, uint16(plen-1), 0) {
+	if SetCsumPending(pkt, uint16(plen-1), 0, false) {
 		t.Fatal("accepted a field that runs past the payload")
 	}
-	if !SetCsumPending(pkt, 8, 2) || !CsumPending(pkt) || !ICRCPending(pkt) {
+	if !SetCsumPending(pkt, 8, 2, false) || !CsumPending(pkt) || !ICRCPending(pkt) {
 		t.Fatal("SetCsumPending refused a field inside the payload")
 	}
 	binary.BigEndian.PutUint16(pkt[payload+10:], 0)
@@ -47,7 +47,7 @@ func TestCsumPending(t *testing.T) {
 func FuzzFinalize(f *testing.F) {
 	p := buildPacket(UDSendOnly, false, 40)
 	SetICRCPending(p)
-	SetCsumPending(p, 4, 16)
+	SetCsumPending(p, 4, 16, true)
 	f.Add(p)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if o := bthOffset(b); o >= 0 {

@@ -13,8 +13,8 @@ import (
 // IB_DEVICE_UD_IP_CSUM). The work request says where, as virtio-net's csum_start and
 // csum_offset and mlx5's checksum offsets do: sum the message from CsumStart to its end,
 // adding what the 16-bit field at CsumStart+CsumOffset holds (the pseudo-header sum,
-// Linux's CHECKSUM_PARTIAL), and store the complement there. The engine knows nothing of
-// IP. Like the ICRC, inside one process the sum is deferred rather than computed: the
+// Linux's CHECKSUM_PARTIAL), and store the complement there (0 as 0xFFFF where the WR
+// says zero means "no checksum", as UDP's does). The engine knows nothing of IP. Like the ICRC, inside one process the sum is deferred rather than computed: the
 // packet is marked and the two offsets ride in its ICRC slot, which a pending packet does
 // not use yet; whoever makes the packet observable (Finalize: captures, UDP links, the
 // fault injector) or hands it to a receiver that wants complete checksums (FinalizeCsum)
@@ -37,12 +37,17 @@ func payloadEnd(pkt []byte, o int) int {
 	return len(pkt) - ICRCLen - int(BTH(pkt[o:o+BTHLen]).PadCnt())
 }
 
+// csumNoZero is the flag bit of the offset kept in the ICRC slot (offsets stay below
+// 0x8000: a payload is at most 4 KiB).
+const csumNoZero = 0x8000
+
 // SetCsumPending marks an ICRC-pending packet as carrying a checksum for the engine to
 // finish: the region runs from start (counted from the first payload byte) to the end of
-// the payload, and the 16-bit field at start+offset holds the partial sum. It reports
-// false, marking nothing, if the packet is not pending, has no payload, or the field does
-// not lie inside the payload.
-func SetCsumPending(pkt []byte, start, offset uint16) bool {
+// the payload, and the 16-bit field at start+offset holds the partial sum; noZero stores
+// a result of 0 as 0xFFFF (UDP's rule, RFC 768). It reports false, marking nothing, if
+// the packet is not pending, has no payload, or the field does not lie inside the
+// payload.
+func SetCsumPending(pkt []byte, start, offset uint16, noZero bool) bool {
 	o := bthOffset(pkt)
 	if o < 0 || pkt[o+4] != icrcPendingMark {
 		return false
@@ -50,6 +55,9 @@ func SetCsumPending(pkt []byte, start, offset uint16) bool {
 	p := payloadOffset(pkt, o)
 	if p < 0 || p+int(start)+int(offset)+2 > payloadEnd(pkt, o) {
 		return false
+	}
+	if noZero {
+		offset |= csumNoZero
 	}
 	slot := pkt[len(pkt)-ICRCLen:]
 	binary.BigEndian.PutUint16(slot, start)
@@ -65,8 +73,7 @@ func CsumPending(pkt []byte) bool {
 }
 
 // FinalizeCsum computes a deferred checksum in place and clears its mark; the ICRC stays
-// pending. Other packets are left alone. A sum that comes out 0 is stored as 0xFFFF, as
-// Linux's skb_checksum_help does (RFC 768 needs it for UDP; for TCP the two are equal).
+// pending. Other packets are left alone.
 func FinalizeCsum(pkt []byte) {
 	o := bthOffset(pkt)
 	if o < 0 || pkt[o+4] != csumPendingMark {
@@ -76,12 +83,13 @@ func FinalizeCsum(pkt []byte) {
 	p, end := payloadOffset(pkt, o), payloadEnd(pkt, o)
 	slot := pkt[len(pkt)-ICRCLen:]
 	start := p + int(binary.BigEndian.Uint16(slot))
-	field := start + int(binary.BigEndian.Uint16(slot[2:]))
+	offset := binary.BigEndian.Uint16(slot[2:])
+	field := start + int(offset&^csumNoZero)
 	if p < 0 || field+2 > end {
 		return // not what SetCsumPending wrote (a forged mark): nothing to finish
 	}
 	c := ^csum.Fold(csum.Sum(pkt[start:end], 0))
-	if c == 0 {
+	if c == 0 && offset&csumNoZero != 0 {
 		c = 0xFFFF
 	}
 	binary.BigEndian.PutUint16(pkt[field:], c)
