@@ -29,7 +29,7 @@ const (
 	CntDropNoQP      // destination QP does not exist on this port
 	CntDropQPState   // QP not in a receiving state
 	CntDropQPType    // opcode of another transport than the QP's
-	CntDropNoRecvWQE // UD: no receive WQE posted (IBA 9.7.? silent drop)
+	CntDropNoRecvWQE // UD: no receive WQE posted (silently dropped, IBA 9.8)
 	CntDropMcastNoGroup
 	CntDropNoLink
 	numCounters

@@ -161,7 +161,7 @@ func (cq *CQ) Destroy() error {
 
 // Push adds a completion (transports call it through QP). A full CQ is an overrun: the
 // completion is lost, the CQ enters the error state and IBV_EVENT_CQ_ERR is raised once
-// (IBA 11.4.2.1, C11-?).
+// (IBA 11.4.2.1).
 func (cq *CQ) Push(wc *WC, solicited bool) bool {
 	cq.mu.Lock()
 	if cq.n == len(cq.ring) || cq.overflowed {

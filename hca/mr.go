@@ -24,8 +24,8 @@ func BufAddr(b []byte) uint64 {
 	return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
 }
 
-// RegMR registers buf with the given access (ibv_reg_mr). IBA C10-?: remote write or
-// atomic access requires local write.
+// RegMR registers buf with the given access (ibv_reg_mr). Remote write or atomic access
+// requires local write (ibv_reg_mr(3): EINVAL otherwise).
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, errorf("reg_mr", EINVAL, "empty buffer")

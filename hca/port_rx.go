@@ -87,7 +87,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		c.Inc(CntDropMalformed)
 		return
 	}
-	// IBA 7.8.1 / C7-?: a packet whose ICRC does not check is dropped.
+	// IBA 7.8.1: a packet whose ICRC does not check is dropped.
 	if !wire.CheckReceivedICRC(b) {
 		c.Inc(CntRcvErrors)
 		c.Inc(CntDropICRC)
@@ -126,7 +126,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		p.deliver(qp, pk)
 		return
 	}
-	// Data packets need an Armed or Active port (IBA 7.2.?: Init accepts only SMPs).
+	// Data packets need an Armed or Active port (IBA 7.2: Init accepts only SMPs).
 	if pi.state != PortArmed && pi.state != PortActive {
 		c.Inc(CntDropPortState)
 		return
@@ -217,7 +217,7 @@ func (p *Port) deliver(qp *QP, pk *Packet) {
 }
 
 // receiveMulticast delivers a multicast packet to every QP attached to its MGID (IBA
-// 10.5.2.?: multicast packets carry a GRH; DestQP is 0xFFFFFF).
+// 3.5.11: multicast packets carry a GRH; DestQP is 0xFFFFFF).
 func (p *Port) receiveMulticast(pk *Packet, pi *portInfo) {
 	c := &p.counters
 	if pk.GRH == nil || pk.BTH.DestQP() != mcastQPN {

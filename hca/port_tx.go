@@ -30,7 +30,7 @@ func (p *Port) Transmit(pkts [][]byte) {
 		}
 		lrh := wire.LRH(b)
 		dlid := lrh.DLID()
-		// IBA 7.2.?: only an Active port sends data packets; SMPs (VL15) go out in any state.
+		// IBA 7.2: only an Active port sends data packets; SMPs (VL15) go out in any state.
 		if pi.state != PortActive && lrh.VL() != 15 {
 			flush(i)
 			start = i + 1

@@ -3,7 +3,7 @@ package hca
 // PostSend posts send WRs (ibv_post_send). It returns how many were posted; on error,
 // wrs[n] is the WR that was refused (libibverbs' bad_wr) and none after it was posted.
 //
-// IBA 10.8.2 / C10-?: posting to a QP in RESET, INIT or RTR fails; in SQE or ERR the WR is
+// As ibv_post_send(3) on hardware: posting to a QP in RESET, INIT or RTR fails; in SQE or ERR the WR is
 // accepted and completes with IBV_WC_WR_FLUSH_ERR; in SQD it waits for the return to RTS.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	const op = "post_send"
@@ -80,7 +80,7 @@ func cloneWR(wr *SendWR) SendWR {
 	c := *wr
 	c.SGL = append([]SGE(nil), wr.SGL...)
 	if wr.SendFlags&SendInline != 0 {
-		// Inline data is copied at post time (IBA 10.8.2.?): keep a copy.
+		// Inline data is copied at post time (IBV_SEND_INLINE, ibv_post_send(3)): keep a copy.
 		c.inline = make([]byte, 0, MessageLen(wr.SGL))
 		for _, s := range wr.SGL {
 			c.inline = append(c.inline, rawBytes(s.Addr, s.Length)...)
@@ -246,7 +246,7 @@ func (qp *QP) SendError(wr *SendWR, status WCStatus) {
 }
 
 // RecvError completes the receive WQE w with an error status and moves the QP to ERR
-// (IBA 10.8.3.?: receive errors are QP fatal), flushing the rest.
+// (IBA 9.9: receive errors are QP fatal), flushing the rest.
 func (qp *QP) RecvError(w *RecvWQE, status WCStatus, opcode WCOpcode) {
 	qp.CompleteRecv(&WC{WRID: w.WRID, Status: status, Opcode: opcode}, false)
 	qp.SetError()
@@ -277,7 +277,7 @@ func (qp *QP) TakeRecv(w *RecvWQE) bool {
 
 // Gather copies the message wr describes into dst (len(dst) ≥ MessageLen(wr.SGL)),
 // checking every SGE: the L_Key must name an MR of the QP's PD and the range must lie
-// inside it (IBA 10.6.3.?); inline data is read straight from the given addresses.
+// inside it (else IBV_WC_LOC_PROT_ERR); inline data is read straight from the given addresses.
 func (qp *QP) Gather(wr *SendWR, dst []byte) WCStatus {
 	if wr.inline != nil {
 		copy(dst, wr.inline)
@@ -391,7 +391,7 @@ func (qp *QP) ScatterSGL(sgl []SGE, off uint64, src []byte) WCStatus {
 }
 
 // AttachMcast attaches the QP to a multicast group (ibv_attach_mcast): packets sent to
-// the MGID are delivered to it. Only UD QPs can be attached (IBA 10.5.2.?).
+// the MGID are delivered to it. Only UD QPs can be attached (ibv_attach_mcast(3)).
 func (qp *QP) AttachMcast(gid [16]byte, lid uint16) error {
 	const op = "attach_mcast"
 	if qp.typ != QPTypeUD {

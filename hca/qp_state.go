@@ -90,9 +90,9 @@ func init() {
 	})
 }
 
-// checkTransition validates a ModifyQP call's target state and mask (IBA C10-?: a
-// transition not in the table, a missing required attribute or an attribute not allowed
-// for the transition fails with EINVAL and leaves the QP unchanged).
+// checkTransition validates a ModifyQP call's target state and mask (IBA 10.3,
+// ibv_modify_qp(3)): a transition not in the table, a missing required attribute or an
+// attribute not allowed for the transition fails with EINVAL and leaves the QP unchanged.
 func checkTransition(typ QPType, cur, next QPState, mask QPAttrMask) error {
 	mask &^= QPAttrState
 	if next == QPStateReset || next == QPStateErr {

@@ -120,7 +120,7 @@ type SRQ struct {
 	rq    recvQueue
 	refs  int32
 	limMu sync.Mutex
-	limit uint32 // armed when non-zero (IBA 10.2.9.?)
+	limit uint32 // armed when non-zero (ibv_modify_srq(3) srq_limit)
 }
 
 // CreateSRQ creates a shared receive queue (ibv_create_srq).
@@ -189,7 +189,7 @@ func (s *SRQ) take(w *RecvWQE) bool {
 		s.limMu.Lock()
 		fire := s.limit != 0 && uint32(left) < s.limit
 		if fire {
-			s.limit = 0 // the event disarms the limit (IBA 11.5.2.?)
+			s.limit = 0 // the event disarms the limit (IBV_EVENT_SRQ_LIMIT_REACHED, ibv_modify_srq(3))
 		}
 		s.limMu.Unlock()
 		if fire {

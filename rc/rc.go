@@ -1,5 +1,5 @@
 // Package rc is the Reliable Connection transport (IBA 9.7) and its unreliable sibling
-// UC (IBA 9.8.?): packetisation by path MTU, PSNs, ACK/NAK with AETH, retransmission
+// UC (IBA 9.8): packetisation by path MTU, PSNs, ACK/NAK with AETH, retransmission
 // (go-back-N from the first unacknowledged PSN) on the local ACK timeout and on NAKs, RNR
 // retry, RDMA READ and WRITE, atomics, duplicate detection and replay.
 //

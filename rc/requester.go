@@ -79,8 +79,8 @@ func (r *requester) slot(i int) int {
 	return i
 }
 
-// post copies wr into the send queue (IBA 10.8.2.?: the WR's memory stays the caller's
-// until completion; its SGL is copied now).
+// post copies wr into the send queue (the buffers stay the caller's until completion, as
+// ibv_post_send(3) says; the SGL itself is copied now).
 func (r *requester) post(c *conn, p *path, wr *hca.SendWR) error {
 	if r.ring == nil || p == nil {
 		return hca.Errorf("post_send", hca.EINVAL, "QP %#x has no send queue state", c.qp.Num())
@@ -172,7 +172,7 @@ func (r *requester) output(c *conn, p *path, b *batch, sqd bool) {
 		}
 		if w.sent == w.npkts {
 			r.next = r.slot(r.next + 1)
-			if c.uc { // UC: complete once sent (IBA 9.8.?)
+			if c.uc { // UC: complete once sent (IBA 9.8)
 				w.done = true
 			}
 		}
@@ -221,7 +221,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 			a.SetSwapData(wr.Swap)
 			a.SetCompareData(wr.CompareAdd)
 		} else {
-			a.SetSwapData(wr.CompareAdd) // the add operand (IBA 9.5.?: SwapOrAddData)
+			a.SetSwapData(wr.CompareAdd) // the add operand (IBA 9.3.4: SwapOrAddData)
 			a.SetCompareData(0)
 		}
 		b.finish(buf)
@@ -240,7 +240,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 	op, eth := requestOpcode(wr.Opcode, first, last, c.uc)
 	h := hdr{op: op, psn: psn, payload: n, se: last && wr.SendFlags&hca.SendSolicited != 0}
 	// Ask for an ACK at the end of every message and every 16 packets within a long one,
-	// so the window keeps moving (IBA 9.7.5.1.? leaves the choice to the requester).
+	// so the window keeps moving (IBA 9.7.5.1 leaves the choice to the requester).
 	h.ackReq = !c.uc && (last || i%16 == 15)
 	buf, o := b.start(p, h, ethLen(eth))
 	if eth&ethRETH != 0 {
@@ -263,8 +263,8 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		if w.inline != nil || wr.SendFlags&hca.SendInline != 0 {
 			copy(dst, w.inline[off:])
 		} else if st := qp.GatherAt(wr.SGL, off, dst); st != hca.WCSuccess {
-			// IBA 10.8.3.?: a local protection error completes the WQE in error and takes
-			// the QP to Error.
+			// A local protection error completes the WQE in error (IBV_WC_LOC_PROT_ERR) and
+			// takes the QP to Error (IBA 9.9).
 			r.localError(c, w, st)
 			return false
 		}
@@ -385,7 +385,7 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 		want := psnAdd(w.firstPSN, w.recvd)
 		if psn != want {
 			// A gap: the responses in between were lost. Re-request from the first
-			// missing one, once per gap (IBA 9.7.5.1.?).
+			// missing one, once per gap (IBA 9.7.5.1).
 			if psnDiff(psn, want) > 0 && (!r.readGapSet || r.readGap != want) {
 				r.readGap, r.readGapSet = want, true
 				r.reissueWQE(r.index(w))
@@ -456,7 +456,7 @@ func (r *requester) ack(c *conn, psn uint32) {
 		}
 		if w.rdAtomic() {
 			// An ACK past a READ or atomic whose response has not come: it was lost or is
-			// late (IBA 9.7.5.1.?: implied NAK). Ask again; what follows is acknowledged.
+			// late (IBA 9.7.5.1: implied NAK). Ask again; what follows is acknowledged.
 			r.reissueWQE(i)
 			continue
 		}
@@ -468,7 +468,7 @@ func (r *requester) ack(c *conn, psn uint32) {
 	}
 }
 
-// nak handles a NAK for psn (IBA 9.7.5.1.?, table 44).
+// nak handles a NAK for psn (IBA 9.7.5.1; the NAK codes of the AETH, 9.3.5).
 func (r *requester) nak(c *conn, psn uint32, code uint8) {
 	if code == wire.NAKPSNSequenceError {
 		// The responder NAKs a sequence error once per expected PSN; a copy that comes
@@ -499,7 +499,7 @@ func (r *requester) nak(c *conn, psn uint32, code uint8) {
 }
 
 // rnr handles an RNR NAK: wait the responder's timer, then resend from psn; rnr_retry 7
-// retries forever (IBA 9.7.5.2.8, C9-?).
+// retries forever (IBA 9.7.5.2.8).
 func (r *requester) rnr(c *conn, psn uint32, code uint8) {
 	if r.rnrRetry != 7 {
 		if r.rnrLeft == 0 {
@@ -532,7 +532,7 @@ func (r *requester) rnr(c *conn, psn uint32, code uint8) {
 	}
 }
 
-// goBack arranges to resend everything from psn on (go-back-N, IBA 9.7.5.1.?). It never
+// goBack arranges to resend everything from psn on (go-back-N, IBA 9.7.5.1). It never
 // moves the send pointer forward: what has not been sent yet will be.
 func (r *requester) goBack(psn uint32) {
 	for i, k := r.head, 0; k < r.count; i, k = r.slot(i+1), k+1 {
@@ -661,7 +661,7 @@ func (r *requester) localError(c *conn, w *swqe, st hca.WCStatus) {
 
 // flushAll completes every remaining WQE with IBV_WC_WR_FLUSH_ERR.
 func (r *requester) flushAll(qp *hca.QP) {
-	// The QP is in ERR: flushed WRs complete whether signaled or not (IBA 10.8.3.?).
+	// The QP is in ERR: flushed WRs complete whether signaled or not (IBV_WC_WR_FLUSH_ERR, ibv_poll_cq(3)).
 	for r.count > 0 {
 		w := &r.ring[r.head]
 		qp.CompleteSend(&hca.WC{WRID: w.wr.WRID, Status: hca.WCWRFlushErr, Opcode: hca.WCOpcodeOf(w.wr.Opcode)})

@@ -10,7 +10,7 @@ import (
 )
 
 // rdRes is a responder resource: a READ or atomic the responder executed, kept to answer
-// a duplicate of its request (IBA 9.7.5.2.?: reads are re-executed, atomics replayed).
+// a duplicate of its request (IBA 9.7.5.2: reads are re-executed, atomics replayed).
 type rdRes struct {
 	valid  bool
 	atomic bool
@@ -39,7 +39,7 @@ const (
 	outAtomic
 )
 
-// responder is the receive side of a connection (IBA 9.7.4.?, 9.7.5.2).
+// responder is the receive side of a connection (IBA 9.7.5.2).
 type responder struct {
 	ePSN     uint32
 	msn      uint32
@@ -190,7 +190,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			}
 			r.inSend, r.sendOff = true, 0
 		}
-		// IBA 9.7.5.2.?: every packet but the last carries exactly one MTU.
+		// IBA 9.7.5.2: every packet but the last carries exactly one MTU.
 		if !last && len(pk.Payload) != p.mtu {
 			r.recvError(c, psn, hca.WCLocLenErr, wire.NAKInvalidRequest)
 			return
@@ -244,7 +244,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		}
 		imm := op == wire.RCRDMAWriteOnlyImm || op == wire.RCRDMAWriteLastImm
 		if imm && !r.haveWQE {
-			// WRITE with immediate consumes a receive WQE (IBA 9.4.?); none: RNR NAK.
+			// WRITE with immediate consumes a receive WQE (IBA 9.4.2); none: RNR NAK.
 			if !qp.TakeRecv(&r.wqe) {
 				r.rnr(c, psn)
 				return
@@ -331,7 +331,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 	}
 }
 
-// access_ checks an R_Key for an access (IBA 9.7.5.2.4, C9-?): it names an MR of the QP's
+// access_ checks an R_Key for an access (IBA 9.7.5.2.4): it names an MR of the QP's
 // PD that allows the access, the QP allows it too, and [va, va+n) lies inside.
 func (r *responder) access_(qp *hca.QP, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, bool) {
 	mr := qp.Device().LookupKey(rkey)
@@ -361,7 +361,7 @@ func (r *responder) rnr(c *conn, psn uint32) {
 	r.push(out{kind: outAck, psn: psn, synd: wire.SyndromeRNR(r.minRNR), msn: r.msn})
 }
 
-// recvError completes the receive WQE in error and NAKs (IBA 9.9.?: the QP goes to ERR).
+// recvError completes the receive WQE in error and NAKs (IBA 9.9: the QP goes to ERR).
 func (r *responder) recvError(c *conn, psn uint32, st hca.WCStatus, code uint8) {
 	if r.haveWQE {
 		c.qp.CompleteRecv(&hca.WC{WRID: r.wqe.WRID, Status: st, Opcode: hca.WCRecv}, false)
@@ -438,7 +438,7 @@ func (r *responder) output(c *conn, p *path, b *batch) {
 			}
 			ethLen := 0
 			if op != wire.RCRDMAReadResponseMiddle {
-				ethLen = wire.AETHLen // IBA 9.3.?: first, last and only carry an AETH
+				ethLen = wire.AETHLen // IBA 9.3.5: first, last and only carry an AETH
 			}
 			buf, off := b.start(p, hdr{op: op, psn: psnAdd(o.psn, i), payload: n}, ethLen)
 			if ethLen > 0 {

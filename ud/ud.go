@@ -80,7 +80,7 @@ func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
 
 // PostSendBatch builds a packet per WR (LRH, [GRH], BTH, DETH, [ImmDt], payload, pad,
 // ICRC) and hands them to the port in batches; each WR completes once its packet has
-// left (IBA 10.8.2.?: a UD send completes when transmitted). It returns how many WRs it
+// left (a UD send completes when transmitted: nothing acknowledges it). It returns how many WRs it
 // took; an error names the WR at that index.
 func (t *Transport) PostSendBatch(qp *hca.QP, wrs []hca.SendWR) (int, error) {
 	port := qp.Port()
@@ -132,7 +132,8 @@ func (t *Transport) flush(qp *hca.QP, port *hca.Port, b *sendBatch) {
 // is a WC status, an invalid WR an error.
 func (t *Transport) build(qp *hca.QP, port *hca.Port, wr *hca.SendWR, buf []byte) (int, hca.WCStatus, error) {
 	n := hca.MessageLen(wr.SGL)
-	// IBA C10-?: a UD message must fit in one packet of the path (port) MTU.
+	// A UD message must fit in one packet of the path (port) MTU (IBA 9.8; ibv_post_send(3)
+	// fails it with IBV_WC_LOC_LEN_ERR on hardware).
 	if mtu := port.ActiveMTU().Bytes(); n > uint64(mtu) {
 		return 0, 0, hca.Errorf("post_send", hca.EINVAL, "UD message of %d bytes exceeds the port's active MTU %d", n, mtu)
 	}
@@ -228,7 +229,7 @@ func (t *Transport) Receive(qp *hca.QP, p *hca.Packet) {
 		c.Inc(hca.CntDropQPType)
 		return
 	}
-	// IBA 10.2.5, C10-?: the Q_Key must match the QP's; QP0 is exempt, QP1's is fixed.
+	// IBA 10.2.5: the Q_Key must match the QP's; QP0 is exempt, QP1's is fixed.
 	if qp.Type() != hca.QPTypeSMI && p.DETH.QKey() != qp.QKey() {
 		c.Inc(hca.CntQKeyViolations)
 		return
