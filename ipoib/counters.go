@@ -41,6 +41,7 @@ const (
 	cTxGSO             // large segments from the stack cut into packets here
 	cRxGRO             // received packets merged into a preceding one's segment
 	cTxBatches         // tun reads
+	cDropCtrlOverflow  // ARP/ND arriving faster than they are answered (ctrlrx.go)
 	numCounters
 )
 
@@ -78,6 +79,7 @@ var counterNames = [numCounters]string{
 	cNeighborsResolved: "neighbors_resolved",
 	cNeighborsFailed:   "neighbors_failed",
 	cPathQueries:       "path_queries",
+	cDropCtrlOverflow:  "drop_ctrl_overflow",
 }
 
 // counters are padded apart from nothing: the tx and rx loops touch different ones.

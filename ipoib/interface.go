@@ -184,7 +184,8 @@ type Interface struct {
 	mmu    sync.RWMutex
 	groups map[wire.GID]*group
 
-	jobs jobQueue
+	jobs   jobQueue
+	ctrlRx chan ctrlPacket // received ARP/ND for controlReceiver (ctrlrx.go)
 
 	cnt counters
 
@@ -250,8 +251,10 @@ func New(cfg Config) (*Interface, error) {
 		return nil, err
 	}
 	i.jobs.init()
-	i.wg.Add(2)
+	i.ctrlRx = make(chan ctrlPacket, ctrlRxLen)
+	i.wg.Add(3)
 	go i.controlLoop()
+	go i.controlReceiver()
 	go i.watchEvents()
 	i.ctrlMu.Lock()
 	i.bringUp(true)

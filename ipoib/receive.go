@@ -11,8 +11,9 @@ import (
 // The receive path: the receive CQ's completion handler runs on the goroutine that
 // delivered a batch of packets (in process, the sender's: like the kernel's comp_handler
 // and NAPI, no goroutine hand-off per burst) and passes the whole burst on; sweep is the
-// safety net, on a timer, for whatever the handler could not take. Either way: skip the GRH area, strip the header, write the IP packets of a batch
-// to the tun.Device in one call, handle ARP and ND, re-post the buffers.
+// safety net, on a timer, for whatever the handler could not take. Either way: skip the
+// GRH area, strip the header, write the IP packets of a batch to the tun.Device in one
+// call, hand ARP and ND to the control receiver (ctrlrx.go), re-post the buffers.
 
 // onCompletions is the receive CQ's completion handler.
 func (i *Interface) onCompletions(*hca.CQ) { i.tryDrain() }
@@ -140,12 +141,12 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 			}
 			if payload[6] == protoICMPv6 && len(payload) > ipv6HeaderLen && isND(payload[ipv6HeaderLen]) {
 				i.cnt.inc(cRxND)
-				i.handleND(payload)
+				i.queueControl(etype, payload)
 				continue
 			}
 		case EtherTypeARP:
 			i.cnt.inc(cRxARP)
-			i.handleARP(payload, ls)
+			i.queueControl(etype, payload)
 			continue
 		default:
 			i.cnt.inc(cDropUnknownType)
