@@ -1,0 +1,432 @@
+package rdmacm
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"syscall"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/rdmacm/ibcm"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// ports hands out port numbers per host and port space, as the kernel's bind does.
+var ports = &portTable{m: map[portKey]*ID{}}
+
+type portKey struct {
+	host Host
+	ps   PortSpace
+	port uint16
+}
+
+type portTable struct {
+	mu sync.Mutex
+	m  map[portKey]*ID
+}
+
+// take reserves port (0: an ephemeral one, 32768–60999 as Linux's ip_local_port_range).
+func (t *portTable) take(h Host, ps PortSpace, port uint16, id *ID) (uint16, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if port != 0 {
+		k := portKey{h, ps, port}
+		if t.m[k] != nil {
+			return 0, syscall.EADDRINUSE
+		}
+		t.m[k] = id
+		return port, nil
+	}
+	for range 1 << 16 {
+		p := uint16(32768 + rand.IntN(60999-32768+1))
+		k := portKey{h, ps, p}
+		if t.m[k] == nil {
+			t.m[k] = id
+			return p, nil
+		}
+	}
+	return 0, syscall.EADDRINUSE
+}
+
+func (t *portTable) release(h Host, ps PortSpace, port uint16, id *ID) {
+	t.mu.Lock()
+	k := portKey{h, ps, port}
+	if t.m[k] == id {
+		delete(t.m, k)
+	}
+	t.mu.Unlock()
+}
+
+// Connect is rdma_connect: REQ (RC) or SIDR_REQ (UD) to the resolved route, with the
+// IP CM header and p.Private after it. ESTABLISHED follows (CONNECT_RESPONSE for an ID
+// without a QP), or REJECTED, UNREACHABLE, CONNECT_ERROR.
+func (id *ID) Connect(p ConnParam) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stRouteResolved {
+		return fmt.Errorf("rdmacm: connect: %w", syscall.EINVAL)
+	}
+	max := MaxConnectPrivate
+	if id.qpType == hca.QPTypeUD {
+		max = MaxSIDRReqPrivate
+	}
+	if len(p.Private) > max {
+		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d: %w", len(p.Private), max, syscall.EINVAL)
+	}
+	priv := make([]byte, ipcmHeaderLen+len(p.Private))
+	putIPCM(priv, ipcmHeader{src: id.src, dst: id.dst})
+	copy(priv[ipcmHeaderLen:], p.Private)
+	id.param = p
+	id.cmid = id.dev.CM.NewID(id.onCM, nil)
+	sid := ServiceID(id.ps, id.dst.Port())
+	if id.qpType == hca.QPTypeUD {
+		id.state = stConnect
+		err := id.cmid.SendSIDRReq(ibcm.SIDRReqParam{ServiceID: sid, PKey: id.dev.PKey, DLID: id.route.DLID,
+			SL: id.route.SL, Timeout: cmaResponseTimeout, MaxRetries: cmaMaxCMRetries, Private: priv})
+		if err != nil {
+			id.state = stRouteResolved
+		}
+		return err
+	}
+	qpn := p.QPNum
+	if id.qp != nil {
+		qpn = id.qp.Num()
+	}
+	id.psn = rand.Uint32() & 0xFFFFFF
+	err := id.cmid.SendReq(ibcm.ReqParam{
+		ServiceID: sid, QPN: qpn, QPType: hca.QPTypeRC, StartingPSN: id.psn, PKey: id.dev.PKey,
+		Path: id.route, ResponderRes: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
+		RemoteCMResponseTimeout: cmaResponseTimeout, LocalCMResponseTimeout: cmaResponseTimeout,
+		RetryCount: min(p.RetryCount, 7), RNRRetryCount: min(p.RNRRetryCount, 7),
+		MaxCMRetries: cmaMaxCMRetries, SRQ: p.SRQ, FlowControl: p.FlowControl, Private: priv,
+	})
+	if err != nil {
+		return err
+	}
+	id.state = stConnect
+	return nil
+}
+
+// onCM takes the IB CM's events for a connecting or connected ID.
+func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
+	switch ev.Type {
+	case ibcm.EventRepReceived:
+		id.repReceived(c, ev)
+	case ibcm.EventRTUReceived, ibcm.EventUserEstablished:
+		id.mu.Lock()
+		ok := id.state == stConnect
+		if ok {
+			id.state = stConnected
+		}
+		id.mu.Unlock()
+		if ok {
+			id.emit(&Event{Type: EventEstablished})
+		}
+	case ibcm.EventRejReceived:
+		id.mu.Lock()
+		ok := id.state == stConnect
+		if ok {
+			id.state = stRouteResolved
+		}
+		id.mu.Unlock()
+		if ok {
+			id.emit(&Event{Type: EventRejected, Status: int(ev.Reason), Param: ConnParam{Private: ev.Private}})
+		}
+	case ibcm.EventReqError, ibcm.EventRepError, ibcm.EventSIDRReqError:
+		id.mu.Lock()
+		ok := id.state == stConnect
+		if ok {
+			id.state = stRouteResolved
+		}
+		id.mu.Unlock()
+		if ok {
+			id.emit(&Event{Type: EventUnreachable, Status: errno(syscall.ETIMEDOUT)})
+		}
+	case ibcm.EventDReqReceived:
+		id.mu.Lock()
+		ok := id.state == stConnected
+		id.dreqRcvd = true
+		if ok {
+			id.state = stDisconnect
+		}
+		id.mu.Unlock()
+		id.qpToError()
+		if ok {
+			id.emit(&Event{Type: EventDisconnected, Param: ConnParam{Private: ev.Private}})
+		}
+	case ibcm.EventDRepReceived, ibcm.EventDReqError:
+		id.mu.Lock()
+		ok := id.state == stConnected || id.state == stDisconnect
+		id.state = stDisconnect
+		id.mu.Unlock()
+		if ok {
+			id.emit(&Event{Type: EventDisconnected})
+		}
+	case ibcm.EventTimeWaitExit:
+		id.emit(&Event{Type: EventTimewaitExit})
+	case ibcm.EventSIDRRepReceived:
+		id.mu.Lock()
+		ok := id.state == stConnect
+		id.state = stRouteResolved
+		route := id.route
+		port := id.dev.Port
+		id.mu.Unlock()
+		if !ok {
+			return
+		}
+		if ev.SIDRStatus != wire.SIDRStatusOK {
+			id.emit(&Event{Type: EventUnreachable, Status: errno(syscall.EINVAL), UD: UDParam{Private: ev.Private}})
+			return
+		}
+		id.emit(&Event{Type: EventEstablished, UD: UDParam{Private: ev.Private, QPNum: ev.QPN, QKey: ev.QKey,
+			AHAttr: hca.AHAttr{DLID: route.DLID, SL: route.SL, PortNum: port.Num()}}})
+	}
+}
+
+// repReceived moves the active side's QP to RTR and RTS from the REP and sends RTU (as
+// rdma_cm does), then reports ESTABLISHED; without a QP it reports CONNECT_RESPONSE and
+// waits for Establish.
+func (id *ID) repReceived(c *ibcm.ID, ev *ibcm.Event) {
+	id.mu.Lock()
+	if id.state != stConnect {
+		id.mu.Unlock()
+		return
+	}
+	rep := ev.Rep
+	qp := id.qp
+	param := ConnParam{Private: ev.Private, ResponderResources: rep.ResponderRes, InitiatorDepth: rep.InitiatorDepth,
+		FlowControl: rep.FlowControl, RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPNum: rep.QPN}
+	if qp == nil {
+		id.req = &ibcm.ReqParam{QPN: rep.QPN, StartingPSN: rep.StartingPSN, ResponderRes: rep.ResponderRes,
+			InitiatorDepth: rep.InitiatorDepth, RNRRetryCount: rep.RNRRetryCount}
+		id.mu.Unlock()
+		id.emit(&Event{Type: EventConnectResponse, Param: param})
+		return
+	}
+	err := id.connectQP(qp, rep.QPN, rep.StartingPSN, min(id.param.ResponderResources, rep.InitiatorDepth),
+		min(id.param.InitiatorDepth, rep.ResponderRes), min(id.param.RetryCount, 7), rep.RNRRetryCount)
+	if err != nil {
+		id.state = stRouteResolved
+		id.mu.Unlock()
+		c.SendRej(wire.RejConsumerReject, nil, nil)
+		id.emit(&Event{Type: EventConnectError, Status: errno(syscall.EINVAL)})
+		return
+	}
+	id.state = stConnected
+	id.mu.Unlock()
+	if err := c.SendRTU(nil); err != nil {
+		id.emit(&Event{Type: EventConnectError, Status: errno(syscall.EINVAL)})
+		return
+	}
+	id.emit(&Event{Type: EventEstablished, Param: param})
+}
+
+// connectQP takes an INIT QP to RTR and RTS toward the peer on the ID's route; mu held.
+func (id *ID) connectQP(qp *hca.QP, destQPN, rqPSN uint32, maxDestRd, maxRd, retry, rnrRetry uint8) error {
+	r := id.route
+	mtu := hca.MTU(r.MTU)
+	if pm := id.dev.Port.ActiveMTU(); pm < mtu {
+		mtu = pm
+	}
+	a := hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: mtu, DestQPNum: destQPN, RQPSN: rqPSN,
+		AHAttr:          hca.AHAttr{DLID: r.DLID, SL: r.SL, PortNum: id.dev.Port.Num(), StaticRate: 0},
+		MaxDestRdAtomic: maxDestRd}
+	mask := hca.QPAttrState | hca.QPAttrAV | hca.QPAttrPathMTU | hca.QPAttrDestQPN | hca.QPAttrRQPSN |
+		hca.QPAttrMaxDestRdAtomic | hca.QPAttrMinRNRTimer
+	if err := qp.Modify(&a, mask); err != nil {
+		return err
+	}
+	a = hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: id.psn, Timeout: min(r.PacketLifeTime+1, 31),
+		RetryCnt: retry, RNRRetry: rnrRetry, MaxRdAtomic: maxRd}
+	return qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN|hca.QPAttrTimeout|hca.QPAttrRetryCnt|
+		hca.QPAttrRNRRetry|hca.QPAttrMaxQPRdAtomic)
+}
+
+// Establish is rdma_establish: for an ID without a QP that got CONNECT_RESPONSE, it
+// sends the RTU.
+func (id *ID) Establish() error {
+	id.mu.Lock()
+	c := id.cmid
+	ok := id.state == stConnect && id.qp == nil
+	if ok {
+		id.state = stConnected
+	}
+	id.mu.Unlock()
+	if !ok || c == nil {
+		return fmt.Errorf("rdmacm: establish: %w", syscall.EINVAL)
+	}
+	return c.SendRTU(nil)
+}
+
+// onListenCM takes REQs and SIDR_REQs for a listening ID: each becomes a new ID and a
+// CONNECT_REQUEST event.
+func (id *ID) onListenCM(c *ibcm.ID, ev *ibcm.Event) {
+	if ev.Type != ibcm.EventReqReceived && ev.Type != ibcm.EventSIDRReqReceived {
+		return
+	}
+	dev := c.Context.(Device)
+	id.mu.Lock()
+	listening := id.state == stListen
+	port := id.src.Port()
+	id.mu.Unlock()
+	if !listening {
+		c.SendRej(wire.RejConsumerReject, nil, nil)
+		return
+	}
+	h, err := parseIPCM(ev.Private, port)
+	if err != nil {
+		if ev.Type == ibcm.EventSIDRReqReceived {
+			c.SendSIDRRep(ibcm.SIDRRepParam{Status: wire.SIDRStatusRejected})
+		} else {
+			c.SendRej(wire.RejConsumerReject, nil, nil)
+		}
+		return
+	}
+	n := &ID{host: id.host, ch: id.ch, ps: id.ps, qpType: id.qpType, Context: id.Context,
+		state: stConnect, src: h.dst, dst: h.src, dev: dev, cmid: c, listenID: id}
+	n.acked = sync.NewCond(&n.mu)
+	n.dev.PKey = ev.Req.PKey
+	if n.dev.PKey == 0 {
+		n.dev.PKey = dev.PKey
+	}
+	e := &Event{Type: EventConnectRequest, ID: n, ListenID: id}
+	priv := ev.Private[ipcmHeaderLen:]
+	if ev.Type == ibcm.EventReqReceived {
+		req := *ev.Req
+		n.req = &req
+		n.route, n.routeOK = req.Path, true
+		e.Param = ConnParam{Private: priv, ResponderResources: req.ResponderRes, InitiatorDepth: req.InitiatorDepth,
+			FlowControl: req.FlowControl, RetryCount: req.RetryCount, RNRRetryCount: req.RNRRetryCount,
+			SRQ: req.SRQ, QPNum: req.QPN}
+	} else {
+		n.route.DLID, n.route.SL = ev.From.SLID, ev.From.SL
+		n.routeOK = true
+		e.UD = UDParam{Private: priv}
+	}
+	c.SetHandler(n.onCM)
+	id.emit(e)
+}
+
+// Accept is rdma_accept: the passive side's QP goes to RTR and RTS from the REQ and the
+// REP is sent (ESTABLISHED follows on the RTU); for UD, the SIDR_REP with the QP's
+// number and Q_Key.
+func (id *ID) Accept(p ConnParam) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stConnect || id.listenID == nil || id.cmid == nil {
+		return fmt.Errorf("rdmacm: accept: %w", syscall.EINVAL)
+	}
+	if id.qpType == hca.QPTypeUD {
+		if len(p.Private) > MaxAcceptUDPrivate {
+			return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d: %w", len(p.Private), MaxAcceptUDPrivate, syscall.EINVAL)
+		}
+		qpn := p.QPNum
+		if id.qp != nil {
+			qpn = id.qp.Num()
+		}
+		id.state = stConnected
+		return id.cmid.SendSIDRRep(ibcm.SIDRRepParam{Status: wire.SIDRStatusOK, QPN: qpn, QKey: UDPQKey, Private: p.Private})
+	}
+	if len(p.Private) > MaxAcceptPrivate {
+		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d: %w", len(p.Private), MaxAcceptPrivate, syscall.EINVAL)
+	}
+	req := id.req
+	id.psn = rand.Uint32() & 0xFFFFFF
+	qpn := p.QPNum
+	if id.qp != nil {
+		qpn = id.qp.Num()
+		if err := id.connectQP(id.qp, req.QPN, req.StartingPSN, min(p.ResponderResources, req.InitiatorDepth),
+			min(p.InitiatorDepth, req.ResponderRes), req.RetryCount, req.RNRRetryCount); err != nil {
+			id.cmid.SendRej(wire.RejConsumerReject, nil, nil)
+			return err
+		}
+	}
+	return id.cmid.SendRep(ibcm.RepParam{QPN: qpn, StartingPSN: id.psn,
+		ResponderRes: min(p.ResponderResources, req.InitiatorDepth), InitiatorDepth: min(p.InitiatorDepth, req.ResponderRes),
+		FlowControl: p.FlowControl, RNRRetryCount: min(p.RNRRetryCount, 7), SRQ: p.SRQ, Private: p.Private})
+}
+
+// Reject is rdma_reject: REJ with reason 28 (consumer reject) and private data, or a
+// SIDR_REP "rejected".
+func (id *ID) Reject(private []byte) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stConnect || id.listenID == nil || id.cmid == nil {
+		return fmt.Errorf("rdmacm: reject: %w", syscall.EINVAL)
+	}
+	id.state = stIdle
+	if id.qpType == hca.QPTypeUD {
+		return id.cmid.SendSIDRRep(ibcm.SIDRRepParam{Status: wire.SIDRStatusRejected, Private: private})
+	}
+	return id.cmid.SendRej(wire.RejConsumerReject, nil, private)
+}
+
+// Disconnect is rdma_disconnect: the QP goes to the error state (its WRs flush) and a
+// DREQ is sent, or the DREP if the peer disconnected first.
+func (id *ID) Disconnect() error {
+	id.mu.Lock()
+	c := id.cmid
+	st := id.state
+	dreq := id.dreqRcvd
+	if st == stConnected || st == stConnect {
+		id.state = stDisconnect
+	}
+	id.mu.Unlock()
+	if c == nil || (st != stConnected && st != stDisconnect && st != stConnect) {
+		return fmt.Errorf("rdmacm: disconnect: %w", syscall.EINVAL)
+	}
+	id.qpToError()
+	if dreq {
+		return c.SendDRep(nil)
+	}
+	if st == stConnect {
+		return c.SendRej(wire.RejConsumerReject, nil, nil)
+	}
+	if err := c.SendDReq(nil); err != nil && st == stConnected {
+		return err
+	}
+	return nil
+}
+
+func (id *ID) qpToError() {
+	id.mu.Lock()
+	qp := id.qp
+	id.mu.Unlock()
+	if qp != nil && qp.Type() != hca.QPTypeUD {
+		qp.Modify(&hca.QPAttr{QPState: hca.QPStateErr}, hca.QPAttrState)
+	}
+}
+
+// Destroy is rdma_destroy_id: it waits for the ID's events to be acknowledged, ends
+// what the ID has under way (a connection is disconnected, a request rejected) and
+// releases its port.
+func (id *ID) Destroy() error {
+	id.mu.Lock()
+	for id.pending > 0 && !id.chClosed() {
+		id.acked.Wait()
+	}
+	id.state = stDestroying
+	if id.cancel != nil {
+		id.cancel()
+	}
+	c, ls := id.cmid, id.listens
+	id.cmid, id.listens = nil, nil
+	src := id.src
+	id.mu.Unlock()
+	for _, l := range ls {
+		l.Destroy()
+	}
+	if c != nil {
+		c.Destroy()
+	}
+	if src.IsValid() && id.listenID == nil {
+		ports.release(id.host, id.ps, src.Port(), id)
+	}
+	return nil
+}
+
+func (id *ID) chClosed() bool {
+	id.ch.mu.Lock()
+	defer id.ch.mu.Unlock()
+	return id.ch.closed
+}

@@ -1,0 +1,391 @@
+package rdmacm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/rdmacm/ibcm"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// idState is the ID's rdma_cm state (Linux's enum rdma_cm_state).
+type idState int
+
+const (
+	stIdle idState = iota
+	stAddrQuery
+	stAddrResolved
+	stRouteQuery
+	stRouteResolved
+	stConnect
+	stConnected
+	stListen
+	stDisconnect
+	stDestroying
+)
+
+// CM timing rdma_cm uses (Linux cma.c): CM response timeout 20 (≈ 4.3 s) with 15
+// retries; MRA's is 24.
+const (
+	cmaResponseTimeout = 20
+	cmaMaxCMRetries    = 15
+)
+
+// ID is an rdma_cm identifier (struct rdma_cm_id).
+type ID struct {
+	host    Host
+	ch      *EventChannel
+	ps      PortSpace
+	qpType  hca.QPType
+	Context any
+
+	mu       sync.Mutex
+	state    idState
+	src, dst netip.AddrPort
+	dev      Device
+	dgid     wire.GID
+	route    sa.Path
+	routeOK  bool
+	qp       *hca.QP
+	cmid     *ibcm.ID
+	listens  []*ibcm.ID
+	listenID *ID
+	req      *ibcm.ReqParam // passive: the REQ
+	psn      uint32
+	param    ConnParam
+	dreqRcvd bool
+	pending  int // events not yet acknowledged
+	acked    *sync.Cond
+	cancel   context.CancelFunc
+}
+
+// CreateID is rdma_create_id: an ID in port space ps whose events go to ch. qpType is
+// RC for the TCP and IB port spaces, UD for UDP and IPoIB.
+func CreateID(host Host, ch *EventChannel, ctx any, ps PortSpace) (*ID, error) {
+	if host == nil || ch == nil {
+		return nil, fmt.Errorf("rdmacm: CreateID: %w", syscall.EINVAL)
+	}
+	t := hca.QPTypeRC
+	switch ps {
+	case PSTCP, PSIB:
+	case PSUDP, PSIPoIB:
+		t = hca.QPTypeUD
+	default:
+		return nil, fmt.Errorf("rdmacm: port space %v: %w", ps, syscall.EPROTONOSUPPORT)
+	}
+	id := &ID{host: host, ch: ch, ps: ps, qpType: t, Context: ctx}
+	id.acked = sync.NewCond(&id.mu)
+	return id, nil
+}
+
+// PortSpace is the ID's port space.
+func (id *ID) PortSpace() PortSpace { return id.ps }
+
+// QP is the ID's QP (rdma_cm_id.qp), nil before CreateQP.
+func (id *ID) QP() *hca.QP {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.qp
+}
+
+// Device is the device the ID is bound to (rdma_cm_id.verbs and port_num).
+func (id *ID) Device() Device {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.dev
+}
+
+// LocalAddr and PeerAddr are rdma_get_local_addr and rdma_get_peer_addr.
+func (id *ID) LocalAddr() netip.AddrPort {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.src
+}
+
+func (id *ID) PeerAddr() netip.AddrPort {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.dst
+}
+
+// Route is the path the ID resolved (rdma_cm_id.route).
+func (id *ID) Route() (sa.Path, bool) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.route, id.routeOK
+}
+
+// emit queues an event for the ID on its channel.
+func (id *ID) emit(e *Event) {
+	if e.ID == nil {
+		e.ID = id
+	}
+	owner := e.ID
+	if e.Type == EventConnectRequest {
+		owner = e.ListenID
+		owner.mu.Lock()
+		owner.pending++
+		owner.mu.Unlock()
+		id.ch.push(e)
+		return
+	}
+	owner.mu.Lock()
+	owner.pending++
+	owner.mu.Unlock()
+	id.ch.push(e)
+}
+
+func (id *ID) ackOne() {
+	id.mu.Lock()
+	if id.pending > 0 {
+		id.pending--
+	}
+	id.acked.Broadcast()
+	id.mu.Unlock()
+}
+
+// BindAddr is rdma_bind_addr: the ID takes a local address (and its device, unless it
+// is the any address) and a port (0: an ephemeral one).
+func (id *ID) BindAddr(a netip.AddrPort) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stIdle || id.src.IsValid() {
+		return fmt.Errorf("rdmacm: bind: %w", syscall.EINVAL)
+	}
+	return id.bindLocked(a)
+}
+
+func (id *ID) bindLocked(a netip.AddrPort) error {
+	if !a.Addr().IsUnspecified() {
+		dev, err := id.host.LocalDevice(a.Addr())
+		if err != nil {
+			return fmt.Errorf("rdmacm: bind %v: %w", a, err)
+		}
+		id.dev = dev
+	}
+	port, err := ports.take(id.host, id.ps, a.Port(), id)
+	if err != nil {
+		return fmt.Errorf("rdmacm: bind %v: %w", a, err)
+	}
+	id.src = netip.AddrPortFrom(a.Addr(), port)
+	return nil
+}
+
+// ResolveAddr is rdma_resolve_addr: it picks the local address (src, or the one the
+// host would use) and resolves dst to its GID, then reports ADDR_RESOLVED or
+// ADDR_ERROR on the channel. timeout bounds the neighbour resolution.
+func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Duration) error {
+	id.mu.Lock()
+	if id.state != stIdle {
+		id.mu.Unlock()
+		return fmt.Errorf("rdmacm: resolve_addr: %w", syscall.EINVAL)
+	}
+	if !id.src.IsValid() {
+		if !src.IsValid() || src.IsUnspecified() {
+			s, err := id.host.Source(dst.Addr())
+			if err != nil {
+				id.mu.Unlock()
+				return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)
+			}
+			src = s
+		}
+		if err := id.bindLocked(netip.AddrPortFrom(src, 0)); err != nil {
+			id.mu.Unlock()
+			return err
+		}
+	} else if id.src.Addr().IsUnspecified() {
+		s, err := id.host.Source(dst.Addr())
+		if err != nil {
+			id.mu.Unlock()
+			return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)
+		}
+		dev, err := id.host.LocalDevice(s)
+		if err != nil {
+			id.mu.Unlock()
+			return err
+		}
+		id.src, id.dev = netip.AddrPortFrom(s, id.src.Port()), dev
+	}
+	id.dst = dst
+	id.state = stAddrQuery
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Millisecond))
+	id.cancel = cancel
+	srcAddr := id.src.Addr()
+	id.mu.Unlock()
+	go func() {
+		defer cancel()
+		gid, err := id.host.Neighbor(ctx, srcAddr, dst.Addr())
+		id.mu.Lock()
+		if id.state != stAddrQuery {
+			id.mu.Unlock()
+			return
+		}
+		if err != nil {
+			id.state = stIdle
+			id.mu.Unlock()
+			st := errno(syscall.EHOSTUNREACH)
+			if errors.Is(err, context.DeadlineExceeded) {
+				st = errno(syscall.ETIMEDOUT)
+			}
+			id.emit(&Event{Type: EventAddrError, Status: st})
+			return
+		}
+		id.dgid = gid
+		id.state = stAddrResolved
+		id.mu.Unlock()
+		id.emit(&Event{Type: EventAddrResolved})
+	}()
+	return nil
+}
+
+// ResolveRoute is rdma_resolve_route: a PathRecord from the ID's port to the resolved
+// GID, then ROUTE_RESOLVED or ROUTE_ERROR.
+func (id *ID) ResolveRoute(timeout time.Duration) error {
+	id.mu.Lock()
+	if id.state != stAddrResolved {
+		id.mu.Unlock()
+		return fmt.Errorf("rdmacm: resolve_route: %w", syscall.EINVAL)
+	}
+	id.state = stRouteQuery
+	dev, dgid := id.dev, id.dgid
+	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Millisecond))
+	id.cancel = cancel
+	id.mu.Unlock()
+	go func() {
+		defer cancel()
+		p, err := id.host.PathRecord(ctx, dev, dgid)
+		id.mu.Lock()
+		if id.state != stRouteQuery {
+			id.mu.Unlock()
+			return
+		}
+		if err != nil {
+			id.state = stAddrResolved
+			id.mu.Unlock()
+			st := errno(syscall.EHOSTUNREACH)
+			if errors.Is(err, context.DeadlineExceeded) {
+				st = errno(syscall.ETIMEDOUT)
+			}
+			id.emit(&Event{Type: EventRouteError, Status: st})
+			return
+		}
+		id.route, id.routeOK = p, true
+		id.state = stRouteResolved
+		id.mu.Unlock()
+		id.emit(&Event{Type: EventRouteResolved})
+	}()
+	return nil
+}
+
+// CreateQP is rdma_create_qp: a QP of the ID's type on its device, in pd, moved to INIT
+// (RTS for UD, with the port space's Q_Key), as rdma_cm does.
+func (id *ID) CreateQP(pd *hca.PD, attr hca.QPInitAttr) (*hca.QP, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.qp != nil || id.dev.Port == nil {
+		return nil, fmt.Errorf("rdmacm: create_qp: %w", syscall.EINVAL)
+	}
+	if pd.Context().Device() != id.dev.Port.Device() {
+		return nil, fmt.Errorf("rdmacm: create_qp: the PD is on %s, the ID on %s: %w",
+			pd.Context().Device().Name(), id.dev.Port.Device().Name(), syscall.EINVAL)
+	}
+	attr.QPType = id.qpType
+	qp, err := pd.CreateQP(attr)
+	if err != nil {
+		return nil, err
+	}
+	if err := id.initQP(qp); err != nil {
+		qp.Destroy()
+		return nil, err
+	}
+	id.qp = qp
+	return qp, nil
+}
+
+// initQP moves a new QP to INIT (UD: through RTR to RTS) on the ID's port and P_Key.
+func (id *ID) initQP(qp *hca.QP) error {
+	idx := id.dev.Port.FindPKey(id.dev.PKey)
+	if idx < 0 {
+		return fmt.Errorf("rdmacm: P_Key %#04x not in the port's table: %w", id.dev.PKey, syscall.EINVAL)
+	}
+	a := hca.QPAttr{QPState: hca.QPStateInit, PKeyIndex: uint16(idx), PortNum: id.dev.Port.Num()}
+	mask := hca.QPAttrState | hca.QPAttrPKeyIndex | hca.QPAttrPort
+	if id.qpType == hca.QPTypeUD {
+		a.QKey = UDPQKey
+		mask |= hca.QPAttrQKey
+	} else {
+		a.QPAccessFlags = hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
+		mask |= hca.QPAttrAccessFlags
+	}
+	if err := qp.Modify(&a, mask); err != nil {
+		return err
+	}
+	if id.qpType != hca.QPTypeUD {
+		return nil
+	}
+	if err := qp.Modify(&hca.QPAttr{QPState: hca.QPStateRTR}, hca.QPAttrState); err != nil {
+		return err
+	}
+	return qp.Modify(&hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: rand.Uint32() & 0xFFFFFF}, hca.QPAttrState|hca.QPAttrSQPSN)
+}
+
+// DestroyQP is rdma_destroy_qp.
+func (id *ID) DestroyQP() {
+	id.mu.Lock()
+	qp := id.qp
+	id.qp = nil
+	id.mu.Unlock()
+	if qp != nil {
+		qp.Destroy()
+	}
+}
+
+// Listen is rdma_listen: CONNECT_REQUEST events for connections to the bound address
+// and port arrive on new IDs. backlog is accepted for librdmacm's signature; as on
+// Linux's IB transport it does not limit anything.
+func (id *ID) Listen(backlog int) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != stIdle {
+		return fmt.Errorf("rdmacm: listen: %w", syscall.EINVAL)
+	}
+	if !id.src.IsValid() {
+		if err := id.bindLocked(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)); err != nil {
+			return err
+		}
+	}
+	devs := []Device{id.dev}
+	if id.dev.CM == nil {
+		devs = id.host.Devices()
+	}
+	sid := ServiceID(id.ps, id.src.Port())
+	seen := map[*ibcm.CM]bool{}
+	for _, d := range devs {
+		if seen[d.CM] {
+			continue
+		}
+		seen[d.CM] = true
+		l := d.CM.NewID(id.onListenCM, d)
+		if err := l.Listen(sid, 0); err != nil {
+			for _, x := range id.listens {
+				x.Destroy()
+			}
+			id.listens = nil
+			if errors.Is(err, ibcm.ErrBusy) {
+				return fmt.Errorf("rdmacm: listen on %v: %w", id.src, syscall.EADDRINUSE)
+			}
+			return err
+		}
+		id.listens = append(id.listens, l)
+	}
+	id.state = stListen
+	return nil
+}
