@@ -87,7 +87,7 @@ func (h *testHost) PathRecord(ctx context.Context, dev rdmacm.Device, dgid wire.
 		if g, _ := d.Port.GID(0); g == dgid {
 			sg, _ := dev.Port.GID(0)
 			return sa.Path{SGID: sg, DGID: dgid, SLID: dev.Port.LID(), DLID: d.Port.LID(), PKey: 0xFFFF,
-				MTU: uint8(hca.MTU4096), Rate: 3, PacketLifeTime: 8}, nil
+				MTU: uint8(hca.MTU4096), Rate: 3, PacketLifeTime: 14}, nil
 		}
 	}
 	return sa.Path{}, fmt.Errorf("no path to %v", dgid)
