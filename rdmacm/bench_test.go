@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -86,17 +87,23 @@ func benchPingPong(b *testing.B, c, s net.Conn) {
 		}
 	}()
 	buf := make([]byte, 64)
+	rtts := make([]time.Duration, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for range b.N {
+	for i := range b.N {
+		t0 := time.Now()
 		if _, err := c.Write(buf); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := io.ReadFull(c, buf); err != nil {
 			b.Fatal(err)
 		}
+		rtts[i] = time.Since(t0)
 	}
 	b.StopTimer()
+	slices.Sort(rtts)
+	b.ReportMetric(float64(rtts[len(rtts)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(rtts[len(rtts)*99/100].Nanoseconds()), "p99-ns")
 	c.Close()
 	s.Close()
 }
