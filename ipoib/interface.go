@@ -176,10 +176,11 @@ type Interface struct {
 	retry     clock.Timer
 	backoff   time.Duration
 
-	nmu   sync.RWMutex
-	neigh map[netip.Addr]*neighbor
-	ahs   map[wire.GID]*hca.AH // unicast AHs by destination GID (the path cache)
-	dead  []*hca.AH            // AHs replaced after a path change, destroyed on Close
+	nmu     sync.RWMutex
+	neigh   map[netip.Addr]*neighbor
+	waiters map[netip.Addr][]chan struct{} // Resolve calls waiting for an entry
+	ahs     map[wire.GID]*hca.AH           // unicast AHs by destination GID (the path cache)
+	dead    []*hca.AH                      // AHs replaced after a path change, destroyed on Close
 
 	mmu    sync.RWMutex
 	groups map[wire.GID]*group
@@ -415,10 +416,11 @@ func (i *Interface) Close() error {
 		i.snd.wake()
 		i.wg.Wait()
 		i.nmu.Lock()
-		for _, n := range i.neigh {
+		for ip, n := range i.neigh {
 			if n.timer != nil {
 				n.timer.Stop()
 			}
+			i.wakeResolvers(ip)
 		}
 		i.nmu.Unlock()
 		i.destroyVerbs()

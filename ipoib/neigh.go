@@ -153,6 +153,7 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 		dropped := len(n.queue)
 		n.queue = nil
 		n.state, n.updated = nudFailed, now
+		i.wakeResolvers(ip)
 		i.nmu.Unlock()
 		i.cnt.add(cDropARPTimeout, uint64(dropped))
 		i.cnt.inc(cNeighborsFailed)
@@ -246,6 +247,7 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 		i.cnt.inc(cNeighborsResolved)
 	}
 	n.state, n.updated, n.probes = nudReachable, now, 0
+	i.wakeResolvers(ip)
 	if n.timer != nil {
 		n.timer.Stop()
 	}
