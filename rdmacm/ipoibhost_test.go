@@ -1,0 +1,105 @@
+package rdmacm_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/ipoib"
+	"github.com/pibgw/pibgw/rc"
+	"github.com/pibgw/pibgw/rdmacm"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/sa/satest"
+	"github.com/pibgw/pibgw/tun/tuntest"
+)
+
+// ipoibHosts builds a fabric with the built-in SM and SA and one IPoIB interface per
+// HCA (10.10.0.i+1/24 on a channel TUN), each on its own host, as separate machines.
+func ipoibHosts(t *testing.T, n int) []*rdmacm.IPoIBHost {
+	t.Helper()
+	clk := clock.Real{}
+	f := satest.OneSwitch(t, n, satest.Options{Clock: clk})
+	for _, d := range f.HCAs {
+		rc.Register(d)
+	}
+	sm := f.StartSM(t, sa.Config{})
+	agent, err := sa.StartSA(sm, sa.AgentConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Close)
+	var hosts []*rdmacm.IPoIBHost
+	for i, p := range f.Ports() {
+		client, err := sa.NewClient(p, sa.ClientOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(client.Close)
+		ifc, err := ipoib.New(ipoib.Config{Port: p, PKey: 0xFFFF, SA: client,
+			Device: tuntest.NewChannel("ib"+string(rune('0'+i)), 2044),
+			Addrs:  []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 10, 0, byte(i + 1)}), 24)},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go ifc.Run(ctx)
+		t.Cleanup(func() { cancel(); ifc.Close() })
+		deadline := time.Now().Add(10 * time.Second)
+		for !ifc.State().Up && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if !ifc.State().Up {
+			t.Fatalf("%s down: %s", ifc.Name(), ifc.State().Reason)
+		}
+		h := rdmacm.NewIPoIBHost(clk)
+		h.Add(ifc, client)
+		t.Cleanup(h.Close)
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
+// TestStreamOverIPoIB: addresses resolved through IPoIB ARP, the route from the SA, a
+// stream between two hosts, and one from a host to itself.
+func TestStreamOverIPoIB(t *testing.T) {
+	hosts := ipoibHosts(t, 2)
+	l, err := rdmacm.Listen(hosts[1], "10.10.0.2:7471")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, from := range []*rdmacm.IPoIBHost{hosts[0], hosts[1]} { // across, then loopback
+		c, err := rdmacm.Dial(ctx, from, "10.10.0.2:7471")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := bytes.Repeat([]byte("over ipoib "), 10000)
+		go func() { c.Write(msg); c.Close() }()
+		got, err := io.ReadAll(s)
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("read %d bytes, %v", len(got), err)
+		}
+		if r, ok := c.ID().Route(); !ok || r.DLID == 0 {
+			t.Fatalf("route %+v", r)
+		}
+		s.Close()
+	}
+	// Nobody has 10.10.0.77: the ARP goes unanswered.
+	if _, err := rdmacm.Dial(ctx, hosts[0], "10.10.0.77:7471"); !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("dial to an address nobody has: %v", err)
+	}
+}
