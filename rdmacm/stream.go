@@ -484,6 +484,12 @@ func (c *Conn) setDeadline(d *deadline, t time.Time) {
 // A port nobody listens on gives ECONNREFUSED, an unreachable one ETIMEDOUT or
 // EHOSTUNREACH.
 func Dial(ctx context.Context, h Host, address string) (*Conn, error) {
+	return DialFrom(ctx, h, netip.Addr{}, address)
+}
+
+// DialFrom is Dial from a chosen local address (rdma_resolve_addr's src): the
+// connection leaves from that address's interface and port.
+func DialFrom(ctx context.Context, h Host, local netip.Addr, address string) (*Conn, error) {
 	dst, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return nil, fmt.Errorf("rdmacm: dial %q: %w", address, err)
@@ -513,7 +519,7 @@ func Dial(ctx context.Context, h Host, address string) (*Conn, error) {
 		}
 		return e, nil
 	}
-	if err := id.ResolveAddr(netip.Addr{}, dst, timeout); err != nil {
+	if err := id.ResolveAddr(local, dst, timeout); err != nil {
 		return fail(err)
 	}
 	if _, err := next(EventAddrResolved); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/ipoib"
+	"github.com/pibgw/pibgw/rdmacm"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/tun"
 )
@@ -34,6 +35,9 @@ type Daemon struct {
 	started time.Time
 
 	Fabric *Fabric
+	// RDMA is rdma_cm over the daemon's IPoIB interfaces (their addresses, neighbours
+	// and paths, a CM per port).
+	RDMA *rdmacm.IPoIBHost
 
 	mu        sync.Mutex
 	closed    bool
@@ -64,7 +68,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.Backend = DefaultBackend()
 	}
 	d := &Daemon{cfg: opts.Config, log: opts.Logger, backend: opts.Backend, started: time.Now(),
-		clients: make(map[*hca.Port]*sa.Client)}
+		clients: make(map[*hca.Port]*sa.Client), RDMA: rdmacm.NewIPoIBHost(nil)}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -109,6 +113,7 @@ func (d *Daemon) Close() error {
 	for i := len(ifaces) - 1; i >= 0; i-- {
 		errs = append(errs, d.stopInterface(ifaces[i]))
 	}
+	d.RDMA.Close()
 	for _, c := range clients {
 		c.Close()
 	}
@@ -253,6 +258,9 @@ func (d *Daemon) addInterface(ic config.Interface) error {
 	}
 	d.ifaces = append(d.ifaces, n)
 	d.mu.Unlock()
+	if x, ok := ipo.(*ipoib.Interface); ok {
+		d.RDMA.Add(x, client)
+	}
 	where := ic.NetNS
 	if ic.Stack != config.StackKernel {
 		where = "userspace"
@@ -267,6 +275,9 @@ func (d *Daemon) addInterface(ic config.Interface) error {
 // stopInterface closes n's IPoIB interface and its IP side (removing a kernel TUN
 // device) and waits for its Run to return.
 func (d *Daemon) stopInterface(n *netif) error {
+	if x, ok := n.ipo.(*ipoib.Interface); ok {
+		d.RDMA.Remove(x)
+	}
 	n.cancel()
 	err := n.ipo.Close()
 	if derr := n.dev.Close(); derr != nil && !errors.Is(derr, tun.ErrClosed) && !errors.Is(derr, os.ErrClosed) && err == nil {
@@ -292,6 +303,15 @@ func (d *Daemon) lookup(name string) *netif {
 		if n.cfg.Name == name {
 			return n
 		}
+	}
+	return nil
+}
+
+// Device returns the IP side of the running interface name (a *tun.Netstack for a
+// userspace interface), or nil.
+func (d *Daemon) Device(name string) tun.Device {
+	if n := d.lookup(name); n != nil {
+		return n.dev
 	}
 	return nil
 }
