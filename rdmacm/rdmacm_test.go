@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/hca/hcatest"
 	"github.com/pibgw/pibgw/rc"
@@ -26,8 +27,12 @@ type testHost struct {
 }
 
 func newTestHost(t *testing.T, n int) *testHost {
+	return newTestHostWrap(t, n, nil)
+}
+
+func newTestHostWrap(t *testing.T, n int, wrap func(int, fabric.Direction, fabric.Link) fabric.Link) *testHost {
 	t.Helper()
-	f := hcatest.NewFabric(t, n, hcatest.Options{Register: rc.Register})
+	f := hcatest.NewFabric(t, n, hcatest.Options{Register: rc.Register, Wrap: wrap})
 	h := &testHost{f: f}
 	for _, d := range f.Devs {
 		p := d.Port(1)
