@@ -32,6 +32,7 @@ FUZZ=(
 	"./wire FuzzParsePacket"
 	"./wire FuzzParseMAD"
 	"./wire FuzzFinalize"
+	"./rdmacm/ibcm FuzzHandle"
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"
 )
