@@ -1,0 +1,5 @@
+//go:build !race
+
+package rdmacm_test
+
+const raceEnabled = false
