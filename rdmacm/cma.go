@@ -235,6 +235,10 @@ type Host interface {
 	Neighbor(ctx context.Context, src, dst netip.Addr) (wire.GID, error)
 	// PathRecord returns the path from dev to dgid (an SA query, or a cached one).
 	PathRecord(ctx context.Context, dev Device, dgid wire.GID) (sa.Path, error)
+	// JoinMulticast makes dev's port a full member of group mgid (created with qkey if
+	// new); LeaveMulticast leaves it.
+	JoinMulticast(ctx context.Context, dev Device, mgid wire.GID, qkey uint32) (sa.MCGroup, error)
+	LeaveMulticast(ctx context.Context, dev Device, mgid wire.GID) error
 }
 
 // ErrAnyAddress is what LocalDevice returns for 0.0.0.0 or ::.

@@ -62,7 +62,8 @@ type ID struct {
 	psn      uint32
 	param    ConnParam
 	dreqRcvd bool
-	pending  int // events not yet acknowledged
+	groups   map[netip.Addr]sa.MCGroup // joined multicast groups
+	pending  int                       // events not yet acknowledged
 	acked    *sync.Cond
 	cancel   context.CancelFunc
 }

@@ -173,19 +173,41 @@ func (h *IPoIBHost) Neighbor(ctx context.Context, src, dst netip.Addr) (wire.GID
 	return hw.GID(), nil
 }
 
-// PathRecord asks the SA client of dev's port (its path cache first).
-func (h *IPoIBHost) PathRecord(ctx context.Context, dev Device, dgid wire.GID) (sa.Path, error) {
+// client is the SA client of dev's port.
+func (h *IPoIBHost) client(dev Device) (*sa.Client, error) {
 	h.mu.Lock()
-	var client *sa.Client
+	defer h.mu.Unlock()
 	for _, x := range h.ifaces {
 		if x.ifc.Port() == dev.Port {
-			client = x.sa
-			break
+			return x.sa, nil
 		}
 	}
-	h.mu.Unlock()
-	if client == nil {
-		return sa.Path{}, fmt.Errorf("rdmacm: no SA client for %s port %d", dev.Port.Device().Name(), dev.Port.Num())
+	return nil, fmt.Errorf("rdmacm: no SA client for %s port %d", dev.Port.Device().Name(), dev.Port.Num())
+}
+
+// JoinMulticast joins through the SA client of dev's port (IBA 15.2.5.17).
+func (h *IPoIBHost) JoinMulticast(ctx context.Context, dev Device, mgid wire.GID, qkey uint32) (sa.MCGroup, error) {
+	client, err := h.client(dev)
+	if err != nil {
+		return sa.MCGroup{}, err
+	}
+	return client.Join(ctx, mgid, 1, sa.JoinParams{PKey: dev.PKey, Create: true, QKey: qkey})
+}
+
+// LeaveMulticast leaves as a full member.
+func (h *IPoIBHost) LeaveMulticast(ctx context.Context, dev Device, mgid wire.GID) error {
+	client, err := h.client(dev)
+	if err != nil {
+		return err
+	}
+	return client.Leave(ctx, mgid, 1)
+}
+
+// PathRecord asks the SA client of dev's port (its path cache first).
+func (h *IPoIBHost) PathRecord(ctx context.Context, dev Device, dgid wire.GID) (sa.Path, error) {
+	client, err := h.client(dev)
+	if err != nil {
+		return sa.Path{}, err
 	}
 	sgid, _ := dev.Port.GID(0)
 	return client.PathRecord(ctx, sa.PathQuery{SGID: sgid, DGID: dgid, PKey: dev.PKey, Reversible: true})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/rc"
 	"github.com/pibgw/pibgw/rdmacm"
@@ -101,5 +102,66 @@ func TestStreamOverIPoIB(t *testing.T) {
 	// Nobody has 10.10.0.77: the ARP goes unanswered.
 	if _, err := rdmacm.Dial(ctx, hosts[0], "10.10.0.77:7471"); !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("dial to an address nobody has: %v", err)
+	}
+}
+
+// TestMulticastJoin: rdma_join_multicast on two hosts (the SA creates the group with
+// the UDP Q_Key, MGID with the RDMA CM signature), a datagram to the group reaches the
+// other member's QP.
+func TestMulticastJoin(t *testing.T) {
+	hosts := ipoibHosts(t, 2)
+	group := netip.MustParseAddr("224.1.2.3")
+	type member struct {
+		id *rdmacm.ID
+		ch *rdmacm.EventChannel
+		e  *endpoint
+		ud rdmacm.UDParam
+	}
+	var ms []member
+	for i, h := range hosts {
+		ch := rdmacm.CreateEventChannel()
+		id, err := rdmacm.CreateID(h, ch, nil, rdmacm.PSUDP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := id.BindAddr(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 10, 0, byte(i + 1)}), 0)); err != nil {
+			t.Fatal(err)
+		}
+		e := newEndpoint(t, id.Device())
+		if _, err := id.CreateQP(e.pd, e.initAttr()); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.JoinMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+		ev := getEvent(t, ch, rdmacm.EventMulticastJoin)
+		ev.Ack()
+		if ev.UD.QPNum != rdmacm.MulticastQPN || ev.UD.QKey != rdmacm.UDPQKey || ev.UD.AHAttr.DLID < 0xC000 ||
+			ev.UD.AHAttr.GRH.DGID[3] != 0x01 {
+			t.Fatalf("MULTICAST_JOIN %+v", ev.UD)
+		}
+		ms = append(ms, member{id, ch, e, ev.UD})
+	}
+	b := ms[1]
+	if _, err := b.id.QP().PostRecv([]hca.RecvWR{{WRID: 1, SGL: b.e.sge(0, 40+64)}}); err != nil {
+		t.Fatal(err)
+	}
+	a := ms[0]
+	ah, err := a.e.pd.CreateAH(a.ud.AHAttr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(a.e.buf, "to the group")
+	if _, err := a.id.QP().PostSend([]hca.SendWR{{Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: a.e.sge(0, 12),
+		AH: ah, RemoteQPN: a.ud.QPNum, RemoteQKey: a.ud.QKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := b.e.poll(t); wc.Status != hca.WCSuccess || string(b.e.buf[40:52]) != "to the group" {
+		t.Fatalf("member received %v %q", wc.Status, b.e.buf[40:52])
+	}
+	for _, m := range ms {
+		if err := m.id.LeaveMulticast(group); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

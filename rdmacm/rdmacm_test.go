@@ -98,6 +98,14 @@ func (h *testHost) PathRecord(ctx context.Context, dev rdmacm.Device, dgid wire.
 	return sa.Path{}, fmt.Errorf("no path to %v", dgid)
 }
 
+func (h *testHost) JoinMulticast(context.Context, rdmacm.Device, wire.GID, uint32) (sa.MCGroup, error) {
+	return sa.MCGroup{}, syscall.ENOSYS // no SM on this fabric
+}
+
+func (h *testHost) LeaveMulticast(context.Context, rdmacm.Device, wire.GID) error {
+	return syscall.ENOSYS
+}
+
 func getEvent(t *testing.T, ch *rdmacm.EventChannel, want rdmacm.EventType) *rdmacm.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
