@@ -3,12 +3,14 @@ package rdmacm_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/hca/hcatest"
@@ -31,13 +33,17 @@ func newTestHost(t *testing.T, n int) *testHost {
 }
 
 func newTestHostWrap(t *testing.T, n int, wrap func(int, fabric.Direction, fabric.Link) fabric.Link) *testHost {
+	return newTestHostClock(t, n, wrap, nil)
+}
+
+func newTestHostClock(t *testing.T, n int, wrap func(int, fabric.Direction, fabric.Link) fabric.Link, clk clock.Clock) *testHost {
 	t.Helper()
 	f := hcatest.NewFabric(t, n, hcatest.Options{Register: rc.Register, Wrap: wrap})
 	h := &testHost{f: f}
 	for _, d := range f.Devs {
 		p := d.Port(1)
 		p.SetPKeys([hca.PKeyTableLen]uint16{0xFFFF})
-		cm := ibcm.New(ibcm.HCAPort(p), ibcm.Options{})
+		cm := ibcm.New(ibcm.HCAPort(p), ibcm.Options{Clock: clk})
 		t.Cleanup(cm.Close)
 		h.devs = append(h.devs, rdmacm.Device{Port: p, PKey: 0xFFFF, CM: cm})
 	}
@@ -396,5 +402,37 @@ func TestUDThroughSIDR(t *testing.T) {
 	}
 	if wc := se.poll(t); wc.Status != hca.WCSuccess || string(se.buf[40:48]) != "datagram" {
 		t.Fatalf("UD recv %v %q", wc.Status, se.buf[40:48])
+	}
+}
+
+// TestUnreachable: a peer whose CM never answers — the REQ is resent every 4.3 s + 2 ×
+// the packet lifetime for rdma_cm's 15 retries, then UNREACHABLE (-ETIMEDOUT), on fake
+// time.
+func TestUnreachable(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	h := newTestHostClock(t, 2, nil, clk)
+	h.devs[1].CM.Close() // nobody home: the port drops the CM's MADs
+	id, ch := resolve(t, h, rdmacm.PSTCP, netip.AddrPortFrom(h.addr(1), 7471))
+	if err := id.Connect(rdmacm.ConnParam{QPNum: 0x55}); err != nil {
+		t.Fatal(err)
+	}
+	for range 16 * 5 {
+		clk.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if e := getEvent(t, ch, rdmacm.EventUnreachable); e.Status != -int(syscall.ETIMEDOUT) {
+		t.Fatalf("status %d", e.Status)
+	}
+}
+
+// TestDialer: the net.Dialer-shaped entry point refuses unknown networks.
+func TestDialer(t *testing.T) {
+	h := newTestHost(t, 2)
+	d := &rdmacm.Dialer{Host: h}
+	if _, err := d.DialContext(context.Background(), "udp", "10.0.0.2:1"); err == nil {
+		t.Fatal("udp accepted")
+	}
+	if _, err := d.DialContext(context.Background(), "rdma", "10.0.0.2:1"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial to nobody: %v", err)
 	}
 }

@@ -558,6 +558,26 @@ func DialFrom(ctx context.Context, h Host, local netip.Addr, address string) (*C
 	return c, nil
 }
 
+// Dialer dials rdma_cm streams the way net.Dialer dials TCP, for code that takes a
+// DialContext function (HTTP transports, gRPC).
+type Dialer struct {
+	Host      Host
+	LocalAddr netip.Addr // the source address; unset: the host picks one
+}
+
+// DialContext dials address ("10.10.0.2:7471"); network is "rdma" (or "tcp", the
+// port space the stream uses).
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if network != "rdma" && network != "tcp" {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: net.UnknownNetworkError(network)}
+	}
+	c, err := DialFrom(ctx, d.Host, d.LocalAddr, address)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // eventErr turns a failed step's event into an errno.
 func eventErr(e *Event) error {
 	switch e.Type {
