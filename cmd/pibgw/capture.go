@@ -20,14 +20,17 @@ func captureCommand(e *env) *cli.Command {
 			"or Ctrl-C. Packets leaving an HCA are on capture interface 0, packets arriving at one\n" +
 			"on interface 1; a packet crossing the switch is recorded at both ends.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "write", Aliases: []string{"w"}, Required: true, Usage: "write the capture to `FILE` (- for stdout)"},
+			&cli.StringFlag{Name: "write", Aliases: []string{"w"}, Usage: "write the capture to `FILE` (- for stdout); required"},
 			&cli.Uint64Flag{Name: "count", Aliases: []string{"c"}, Usage: "stop after `N` packets (default: until Ctrl-C)"},
 			&cli.IntFlag{Name: "snaplen", Aliases: []string{"s"}, Usage: "keep at most `BYTES` of each packet (default all)"},
-			controlFlag(),
+			jsonFlag(), controlFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return fmt.Errorf("capture: unexpected argument %q", c.Args().First())
+				return usagef(c, "unexpected argument %q", c.Args().First())
+			}
+			if c.String("write") == "" {
+				return usagef(c, "-w FILE is required (- for stdout)")
 			}
 			if c.Int("snaplen") < 0 {
 				return fmt.Errorf("capture: --snaplen %d is negative", c.Int("snaplen"))
@@ -53,7 +56,18 @@ func captureCommand(e *env) *cli.Command {
 			if _, err := cl.Capture(ctx, control.Request{Count: c.Uint64("count"), Snaplen: c.Int("snaplen")}, cw); err != nil {
 				return err
 			}
-			if path != "-" {
+			switch {
+			case c.Bool("json"):
+				// The summary goes to stderr when the capture itself is on stdout.
+				out := e.stdout
+				if path == "-" {
+					out = e.stderr
+				}
+				return writeJSON(out, struct {
+					File    string `json:"file"`
+					Packets int    `json:"packets"`
+				}{path, cw.records})
+			case path != "-":
 				fmt.Fprintf(e.stderr, "%d packets captured to %s\n", cw.records, path)
 			}
 			return nil

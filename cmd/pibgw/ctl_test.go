@@ -72,6 +72,7 @@ func TestNoDaemonVerbs(t *testing.T) {
 
 func TestBadArguments(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
+	const addHint = "\nRun 'pibgw child add --help' for usage."
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -83,14 +84,18 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"child", "del", "ib0", "1g"}, `pibgw: invalid P_Key "1g": want a hexadecimal number such as 0x8001`},
 		{[]string{"child", "add", "ib0", "8001", "--addr", "10.0.0.300/24"}, `pibgw: malformed address "10.0.0.300/24": want CIDR such as 10.20.0.1/24 or fd00::1/64`},
 		{[]string{"child", "add", "ib0", "8001", "--addr", "10.0.0.3"}, `pibgw: address "10.0.0.3" has no prefix length (write it as 10.0.0.3/24 or /64)`},
-		{[]string{"child", "add", "ib0"}, `pibgw: child add: want IFACE PKEY (e.g. ib0 0x8001), got 1 arguments`},
+		{[]string{"child", "add", "ib0"}, `pibgw: child add: want IFACE PKEY (e.g. ib0 0x8001), got 1 arguments` + addHint},
 		{[]string{"up", "--config", "/nonexistent.toml"}, `pibgw: open /nonexistent.toml: no such file or directory`},
 		{[]string{"stat", "pib_9"}, `pibgw: 'pib_9' IB device can't be found`},
 		{[]string{"stat", "pib_0", "2"}, `pibgw: CA: 'pib_0' has no port number 2 - max (1)`},
 	} {
 		out, errs, code := pibgw(t, append(tc.args, "--control", sock)...)
-		if code != 1 || out != "" || errs != tc.want+"\n" {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errs, tc.want)
+		wantCode := 1
+		if strings.Contains(tc.want, "--help' for usage") {
+			wantCode = 2 // a usage error: one line and the hint
+		}
+		if code != wantCode || out != "" || errs != tc.want+"\n" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d, %q", tc.args, code, out, errs, wantCode, tc.want)
 		}
 	}
 	// A bad configuration file: one line naming the file and the field.
@@ -226,7 +231,7 @@ func TestStatInProcess(t *testing.T) {
 	}
 	want1 := []statJSON{{CA: "pib_1", NumPorts: 1, FirmwareVersion: "1.0.0", HardwareVersion: "0",
 		NodeGUID: "0x0002c90300000400", SystemImageGUID: "0x0002c90300000200",
-		Ports: []statPortJSON{{Port: 1, State: "Active", PhysicalState: "LinkUp", Rate: "120", BaseLID: 3,
+		Ports: []statPortJSON{{Port: 1, State: "Active", PhysicalState: "LinkUp", Rate: 120, BaseLID: 3,
 			SMLID: 1, CapabilityMask: "0x02190848", PortGUID: "0x0002c90300000401", LinkLayer: "InfiniBand"}}}}
 	if !reflect.DeepEqual(js, want1) {
 		t.Errorf("stat --json pib_1\n got %+v\nwant %+v", js, want1)

@@ -31,7 +31,7 @@ func devinfoCommand(e *env) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return fmt.Errorf("devinfo: unexpected argument %q", c.Args().First())
+				return usagef(c, "unexpected argument %q", c.Args().First())
 			}
 			devs, err := e.devices(c)
 			if err != nil {
@@ -82,6 +82,12 @@ func devinfo(w io.Writer, devs []control.Device, o devinfoOptions) error {
 	}
 	bw := bufio.NewWriter(w)
 	switch {
+	case o.JSON && o.List:
+		names := []string{}
+		for _, d := range devs {
+			names = append(names, d.Name)
+		}
+		return writeJSON(w, names)
 	case o.JSON:
 		out := make([]devJSON, 0, len(devs))
 		for _, d := range devs {

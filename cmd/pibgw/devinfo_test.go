@@ -14,9 +14,18 @@ import (
 	"github.com/pibgw/pibgw/internal/daemon"
 )
 
-// pibgw runs the command line and returns stdout, stderr and the exit status.
+// pibgw runs the command line and returns stdout, stderr and the exit status. The note
+// devinfo and stat print on stderr when no daemon runs is left out (TestInProcessNote
+// checks it).
 func pibgw(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	out, errs, code := pibgwRaw(args...)
+	return out, inProcessNote.ReplaceAllString(errs, ""), code
+}
+
+var inProcessNote = regexp.MustCompile(`(?m)^pibgw: no daemon at \S+; showing the default fabric built in process\n`)
+
+func pibgwRaw(args ...string) (stdout, stderr string, code int) {
 	var out, errb bytes.Buffer
 	code = run(append([]string{"pibgw"}, args...), &out, &errb)
 	return out.String(), errb.String(), code
@@ -259,7 +268,7 @@ func TestDevinfoActivePort(t *testing.T) {
 }
 
 func TestGlobalFlags(t *testing.T) {
-	if _, errs, code := pibgw(t, "--log-level", "loud", "devinfo"); code != 1 || !strings.Contains(errs, "--log-level") {
+	if _, errs, code := pibgw(t, "--log-level", "loud", "devinfo"); code != 2 || !strings.Contains(errs, "--log-level") {
 		t.Errorf("bad --log-level: exit %d, stderr %q", code, errs)
 	}
 	out, errs, code := pibgw(t, "--log-level", "debug", "devinfo", "-d", "pib_0")

@@ -39,7 +39,7 @@ func TestE2EPartitions(t *testing.T) {
 			t.Errorf("%s is down: %s", name, i.Reason)
 		}
 	}
-	if c := show["ib2.8001"]; c.Up || !strings.Contains(c.Reason, "0x8001") || c.PKey != "0x8001" || c.Parent != "ib2" || c.NetNS != nsC {
+	if c := show["ib2.8001"]; c.Up || !strings.Contains(c.Reason, "0x8001") || c.PKey != 0x8001 || c.Parent != "ib2" || c.NetNS != nsC {
 		t.Errorf("ib2.8001 (C is no member of 0x8001) = %+v; want down because P_Key 0x8001 is not in the port's table", c)
 	}
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -45,7 +46,7 @@ func (e *env) devices(c *cli.Context) ([]control.Device, error) {
 	if !control.IsNoDaemon(err) {
 		return nil, err
 	}
-	e.log.Debug("no daemon; building the default fabric in process", "control", c.String("control"))
+	fmt.Fprintf(e.stderr, "pibgw: no daemon at %s; showing the default fabric built in process\n", c.String("control"))
 	f, err := inProcessFabric(e.log)
 	if err != nil {
 		return nil, err

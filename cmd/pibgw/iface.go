@@ -28,7 +28,7 @@ func showCommand(e *env) *cli.Command {
 		Flags: []cli.Flag{jsonFlag(), controlFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
-				return fmt.Errorf("show: unexpected argument %q", c.Args().Get(1))
+				return usagef(c, "unexpected argument %q", c.Args().Get(1))
 			}
 			var ifs []control.Interface
 			if err := client(c).Do(c.Context, control.Request{Verb: control.VerbShow, Iface: c.Args().First()}, &ifs); err != nil {
@@ -78,7 +78,7 @@ func printInterface(w io.Writer, it control.Interface) {
 	fmt.Fprintf(w, "%s: %s, %s mode, mtu %d, state %s\n", name, where, it.Mode, it.MTU, state)
 	fmt.Fprintf(w, "    link/infiniband %s\n", it.HWAddr)
 	fmt.Fprintf(w, "    brd %s\n", it.Broadcast)
-	fmt.Fprintf(w, "    pkey %s qpn 0x%06x qkey 0x%08x on %s port %d\n", it.PKey, it.QPN, it.QKey, it.HCA, it.Port)
+	fmt.Fprintf(w, "    pkey %#04x qpn 0x%06x qkey 0x%08x on %s port %d\n", it.PKey, it.QPN, it.QKey, it.HCA, it.Port)
 	for _, a := range it.Addrs {
 		fam := "inet"
 		if strings.Contains(a, ":") {
@@ -116,7 +116,7 @@ func neighCommand(e *env) *cli.Command {
 		Flags:     []cli.Flag{jsonFlag(), controlFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
-				return fmt.Errorf("neigh: unexpected argument %q", c.Args().Get(1))
+				return usagef(c, "unexpected argument %q", c.Args().Get(1))
 			}
 			var ns []control.Neighbor
 			if err := client(c).Do(c.Context, control.Request{Verb: control.VerbNeigh, Iface: c.Args().First()}, &ns); err != nil {
@@ -182,7 +182,7 @@ func childCommand(e *env) *cli.Command {
 				Name:      "del",
 				Usage:     "delete IFACE's child for partition PKEY; IFACE is untouched",
 				ArgsUsage: "IFACE PKEY",
-				Flags:     []cli.Flag{controlFlag()},
+				Flags:     []cli.Flag{jsonFlag(), controlFlag()},
 				Action: func(c *cli.Context) error {
 					iface, pk, err := childArgs(c)
 					if err != nil {
@@ -192,7 +192,16 @@ func childCommand(e *env) *cli.Command {
 						return err
 					}
 					k, _ := config.ParsePKey(pk)
-					fmt.Fprintf(e.stdout, "%s deleted\n", config.ChildName(iface, k))
+					name := config.ChildName(iface, k)
+					if c.Bool("json") {
+						return writeJSON(e.stdout, struct {
+							Name    string `json:"name"`
+							Parent  string `json:"parent"`
+							PKey    uint16 `json:"pkey"`
+							Deleted bool   `json:"deleted"`
+						}{name, iface, k | 0x8000, true})
+					}
+					fmt.Fprintf(e.stdout, "%s deleted\n", name)
 					return nil
 				},
 			},
@@ -202,14 +211,14 @@ func childCommand(e *env) *cli.Command {
 
 // childArgs reads IFACE PKEY, checking the P_Key before any daemon is asked.
 func childArgs(c *cli.Context) (string, string, error) {
-	verb := "child " + c.Command.Name
 	if c.NArg() != 2 {
-		return "", "", fmt.Errorf("%s: want IFACE PKEY (e.g. ib0 0x8001), got %d arguments", verb, c.NArg())
+		return "", "", usagef(c, "want IFACE PKEY (e.g. ib0 0x8001), got %d arguments", c.NArg())
 	}
 	iface, pk := c.Args().Get(0), c.Args().Get(1)
 	if !config.ValidIfName(iface) {
-		return "", "", fmt.Errorf("%s: %q is not an interface name", verb, iface)
+		return "", "", fmt.Errorf("%q is not an interface name", iface)
 	}
+	// A bad value is an error in its own right (exit 1, one line), not a usage error.
 	if _, err := config.ParsePKey(pk); err != nil {
 		return "", "", err
 	}

@@ -6,6 +6,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,6 +26,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
 	if err := app.Run(interspersed(app, args)); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", app.Name, err)
+		var ue *usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(stderr, ue.hint())
+			return 2
+		}
 		return 1
 	}
 	return 0
@@ -39,9 +45,18 @@ type env struct {
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	e := &env{stdout: stdout, stderr: stderr}
+	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintf(c.App.Writer, "pibgw %s\n", c.App.Version) }
+	cmds := []*cli.Command{
+		upCommand(e), showCommand(e), neighCommand(e), childCommand(e), captureCommand(e),
+		devinfoCommand(e), statCommand(e),
+	}
+	setUsageHandlers(cmds, "")
 	return &cli.App{
-		Name:  "pibgw",
-		Usage: "a software InfiniBand fabric and IPoIB gateway",
+		Name:         "pibgw",
+		Usage:        "a software InfiniBand fabric and IPoIB gateway",
+		Version:      version(),
+		Action:       unknownVerb(cmds, ""),
+		OnUsageError: onUsageError,
 		Flags: []cli.Flag{
 			&cli.StringFlag{
 				Name:    "log-level",
@@ -53,19 +68,15 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Before: func(c *cli.Context) error {
 			var lvl slog.Level
 			if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-				return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
+				return usagef(c, "--log-level %q: want debug, info, warn or error", c.String("log-level"))
 			}
 			e.level = lvl
 			e.log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 			return nil
 		},
-		Commands: []*cli.Command{
-			upCommand(e), showCommand(e), neighCommand(e), childCommand(e), captureCommand(e),
-			devinfoCommand(e), statCommand(e),
-		},
-		Writer:          stdout,
-		ErrWriter:       stderr,
-		HideHelpCommand: true,
+		Commands:  cmds,
+		Writer:    stdout,
+		ErrWriter: stderr,
 		// Errors are printed once, by run; never let the library call os.Exit.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}

@@ -29,7 +29,7 @@ func statCommand(e *env) *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 2 {
-				return fmt.Errorf("stat: unexpected argument %q", c.Args().Get(2))
+				return usagef(c, "unexpected argument %q", c.Args().Get(2))
 			}
 			o := statOptions{CA: c.Args().Get(0), Port: -1, List: c.Bool("list_of_cas"),
 				Short: c.Bool("short"), PortList: c.Bool("port_list"), JSON: c.Bool("json")}
@@ -71,16 +71,16 @@ type statJSON struct {
 }
 
 type statPortJSON struct {
-	Port           int    `json:"port"`
-	State          string `json:"state"`
-	PhysicalState  string `json:"physical_state"`
-	Rate           string `json:"rate"`
-	BaseLID        uint16 `json:"base_lid"`
-	LMC            uint8  `json:"lmc"`
-	SMLID          uint16 `json:"sm_lid"`
-	CapabilityMask string `json:"capability_mask"`
-	PortGUID       string `json:"port_guid"`
-	LinkLayer      string `json:"link_layer"`
+	Port           int     `json:"port"`
+	State          string  `json:"state"`
+	PhysicalState  string  `json:"physical_state"`
+	Rate           float64 `json:"rate"` // Gb/s, a number as ip -j prints numbers
+	BaseLID        uint16  `json:"base_lid"`
+	LMC            uint8   `json:"lmc"`
+	SMLID          uint16  `json:"sm_lid"`
+	CapabilityMask string  `json:"capability_mask"`
+	PortGUID       string  `json:"port_guid"`
+	LinkLayer      string  `json:"link_layer"`
 }
 
 // stat prints devs as infiniband-diags' ibstat (ibstat.c ca_dump and port_dump) does.
@@ -99,6 +99,22 @@ func stat(w io.Writer, devs []control.Device, o statOptions) error {
 	}
 	bw := bufio.NewWriter(w)
 	switch {
+	case o.JSON && o.List:
+		names := []string{}
+		for _, d := range devs {
+			names = append(names, d.Name)
+		}
+		return writeJSON(w, names)
+	case o.JSON && o.PortList:
+		guids := []string{}
+		for _, d := range devs {
+			for _, p := range d.Ports {
+				if o.Port < 0 || p.Num == o.Port {
+					guids = append(guids, hexGUID(p.Attr.GUID))
+				}
+			}
+		}
+		return writeJSON(w, guids)
 	case o.JSON:
 		out := []statJSON{}
 		for _, d := range devs {
@@ -112,7 +128,7 @@ func stat(w io.Writer, devs []control.Device, o statOptions) error {
 				}
 				a := p.Attr
 				j.Ports = append(j.Ports, statPortJSON{Port: p.Num, State: ibstatState(uint8(a.State)),
-					PhysicalState: ibstatPhys(uint8(a.PhysState)), Rate: ibstatRate(a.ActiveWidth, a.ActiveSpeed),
+					PhysicalState: ibstatPhys(uint8(a.PhysState)), Rate: rateNumber(ibstatRate(a.ActiveWidth, a.ActiveSpeed)),
 					BaseLID: a.LID, LMC: a.LMC, SMLID: a.SMLID, CapabilityMask: fmt.Sprintf("0x%08x", a.PortCapFlags),
 					PortGUID: hexGUID(a.GUID), LinkLayer: linkLayerStr(a.LinkLayer)})
 			}
@@ -231,4 +247,10 @@ func ibstatRate(width, speed uint8) string {
 		return "2.5"
 	}
 	return strconv.Itoa(int(r))
+}
+
+// rateNumber reads ibstat's rate text ("120", "2.5") as a number.
+func rateNumber(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
 }

@@ -34,10 +34,11 @@ func upCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "configuration `FILE` (TOML; default: the built-in defaults)"},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: daemon.control, " + control.DefaultPath + ")", EnvVars: []string{"PIBGW_CONTROL"}},
 			&cli.BoolFlag{Name: "userspace", Usage: "run every interface on a userspace netstack instead of a kernel TUN device (no root needed)"},
+			&cli.BoolFlag{Name: "json", Usage: "log as JSON lines (log/slog's JSON handler) instead of text"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return fmt.Errorf("up: unexpected argument %q", c.Args().First())
+				return usagef(c, "unexpected argument %q", c.Args().First())
 			}
 			cfg := config.Default()
 			if path := c.String("config"); path != "" {
@@ -58,7 +59,11 @@ func upCommand(e *env) *cli.Command {
 			if c.IsSet("log-level") {
 				level = e.level
 			}
-			log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+			var h slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
+			if c.Bool("json") {
+				h = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
+			}
+			log := slog.New(h)
 			setMaxProcs(cfg.Daemon.MaxProcs, log)
 			return up(c.Context, cfg, log)
 		},

@@ -89,7 +89,7 @@ type Interface struct {
 	MTU       int               `json:"mtu"`
 	HWAddr    string            `json:"hwaddr"`    // 20 bytes, colon-separated as ip link prints
 	Broadcast string            `json:"broadcast"` // likewise
-	PKey      string            `json:"pkey"`      // "0xffff"
+	PKey      uint16            `json:"pkey"`      // a number, as ip -j prints it
 	QPN       uint32            `json:"qpn"`
 	QKey      uint32            `json:"qkey"`
 	Up        bool              `json:"up"`

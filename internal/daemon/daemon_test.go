@@ -61,7 +61,7 @@ func TestStartAndClose(t *testing.T) {
 	if err != nil || len(ifs) != 2 {
 		t.Fatalf("show: %v %v", ifs, err)
 	}
-	if ifs[0].Name != "ib0" || !ifs[0].Up || ifs[0].PKey != "0xffff" || ifs[0].NetNS != "pib0" ||
+	if ifs[0].Name != "ib0" || !ifs[0].Up || ifs[0].PKey != 0xffff || ifs[0].NetNS != "pib0" ||
 		ifs[0].HWAddr != "00:00:00:48:fe:80:00:00:00:00:00:00:00:02:c9:03:00:00:03:01" ||
 		ifs[0].Broadcast != "00:ff:ff:ff:ff:12:40:1b:ff:ff:00:00:00:00:00:00:ff:ff:ff:ff" {
 		t.Errorf("ib0 %+v", ifs[0])
@@ -212,7 +212,7 @@ func TestControlProtocol(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No partition 0x8001 is configured: the child exists but is down, and says why.
-	if child.Name != "ib0.8001" || child.Parent != "ib0" || child.NetNS != "pib0" || child.PKey != "0x8001" ||
+	if child.Name != "ib0.8001" || child.Parent != "ib0" || child.NetNS != "pib0" || child.PKey != 0x8001 ||
 		child.Up || child.Reason != "P_Key 0x8001 not in the port's table" || child.Addrs[0] != "10.20.0.1/24" {
 		t.Errorf("child %+v", child)
 	}

@@ -110,11 +110,11 @@ func (n *netif) describe() control.Interface {
 		Name: ic.Name, Parent: ic.Parent, HCA: ic.HCA, Port: ic.Port, NetNS: ic.NetNS,
 		Stack: ic.Stack, Mode: modeName(info.Mode), MTU: info.MTU,
 		HWAddr: control.HWAddrString(info.HWAddr[:]), Broadcast: control.HWAddrString(info.Broadcast[:]),
-		PKey: control.PKeyString(info.PKey), QPN: info.QPN, QKey: info.QKey,
+		PKey: info.PKey, QPN: info.QPN, QKey: info.QKey,
 		Up: info.State.Up, Reason: info.State.Reason, Addrs: []string{}, Counters: info.Counters,
 	}
 	if info.PKey == 0 {
-		ci.PKey = control.PKeyString(ic.PKey)
+		ci.PKey = ic.PKey
 	}
 	if ci.MTU == 0 {
 		ci.MTU = n.dev.MTU()
