@@ -4,6 +4,7 @@ package tun
 
 import (
 	"context"
+	"log/slog"
 	"net"
 )
 
@@ -11,6 +12,9 @@ import (
 type Netstack struct{}
 
 var _ Device = (*Netstack)(nil)
+
+// SetNetstackLogger does nothing: there is no gVisor to log.
+func SetNetstackLogger(*slog.Logger) {}
 
 // NewNetstack returns ErrNetstackOmitted: this binary was built without gVisor.
 func NewNetstack(cfg NetstackConfig) (*Netstack, error) { return nil, ErrNetstackOmitted }

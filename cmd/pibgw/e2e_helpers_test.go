@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/lifecycle"
 )
 
 // Helpers of the end-to-end tests (root, kernel TUN devices, network namespaces): they
@@ -104,18 +105,7 @@ func startDaemon(t *testing.T, daemonLines, body string, netns ...string) *e2eDa
 	if err := os.WriteFile(d.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = exec.Command(bin, "up", "--config", d.Config)
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
-	// TestMain's PIBGW_CONTROL would override the file's daemon.control.
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PIBGW_CONTROL=") {
-			d.cmd.Env = append(d.cmd.Env, kv)
-		}
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.exited <- d.cmd.Wait() }()
+	d.launch()
 	t.Cleanup(func() {
 		// Whatever happened: stop the daemon and remove what it may have left.
 		select {
@@ -139,8 +129,42 @@ func startDaemon(t *testing.T, daemonLines, body string, netns ...string) *e2eDa
 			t.Logf("daemon log (%s):\n%s", d.Config, d.logs.String())
 		}
 	})
+	d.waitAlive()
+	return d
+}
+
+// launch starts `pibgw up` with d's configuration as d's process.
+func (d *e2eDaemon) launch() {
+	d.t.Helper()
+	d.cmd = exec.Command(d.Bin, "up", "--config", d.Config)
+	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	// TestMain's PIBGW_CONTROL would override the file's daemon.control.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PIBGW_CONTROL=") {
+			d.cmd.Env = append(d.cmd.Env, kv)
+		}
+	}
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	d.exited = exited
+	cmd := d.cmd
+	go func() { exited <- cmd.Wait() }()
+}
+
+// waitAlive waits until d's process (not a previous daemon still stopping) answers on
+// its control socket.
+func (d *e2eDaemon) waitAlive() {
+	d.t.Helper()
+	t := d.t
 	deadline := time.Now().Add(30 * time.Second)
-	for !control.NewClient(d.Sock).Alive(context.Background()) {
+	alive := func() bool {
+		var st control.Status
+		err := control.NewClient(d.Sock).Do(context.Background(), control.Request{Verb: control.VerbStatus}, &st)
+		return err == nil && st.PID == d.cmd.Process.Pid
+	}
+	for !alive() {
 		select {
 		case err := <-d.exited:
 			d.exited <- err
@@ -152,7 +176,6 @@ func startDaemon(t *testing.T, daemonLines, body string, netns ...string) *e2eDa
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return d
 }
 
 // Logs returns what the daemon wrote so far.
@@ -275,5 +298,8 @@ func (d *e2eDaemon) StopAndCheckClean(ifaces map[string]string) {
 	}
 	if _, err := os.Lstat(d.Sock); !os.IsNotExist(err) {
 		d.t.Errorf("control socket left after SIGTERM: %v", err)
+	}
+	if _, err := os.Lstat(lifecycle.PathFor(d.Sock)); !os.IsNotExist(err) {
+		d.t.Errorf("state file left after SIGTERM: %v", err)
 	}
 }

@@ -45,6 +45,15 @@ addresses = ["10.10.0.2/24"]
 		t.Errorf("ping 10.10.0.2:\n%s", out)
 	}
 
+	// One log line per event: each interface is created once and comes up once (the pings needed both up).
+	for _, ifc := range []string{"ib0", "ib1"} {
+		for _, ev := range []string{`msg="interface created" iface=` + ifc + " ", `msg="interface up" ipoib=` + ifc + " "} {
+			if n := strings.Count(d.Logs(), ev); n != 1 {
+				t.Errorf("%d log lines with %s, want 1:\n%s", n, ev, d.Logs())
+			}
+		}
+	}
+
 	// The neighbour table has B with its QPN and GID.
 	var ns []control.Neighbor
 	d.JSON(&ns, "neigh", "ib0")

@@ -19,6 +19,8 @@ import (
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/internal/daemon"
+	"github.com/pibgw/pibgw/internal/lifecycle"
+	"github.com/pibgw/pibgw/tun"
 )
 
 func upCommand(e *env) *cli.Command {
@@ -64,6 +66,7 @@ func upCommand(e *env) *cli.Command {
 				h = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
 			}
 			log := slog.New(h)
+			tun.SetNetstackLogger(log) // gVisor's own log lines in the same format
 			setMaxProcs(cfg.Daemon.MaxProcs, log)
 			return up(c.Context, cfg, log)
 		},
@@ -104,12 +107,46 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		defer func() { pprof.StopCPUProfile(); out.Close() }()
 	}
 	path := cfg.Daemon.Control
+	// The state file first: it is locked for the daemon's life, so a daemon started
+	// while the previous one still cleans up waits for it instead of racing it.
+	statePath := cfg.Daemon.State
+	if statePath == "" {
+		statePath = lifecycle.PathFor(path)
+	}
+	st, err := lifecycle.Acquire(ctx, statePath, stateWait, lifecycle.Record{PID: os.Getpid(), Control: path, Started: time.Now()},
+		func(holder lifecycle.Record) error {
+			// A holder that still answers on its socket runs; one that stops does not.
+			cl := control.NewClient(holder.Control)
+			cl.Timeout = 200 * time.Millisecond
+			var st control.Status
+			if holder.Control == "" || cl.Do(ctx, control.Request{Verb: control.VerbStatus}, &st) != nil {
+				return nil
+			}
+			return fmt.Errorf("a daemon is already running at %s (pid %d); stop it first", holder.Control, st.PID)
+		})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("up: %w", err)
+	}
+	defer func() {
+		if err := st.Release(); err != nil {
+			log.Warn("removing state file", "path", statePath, "err", err)
+		}
+	}()
+	adopt := cleanPrevious(st, cfg, log)
 	ln, err := listenControl(ctx, path)
 	if err != nil {
 		return err
 	}
 	defer removeSocket(path, ln, log)
-	d, err := daemon.Start(ctx, daemon.Options{Config: cfg, Logger: log})
+	d, err := daemon.Start(ctx, daemon.Options{Config: cfg, Logger: log, Adopt: adopt,
+		OnNetNS: func(created []string) {
+			if err := st.SetNetNS(created); err != nil {
+				log.Warn("state file", "err", err)
+			}
+		}})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // interrupted during start-up: everything is cleaned up
@@ -124,6 +161,7 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		src = "defaults"
 	}
 	log.Info("pibgw up", "config", src, "control", path, "interfaces", len(cfg.Interfaces), "pid", os.Getpid())
+	sdNotify("READY=1\nSTATUS=fabric up, control socket " + path)
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -131,6 +169,7 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	case serveErr = <-served:
 		log.Error("control socket failed; shutting down", "err", serveErr)
 	}
+	sdNotify("STOPPING=1")
 	srv.Close()
 	if err := d.Close(); err != nil {
 		log.Error("shutdown", "err", err)
@@ -186,4 +225,62 @@ func removeSocket(path string, ln net.Listener, log *slog.Logger) {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		log.Warn("removing control socket", "path", path, "err", err)
 	}
+}
+
+// stateWait bounds how long `pibgw up` waits for a previous daemon on the same state
+// file to finish its cleanup.
+const stateWait = 10 * time.Second
+
+// cleanPrevious handles what a killed daemon left (its state file's record): the
+// namespaces this configuration uses again are adopted (the daemon deletes them at its
+// exit), the others are deleted now. It returns the namespaces to adopt.
+func cleanPrevious(st *lifecycle.State, cfg *config.Config, log *slog.Logger) []string {
+	prev := st.Prev
+	if prev == nil || len(prev.NetNS) == 0 {
+		return nil
+	}
+	log.Warn("a previous daemon exited without cleaning up", "pid", prev.PID, "netns", prev.NetNS, "state", st.Path())
+	var adopt, left []string
+	for _, ns := range prev.NetNS {
+		used := false
+		for _, it := range cfg.Interfaces {
+			used = used || (it.Stack == config.StackKernel && it.NetNS == ns)
+		}
+		switch {
+		case used:
+			adopt = append(adopt, ns)
+			left = append(left, ns)
+		case !tun.NetNSExists(ns):
+		default:
+			if err := tun.DeleteNetNS(ns); err != nil {
+				log.Error("deleting a previous daemon's namespace", "netns", ns, "err", err)
+				left = append(left, ns)
+			} else {
+				log.Info("namespace deleted", "netns", ns, "created_by_pid", prev.PID)
+			}
+		}
+	}
+	if err := st.SetNetNS(left); err != nil {
+		log.Warn("state file", "err", err)
+	}
+	return adopt
+}
+
+// sdNotify tells systemd (Type=notify units) about the daemon's state: READY=1 once
+// the fabric and the control socket are up, STOPPING=1 at shutdown (sd_notify(3)).
+// Without $NOTIFY_SOCKET it does nothing.
+func sdNotify(state string) {
+	addr := os.Getenv("NOTIFY_SOCKET")
+	if addr == "" {
+		return
+	}
+	if addr[0] == '@' {
+		addr = "\x00" + addr[1:] // abstract namespace
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.Write([]byte(state))
 }

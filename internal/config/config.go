@@ -56,6 +56,9 @@ type Daemon struct {
 	// MaxProcs is how many CPUs run pibgw's Go code at once (GOMAXPROCS); 0 means
 	// AutoMaxProcs.
 	MaxProcs int
+	// State is the daemon's state file (its pid and the namespaces it created, locked
+	// for its life); "" is the control socket's path with .state for .sock.
+	State string
 }
 
 // AutoMaxProcs is max_procs = 0: half the CPUs, at least one. Most of the work a packet

@@ -24,6 +24,7 @@ type file struct {
 		LogLevel any `toml:"log_level"`
 		Capture  any `toml:"capture"`
 		MaxProcs any `toml:"max_procs"`
+		State    any `toml:"state"`
 	} `toml:"daemon"`
 	Fabric struct {
 		HCACount     any       `toml:"hca_count"`
@@ -280,6 +281,7 @@ func (p *parser) daemon(c *Config, f *file) {
 	}
 	c.Daemon.Capture = p.str("daemon.capture", d.Capture, "")
 	c.Daemon.MaxProcs = int(p.intIn("daemon.max_procs", d.MaxProcs, 0, 0, 4096))
+	c.Daemon.State = p.str("daemon.state", d.State, "")
 }
 
 func (p *parser) fabric(c *Config, f *file) {

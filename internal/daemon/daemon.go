@@ -25,6 +25,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Backend makes TUN devices, namespaces and IPoIB interfaces; nil is DefaultBackend.
 	Backend Backend
+	// Adopt are namespaces a previous daemon created and could not delete (it was
+	// killed): when the configuration uses one, the daemon takes it as its own and
+	// deletes it at Close.
+	Adopt []string
+	// OnNetNS, if set, is called with the namespaces the daemon created (and will
+	// delete) whenever that list changes, for the state file.
+	OnNetNS func(created []string)
 }
 
 // Daemon is a running fabric with its interfaces.
@@ -33,6 +40,8 @@ type Daemon struct {
 	log     *slog.Logger
 	backend Backend
 	started time.Time
+	adopt   []string
+	onNetNS func([]string)
 
 	Fabric *Fabric
 	// RDMA is rdma_cm over the daemon's IPoIB interfaces (their addresses, neighbours
@@ -68,6 +77,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		opts.Backend = DefaultBackend()
 	}
 	d := &Daemon{cfg: opts.Config, log: opts.Logger, backend: opts.Backend, started: time.Now(),
+		adopt: opts.Adopt, onNetNS: opts.OnNetNS,
 		clients: make(map[*hca.Port]*sa.Client), RDMA: rdmacm.NewIPoIBHost(nil)}
 	defer func() {
 		if err != nil {
@@ -120,12 +130,23 @@ func (d *Daemon) Close() error {
 	if d.Fabric != nil {
 		d.Fabric.Close()
 	}
+	var left []string
 	for i := len(created) - 1; i >= 0; i-- {
-		if err := d.backend.DeleteNetNS(created[i]); err != nil {
-			errs = append(errs, fmt.Errorf("deleting namespace %s: %w", created[i], err))
-		} else {
-			d.log.Info("namespace deleted", "netns", created[i])
+		ns := created[i]
+		if ok, err := d.backend.NetNSExists(ns); err == nil && !ok {
+			// Removed from under the daemon (ip netns del): nothing to do, not an error.
+			d.log.Warn("namespace was already removed", "netns", ns)
+			continue
 		}
+		if err := d.backend.DeleteNetNS(ns); err != nil {
+			errs = append(errs, fmt.Errorf("deleting namespace %s: %w", ns, err))
+			left = append(left, ns)
+		} else {
+			d.log.Info("namespace deleted", "netns", ns)
+		}
+	}
+	if d.onNetNS != nil {
+		d.onNetNS(left)
 	}
 	return errors.Join(errs...)
 }
@@ -183,17 +204,25 @@ func (d *Daemon) ensureNetNS(name string) error {
 	if err != nil {
 		return fmt.Errorf("namespace %s: %w", name, err)
 	}
-	if ok {
+	switch {
+	case ok && slices.Contains(d.adopt, name):
+		d.log.Info("adopting namespace a killed daemon left", "netns", name)
+	case ok:
 		d.log.Info("using existing namespace", "netns", name)
 		return nil
-	}
-	if err := d.backend.CreateNetNS(name); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", name, err)
+	default:
+		if err := d.backend.CreateNetNS(name); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", name, err)
+		}
+		d.log.Info("namespace created", "netns", name)
 	}
 	d.mu.Lock()
 	d.createdNS = append(d.createdNS, name)
+	created := slices.Clone(d.createdNS)
 	d.mu.Unlock()
-	d.log.Info("namespace created", "netns", name)
+	if d.onNetNS != nil {
+		d.onNetNS(created)
+	}
 	return nil
 }
 
@@ -267,7 +296,7 @@ func (d *Daemon) addInterface(ic config.Interface) error {
 	} else if where == "" {
 		where = "host"
 	}
-	d.log.Info("interface up", "iface", ic.Name, "netns", where, "hca", ic.HCA, "port", ic.Port,
+	d.log.Info("interface created", "iface", ic.Name, "netns", where, "hca", ic.HCA, "port", ic.Port,
 		"pkey", fmt.Sprintf("%#04x", ic.PKey), "addrs", addrs, "mtu", spec.MTU)
 	return nil
 }

@@ -349,3 +349,37 @@ func TestConfiguredCapture(t *testing.T) {
 		t.Errorf("%d packets captured, want the whole bring-up", len(recs))
 	}
 }
+
+// A namespace a killed daemon left is adopted when the configuration uses it again (and
+// deleted at Close); one removed from under the daemon is a warning at Close, not an
+// error. OnNetNS follows the list the state file records.
+func TestAdoptAndVanishedNetNS(t *testing.T) {
+	b := daemontest.New("pib0") // left by a killed daemon
+	var logs bytes.Buffer
+	var recorded [][]string
+	d, err := daemon.Start(context.Background(), daemon.Options{Config: config.Default(), Backend: b,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Adopt: []string{"pib0"},
+		OnNetNS: func(ns []string) { recorded = append(recorded, ns) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), `msg="adopting namespace a killed daemon left" netns=pib0`) {
+		t.Errorf("pib0 not adopted:\n%s", logs.String())
+	}
+	if want := [][]string{{"pib0"}, {"pib0", "pib1"}}; !reflect.DeepEqual(recorded, want) {
+		t.Errorf("OnNetNS calls %v, want %v", recorded, want)
+	}
+	b.DeleteNetNS("pib1") // ip netns del pib1 under the running daemon
+	if err := d.Close(); err != nil {
+		t.Errorf("Close with a vanished namespace: %v", err)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="namespace was already removed" netns=pib1`) {
+		t.Errorf("no warning for pib1:\n%s", logs.String())
+	}
+	if got := b.NetNS(); len(got) != 0 {
+		t.Errorf("namespaces after Close: %v (the adopted pib0 must go too)", got)
+	}
+	if last := recorded[len(recorded)-1]; len(last) != 0 {
+		t.Errorf("the state file would still record %v", last)
+	}
+}
