@@ -9,5 +9,7 @@
 // (the *Len constants); Packet.Parse and ParseMAD check lengths for
 // untrusted input.
 //
-// This package imports only the standard library.
+// This package imports the standard library and internal/csum (the RFC 1071
+// one's-complement sum behind the checksum-offload fields of a work request); it
+// knows nothing of IP.
 package wire
