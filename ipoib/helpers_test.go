@@ -1,6 +1,7 @@
 package ipoib_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"net/netip"
@@ -282,3 +283,24 @@ func igmpv2(src, group string, typ byte) []byte {
 }
 
 func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// sendUntilDelivered injects p at from until to delivers it (5 s at most). A joiner
+// attaches its QP once the SA's answer is back, just after the SA shows the membership,
+// so the first packet to a new group can arrive before the attachment.
+func sendUntilDelivered(t testing.TB, from, to *fakeTUN, p []byte) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		from.Inject(p)
+		select {
+		case got := <-to.out:
+			if !bytes.Equal(got, p) {
+				t.Fatalf("%s: got % x, want % x", to.name, got, p)
+			}
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: nothing delivered", to.name)
+		}
+	}
+}

@@ -265,12 +265,9 @@ func TestIPv4Multicast(t *testing.T) {
 	// IGMPv2 works too.
 	ta.Inject(igmpv2("10.10.0.1", "239.1.2.4", 0x16))
 	mgid4 := ipoib.MGIDForIPv4(netip.MustParseAddr("239.1.2.4"), 0xFFFF, 2)
-	waitFor(t, "IGMPv2 join", func() bool { return tf.hasGroup(mgid4) })
+	waitFor(t, "IGMPv2 join", func() bool { return tf.isMember(t, 0, mgid4) })
 	p := udp4("10.10.0.3", "239.1.2.4", 1, 2, []byte("v2"))
-	tc.Inject(p)
-	if got := ta.recv(t); !bytes.Equal(got, p) {
-		t.Fatal("IGMPv2 group: differs")
-	}
+	sendUntilDelivered(t, tc, ta, p)
 }
 
 // mldv2 builds an MLDv2 report with one record (type typ, no sources) behind a
@@ -326,5 +323,28 @@ func TestMLDAndSetAddrs(t *testing.T) {
 	}
 	if got := b.Info().Addrs; len(got) != 4 {
 		t.Fatalf("Info.Addrs %v", got)
+	}
+}
+
+// TestSendOnlyJoin: a send to a group nobody joined makes the sender a send-only full
+// member (JoinState bit 3, IBA 1.3) — the SA creates the group and the packet goes out,
+// instead of being dropped as drop_no_group — and a later joiner receives the next one.
+func TestSendOnlyJoin(t *testing.T) {
+	tf := newTestFabric(t, 2, sa.Config{})
+	a, ta := tf.iface(t, 0, 0xFFFF, "ib0", "10.10.0.1/24")
+	b, tb := tf.iface(t, 1, 0xFFFF, "ib1", "10.10.0.2/24")
+	mgid := ipoib.MGIDForIPv4(netip.MustParseAddr("239.5.5.5"), 0xFFFF, 2)
+	tb.Inject(udp4("10.10.0.2", "239.5.5.5", 1, 2, []byte("nobody listens yet")))
+	waitFor(t, "the send-only send", func() bool { return b.Counter("tx_multicast") == 1 })
+	if !tf.hasGroup(mgid) || tf.isMember(t, 1, mgid) {
+		t.Fatalf("group created %v, B receiving %v: want created, B send-only", tf.hasGroup(mgid), tf.isMember(t, 1, mgid))
+	}
+	ta.Inject(igmpv3("10.10.0.1", "239.5.5.5", 4))
+	waitFor(t, "A's join", func() bool { return tf.isMember(t, 0, mgid) })
+	sendUntilDelivered(t, tb, ta, udp4("10.10.0.2", "239.5.5.5", 1, 2, []byte("now A listens")))
+	for _, x := range []*ipoib.Interface{a, b} {
+		if n := x.Counter("drop_no_group"); n != 0 {
+			t.Errorf("%s: drop_no_group %d", x.Name(), n)
+		}
 	}
 }

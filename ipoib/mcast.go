@@ -120,7 +120,10 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 	case g.wantFull():
 		want = wire.JoinFullMember
 	case len(g.queue) > 0:
-		want = wire.JoinSendOnlyNonMember
+		// Linux's ipoib_mcast_join for a send-only group: a send-only full member
+		// (IBA 1.3), which creates the group when nobody has joined it yet, so the
+		// packet goes out instead of being dropped.
+		want = wire.JoinSendOnlyFullMember
 	}
 	joined, attached := g.joined, g.attached
 	i.mmu.Unlock()
@@ -135,16 +138,16 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 			if err = i.qp.AttachMcast(mgid, rec.MLID); err == nil {
 				attached = true
 			}
-			if joined&wire.JoinSendOnlyNonMember != 0 {
+			if joined&wire.JoinSendOnlyFullMember != 0 {
 				// The full membership supersedes it.
-				i.saLeave(mgid, wire.JoinSendOnlyNonMember)
+				i.saLeave(mgid, wire.JoinSendOnlyFullMember)
 			}
 			joined = wire.JoinFullMember
 		}
-	} else if want == wire.JoinSendOnlyNonMember && joined == 0 {
-		rec, err = i.saJoin(mgid, wire.JoinSendOnlyNonMember)
+	} else if want == wire.JoinSendOnlyFullMember && joined == 0 {
+		rec, err = i.saJoin(mgid, wire.JoinSendOnlyFullMember)
 		if err == nil {
-			joined = wire.JoinSendOnlyNonMember
+			joined = wire.JoinSendOnlyFullMember
 		}
 	} else if want == 0 && joined != 0 {
 		if attached {
@@ -217,9 +220,9 @@ var errDown error = downError{}
 func (i *Interface) saJoin(mgid wire.GID, state uint8) (sa.MCGroup, error) {
 	ls := i.link.Load()
 	p := sa.JoinParams{PKey: i.pkey}
-	if state == wire.JoinFullMember {
-		// Linux's ipoib_mcast_join: a full member creates the group if needed, with the
-		// broadcast group's parameters.
+	if state&(wire.JoinFullMember|wire.JoinSendOnlyFullMember) != 0 {
+		// Linux's ipoib_mcast_join: a full member (or a send-only full member) creates
+		// the group if needed, with the broadcast group's parameters.
 		b := ls.group
 		p = sa.JoinParams{
 			PKey: i.pkey, Create: true, QKey: b.QKey, MTU: b.MTU, Rate: b.Rate, SL: b.SL,

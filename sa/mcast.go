@@ -287,8 +287,9 @@ func (a *Agent) newGroup(p *Port, q wire.MCMemberRecord, mask uint64) (*mcGroup,
 	if mask&mcCreateMask != mcCreateMask {
 		return nil, wire.SAStatusInsufficientComponents
 	}
-	// IBA 15.2.5.17: only a full member creates a group.
-	if q.JoinState()&JoinFull == 0 {
+	// IBA 15.2.5.17: only a full member creates a group (IBA 1.3: or a send-only full
+	// member).
+	if q.JoinState()&(JoinFull|JoinSendOnlyFull) == 0 {
 		return nil, wire.SAStatusReqInvalid
 	}
 	mgid := q.MGID()
@@ -366,7 +367,7 @@ func (a *Agent) mcJoin(m *hca.MAD, t *Topology) {
 		a.replyError(m, wire.SAStatusInsufficientComponents)
 		return
 	}
-	state := q.JoinState() & (JoinFull | JoinNonMember | JoinSendOnlyNonMember)
+	state := q.JoinState() & (JoinFull | JoinNonMember | JoinSendOnlyNonMember | JoinSendOnlyFull)
 	if state == 0 {
 		a.replyError(m, wire.SAStatusReqInvalid)
 		return

@@ -1,6 +1,7 @@
 package sa
 
 import (
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"sync"
@@ -267,12 +268,17 @@ func (a *Agent) replyRecords(m *hca.MAD, recs []byte, recLen int) {
 	a.sendTable(m, recs, wire.SAAttrOffset(recLen))
 }
 
+// capMask2SendOnlyFull is ClassPortInfo:CapabilityMask2's SendOnlyFullMemberSupport.
+const capMask2SendOnlyFull = 1 << 12
+
 // replyClassPortInfo answers SA ClassPortInfo (IBA 13.4.8.1, 15.2.5.1).
 func (a *Agent) replyClassPortInfo(m *hca.MAD) {
 	var rec [wire.ClassPortInfoLen]byte
 	rec[0] = wire.MADBaseVersion
 	rec[1] = wire.ClassVersionSA
-	rec[7] = a.cfg.PacketLifeTime & 0x1F // RespTimeValue
+	// CapabilityMask2 (27 bits above RespTimeValue): SendOnlyFullMemberSupport, bit 12
+	// (IBA 1.3; Linux's IB_SA_CAP_MASK2_SENDONLY_FULL_MEM_SUPPORT).
+	binary.BigEndian.PutUint32(rec[4:], capMask2SendOnlyFull<<5|uint32(a.cfg.PacketLifeTime&0x1F)) // + RespTimeValue
 	a.replyRecord(m, rec[:])
 }
 

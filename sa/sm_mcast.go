@@ -21,12 +21,17 @@ const (
 	JoinFull              = 1 << 0
 	JoinNonMember         = 1 << 1
 	JoinSendOnlyNonMember = 1 << 2
+	// JoinSendOnlyFull is the send-only full member of IBA 1.3 (MCMemberRecord
+	// JoinState bit 3): it sends, does not receive, and may create the group as a full
+	// member does — what Linux's ipoib uses for send-only multicast when the SA
+	// advertises it (ClassPortInfo CapabilityMask2 SendOnlyFullMemberSupport).
+	JoinSendOnlyFull = 1 << 3
 )
 
 // MCMember is one port's membership of a multicast group.
 type MCMember struct {
 	PortGUID  uint64
-	JoinState uint8 // JoinFull | JoinNonMember | JoinSendOnlyNonMember
+	JoinState uint8 // JoinFull | JoinNonMember | JoinSendOnlyNonMember | JoinSendOnlyFull
 }
 
 // receives reports whether the member gets the group's packets: full members and
