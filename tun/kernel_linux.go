@@ -329,7 +329,7 @@ func (k *Kernel) drainEvents() {
 		if ev&wgtun.EventMTUUpdate != 0 && !k.closed.Load() {
 			if link, err := k.h.LinkByIndex(k.index); err == nil {
 				if mtu := int32(link.Attrs().MTU); k.mtu.Swap(mtu) != mtu {
-					k.log.Info("tun: MTU changed", "dev", k.name, "netns", k.netns, "mtu", mtu)
+					k.log.Debug("tun: MTU changed", "dev", k.name, "netns", k.netns, "mtu", mtu)
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package tun
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -502,4 +504,75 @@ func BenchmarkKernelRelay(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestKernelWatch: Watch reports what `ip` does to the device — addresses added and
+// removed, down and up, MTU, a gateway route — and its deletion, from netlink
+// notifications in the device's namespace.
+func TestKernelWatch(t *testing.T) {
+	needRoot(t)
+	ns := testNetNS(t)
+	k := testKernel(t, KernelConfig{
+		Name: "ib0", NetNS: ns, MTU: 2044, Infiniband: true, Up: true,
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.10.0.1/24")},
+	})
+	// CreateNetNS left lo up.
+	if lo := ipCmd(t, "-n", ns, "link", "show", "lo"); !strings.Contains(lo, "state UNKNOWN") && !strings.Contains(lo, ",UP") {
+		t.Errorf("lo in a created namespace: %s", lo)
+	}
+	states := make(chan LinkState, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- k.Watch(ctx, func(s LinkState) { states <- s }) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	// wait returns the first state reported that satisfies ok.
+	wait := func(what string, ok func(LinkState) bool) LinkState {
+		t.Helper()
+		deadline := time.After(5 * time.Second)
+		for {
+			select {
+			case s := <-states:
+				if ok(s) {
+					return s
+				}
+			case <-deadline:
+				t.Fatalf("no state with %s", what)
+			}
+		}
+	}
+	has := func(s LinkState, p string) bool { return slices.Contains(s.Addrs, netip.MustParsePrefix(p)) }
+	wait("the initial address", func(s LinkState) bool { return s.Up && s.MTU == 2044 && has(s, "10.10.0.1/24") })
+	ipCmd(t, "-n", ns, "addr", "add", "10.10.0.22/24", "dev", "ib0")
+	ipCmd(t, "-n", ns, "-6", "addr", "add", "fd00::22/64", "dev", "ib0", "nodad")
+	wait("the added addresses", func(s LinkState) bool { return has(s, "10.10.0.22/24") && has(s, "fd00::22/64") })
+	ipCmd(t, "-n", ns, "addr", "del", "10.10.0.22/24", "dev", "ib0")
+	wait("the address removed", func(s LinkState) bool { return !has(s, "10.10.0.22/24") })
+	ipCmd(t, "-n", ns, "link", "set", "ib0", "down")
+	wait("down", func(s LinkState) bool { return !s.Up })
+	ipCmd(t, "-n", ns, "link", "set", "ib0", "up")
+	wait("up", func(s LinkState) bool { return s.Up })
+	ipCmd(t, "-n", ns, "link", "set", "ib0", "mtu", "1500")
+	wait("mtu 1500", func(s LinkState) bool { return s.MTU == 1500 })
+	ipCmd(t, "-n", ns, "route", "add", "10.30.0.0/24", "via", "10.10.0.2", "dev", "ib0")
+	s := wait("the gateway route", func(s LinkState) bool {
+		return slices.Contains(s.Routes, Route{Dst: netip.MustParsePrefix("10.30.0.0/24"), Gateway: netip.MustParseAddr("10.10.0.2")})
+	})
+	if !slices.Contains(s.Routes, Route{Dst: netip.MustParsePrefix("10.10.0.0/24")}) {
+		t.Errorf("no connected route in %+v", s.Routes)
+	}
+	if err := k.AddAddr(netip.MustParsePrefix("fe80::1/64")); err != nil {
+		t.Fatal(err)
+	}
+	wait("AddAddr's address", func(s LinkState) bool { return has(s, "fe80::1/64") })
+	ipCmd(t, "-n", ns, "link", "del", "ib0")
+	wait("the deletion", func(s LinkState) bool { return s.Deleted })
+	if err := <-done; err != nil {
+		t.Errorf("Watch after the deletion: %v", err)
+	}
+	done <- nil
 }

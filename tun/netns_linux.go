@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -49,7 +50,32 @@ func CreateNetNS(name string) error {
 		os.Remove(path)
 		return nsError("create netns", name, err)
 	}
+	// As `ip netns add` leaves it, lo is down; a namespace made for an interface gets it
+	// up, so that the programs run in it can reach their own addresses.
+	if err := loUp(name); err != nil {
+		DeleteNetNS(name)
+		return nsError("create netns", name, fmt.Errorf("bringing lo up: %w", err))
+	}
 	return nil
+}
+
+// loUp brings the loopback device of the named namespace up.
+func loUp(name string) error {
+	ns, err := openNetNS(name)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	return h.LinkSetUp(lo)
 }
 
 // shareNetNSDir makes NetNSDir a shared mount point (bind-mounting it on itself first if
