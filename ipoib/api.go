@@ -45,6 +45,10 @@ type Config struct {
 	NeighborTimeout time.Duration
 	Clock           clock.Clock
 	Logger          *slog.Logger
+	// OnState, if set, is called with every change of the interface's State (the
+	// daemon turns the TUN device's carrier on and off with it). It must not call back
+	// into the interface.
+	OnState func(State)
 }
 
 // State says whether an interface is up and, if not, why.

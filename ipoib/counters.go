@@ -42,6 +42,8 @@ const (
 	cRxGRO             // received packets merged into a preceding one's segment
 	cTxBatches         // tun reads
 	cDropCtrlOverflow  // ARP/ND arriving faster than they are answered (ctrlrx.go)
+	cTxAnnounce        // gratuitous ARPs and unsolicited NAs sent (admin.go)
+	cRxAnnounce        // gratuitous ARPs received
 	numCounters
 )
 
@@ -78,6 +80,8 @@ var counterNames = [numCounters]string{
 	cMembershipReports: "membership_reports",
 	cNeighborsResolved: "neighbors_resolved",
 	cNeighborsFailed:   "neighbors_failed",
+	cTxAnnounce:        "tx_announce",
+	cRxAnnounce:        "rx_announce",
 	cPathQueries:       "path_queries",
 	cDropCtrlOverflow:  "drop_ctrl_overflow",
 }

@@ -165,10 +165,12 @@ type Interface struct {
 	gtx gsoRing
 	gro groState
 
-	link  atomic.Pointer[linkState]
-	addrs atomic.Pointer[addrSet]
-	state atomic.Pointer[State]
-	mtu   atomic.Int32
+	link      atomic.Pointer[linkState]
+	addrs     atomic.Pointer[addrSet]
+	routes    atomic.Pointer[routeTable] // gateways (SetRoutes); nil when there are none
+	state     atomic.Pointer[State]
+	mtu       atomic.Int32
+	adminDown atomic.Bool // the IP side is set down (SetAdminUp)
 
 	// ctrlMu serialises bring-up, take-down and joins; the data path never takes it.
 	ctrlMu    sync.Mutex
@@ -436,11 +438,18 @@ func (i *Interface) setState(up bool, reason string) {
 	if old != nil && old.Up == up && old.Reason == reason {
 		return
 	}
-	i.state.Store(&State{Up: up, Reason: reason})
+	st := &State{Up: up, Reason: reason}
+	i.state.Store(st)
 	if up {
 		i.log.Info("interface up", "mtu", i.mtu.Load(), "qpn", fmt.Sprintf("%#x", i.qpn), "pkey", fmt.Sprintf("%#04x", i.pkey))
+		// Peers may hold an old hardware address for ours (a re-created child has a
+		// new QPN): tell them.
+		i.jobs.push(func() { i.announce(nil) })
 	} else if old != nil && old.Up {
 		i.log.Info("interface down", "reason", reason)
+	}
+	if i.cfg.OnState != nil {
+		i.cfg.OnState(*st)
 	}
 }
 
@@ -494,10 +503,19 @@ func (i *Interface) Counter(name string) uint64 {
 func (i *Interface) SetAddrs(addrs []netip.Prefix) {
 	old := i.addrs.Load()
 	i.addrs.Store(&addrSet{prefixes: slices.Clone(addrs), linkLocal: old.linkLocal})
+	var added []netip.Prefix
+	for _, p := range addrs {
+		if !old.has(p.Addr()) {
+			added = append(added, p)
+		}
+	}
 	i.jobs.push(func() {
 		i.ctrlMu.Lock()
-		defer i.ctrlMu.Unlock()
 		i.syncOwnGroups()
+		i.ctrlMu.Unlock()
+		if len(added) > 0 {
+			i.announce(added) // as the kernel announces an address added to a link
+		}
 	})
 }
 
@@ -570,6 +588,10 @@ func (i *Interface) findPKey() int {
 // a new join even if the interface is up (the SA may have lost its state).
 func (i *Interface) bringUp(rejoin bool) {
 	ls := i.link.Load()
+	if i.adminDown.Load() {
+		i.takeDown(reasonAdminDown, false)
+		return
+	}
 	if i.port.State() != hca.PortActive {
 		i.takeDown("port not active", false)
 		return

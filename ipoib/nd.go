@@ -180,7 +180,12 @@ func (i *Interface) handleND(pkt []byte) {
 		if !has || hw == ls.hw {
 			return
 		}
-		i.learn(target, hw, now, msg[4]&naSolicited != 0)
+		if msg[4]&naSolicited == 0 {
+			// Unsolicited (an announcement, RFC 4861 §7.2.6): only a moved address counts.
+			i.learnIfMoved(target, hw, now)
+			return
+		}
+		i.learn(target, hw, now, true)
 	}
 }
 

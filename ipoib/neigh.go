@@ -223,6 +223,19 @@ func (i *Interface) solicit(dst, src netip.Addr, trigger []byte) {
 	i.cnt.inc(cTxND)
 }
 
+// learnIfMoved is learn for an announcement: an entry for ip that holds another
+// hardware address takes hw; anything else is left as it is (an entry still resolving
+// waits for the answer to its own request).
+func (i *Interface) learnIfMoved(ip netip.Addr, hw HWAddr, now time.Time) {
+	i.nmu.RLock()
+	n := i.neigh[ip]
+	moved := n != nil && n.hw != hw && n.hw != (HWAddr{})
+	i.nmu.RUnlock()
+	if moved {
+		i.learn(ip, hw, now, false)
+	}
+}
+
 // learn records that ip is at hw. confirm marks the entry REACHABLE; create makes an
 // entry for an unknown ip (a request addressed to us, RFC 826's merge rule).
 func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) {

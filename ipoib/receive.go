@@ -145,7 +145,11 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 				continue
 			}
 		case EtherTypeARP:
-			i.cnt.inc(cRxARP)
+			if len(payload) >= arpLen && [4]byte(payload[28:32]) == [4]byte(payload[52:56]) {
+				i.cnt.inc(cRxAnnounce) // gratuitous: spa = tpa
+			} else {
+				i.cnt.inc(cRxARP)
+			}
 			i.queueControl(etype, payload)
 			continue
 		default:
@@ -207,9 +211,17 @@ func (i *Interface) handleARP(p []byte, ls *linkState) {
 	addrs := i.addrs.Load()
 	forUs := addrs.has(tpa)
 	now := i.clk.Now()
+	if spa == tpa && !forUs {
+		// A gratuitous ARP (RFC 5227 §3): it changes an entry whose hardware address
+		// moved, and confirms nothing (Linux's arp_process leaves such entries STALE).
+		i.learnIfMoved(spa, sha, now)
+		return
+	}
 	i.learn(spa, sha, now, forUs)
 	if a.op() != arpOpRequest || !forUs {
-		if !forUs && a.op() == arpOpRequest {
+		// A gratuitous ARP (spa = tpa, RFC 5227 §3) is an announcement, not a request
+		// for someone else: it only updated the cache above.
+		if !forUs && a.op() == arpOpRequest && spa != tpa {
 			i.cnt.inc(cDropNotForUs)
 		}
 		return

@@ -288,7 +288,7 @@ func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack, pa
 			i.cnt.inc(cTxMulticast)
 			return ls.bcastAH, MulticastQPN, etype, true
 		}
-		ah, qpn, ok = i.neighborAH(netip.AddrFrom4(d), now, etype, pkt, partial)
+		ah, qpn, ok = i.neighborAH(i.nextHop(netip.AddrFrom4(d)), now, etype, pkt, partial)
 		return ah, qpn, etype, ok
 	case 6:
 		if len(pkt) < ipv6HeaderLen {
@@ -307,7 +307,7 @@ func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack, pa
 			}
 			return ah, MulticastQPN, etype, ok
 		}
-		ah, qpn, ok = i.neighborAH(d, now, etype, pkt, partial)
+		ah, qpn, ok = i.neighborAH(i.nextHop(d), now, etype, pkt, partial)
 		return ah, qpn, etype, ok
 	}
 	i.cnt.inc(cDropMalformed)
