@@ -59,6 +59,7 @@ func (i *Interface) announce(only []netip.Prefix) {
 			if ls.bcastAH != nil && i.snd.send(ls.bcastAH, MulticastQPN, ls.qkey, EtherTypeARP,
 				buildARP(b[:], arpOpRequest, ls.hw, a, HWAddr{}, a)) {
 				i.cnt.inc(cTxAnnounce)
+				i.cnt.inc(cTxMulticast) // to the broadcast group
 			}
 			continue
 		}

@@ -355,10 +355,11 @@ func (i *Interface) destroyVerbs() {
 
 // Run moves packets until ctx is done or the interface is closed; it then closes the
 // interface (and its tun.Device). It returns nil on an orderly stop and the device's
-// error otherwise. Run may be called once.
+// error otherwise (an interface closed before Run started has nothing to run: nil).
+// Run may be called once.
 func (i *Interface) Run(ctx context.Context) error {
 	if i.closed.Load() {
-		return ErrClosed
+		return nil
 	}
 	if !i.running.CompareAndSwap(false, true) {
 		return errors.New("ipoib: Run called twice")

@@ -27,6 +27,11 @@ type KernelConfig struct {
 	Routes []netip.Prefix
 	// Up brings the device up once configured.
 	Up bool
+	// IgnoreRoutesWithLinkDown sets the device's ignore_routes_with_linkdown sysctls
+	// (IPv4 and IPv6): while its carrier is off (SetCarrier) the kernel ignores the
+	// routes through it, so a send fails with "Network is unreachable" instead of
+	// vanishing into a device that cannot transmit.
+	IgnoreRoutesWithLinkDown bool
 	// Logger receives device events; nil is slog.Default().
 	Logger *slog.Logger
 }

@@ -114,6 +114,18 @@ func CreateKernel(cfg KernelConfig) (*Kernel, error) {
 		k.Close()
 		return nil, devError("configure", what, err)
 	}
+	if cfg.IgnoreRoutesWithLinkDown {
+		set := func() error { return k.ignoreRoutesWithLinkDown() }
+		if ns >= 0 {
+			err = inNetNS(ns, set)
+		} else {
+			err = set()
+		}
+		if err != nil {
+			k.Close()
+			return nil, devError("configure", what, err)
+		}
+	}
 	k.log.Debug("tun: created", "dev", k.name, "netns", k.netns, "index", k.index, "mtu", cfg.MTU,
 		"infiniband", cfg.Infiniband, "batch", dev.BatchSize())
 	return k, nil
@@ -523,4 +535,19 @@ func devError(op, what string, err error) error {
 		return fmt.Errorf("tun: %s %s: %w (no /dev/net/tun: load the tun module)", op, what, err)
 	}
 	return fmt.Errorf("tun: %s %s: %w", op, what, err)
+}
+
+// ignoreRoutesWithLinkDown sets net.ipv{4,6}.conf.DEV.ignore_routes_with_linkdown in the
+// calling thread's namespace (IPv6's only if the kernel has IPv6).
+func (k *Kernel) ignoreRoutesWithLinkDown() error {
+	for _, v := range []string{"ipv4", "ipv6"} {
+		f := "/proc/sys/net/" + v + "/conf/" + k.name + "/ignore_routes_with_linkdown"
+		if err := os.WriteFile(f, []byte("1"), 0); err != nil {
+			if v == "ipv6" && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("sysctl %s: %w", f, err)
+		}
+	}
+	return nil
 }

@@ -93,8 +93,10 @@ addresses = ["10.10.0.3/24"]
 	sender.Process.Kill()
 	time.Sleep(200 * time.Millisecond) // what was in flight arrives
 
-	// A sends nothing but these datagrams (its IGMP and MLD reports are taken by pibgw,
-	// router solicitations find no group), so every packet it sent is multicast.
+	// A sends nothing but multicast: these datagrams, its announcements (a gratuitous
+	// ARP to the broadcast group, an unsolicited NA to all nodes) and router
+	// solicitations (to all routers, a send-only join); its IGMP and MLD reports are
+	// taken by pibgw.
 	show := d.Show()
 	a, b, c := show["ib0"].Counters, show["ib1"].Counters, show["ib2"].Counters
 	if b["rx_multicast"] < want || c["rx_multicast"] < want {

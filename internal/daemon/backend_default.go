@@ -23,7 +23,7 @@ func (defaultBackend) OpenDevice(spec DeviceSpec) (tun.Device, error) {
 	}
 	return tun.CreateKernel(tun.KernelConfig{
 		Name: spec.Name, MTU: spec.MTU, NetNS: spec.NetNS, Infiniband: true,
-		Addrs: spec.Addrs, Up: true,
+		Addrs: spec.Addrs, Up: true, IgnoreRoutesWithLinkDown: true,
 	})
 }
 

@@ -263,9 +263,20 @@ func (d *Daemon) addInterface(ic config.Interface) error {
 	if err != nil {
 		return fmt.Errorf("interface %s: %w", ic.Name, err)
 	}
+	carrier, _ := tdev.(interface{ SetCarrier(bool) error })
 	ipo, err := d.backend.NewInterface(ipoib.Config{
 		Name: ic.Name, Port: port, PKey: ic.PKey, SA: client, Device: tdev,
 		Mode: ipoib.Datagram, Addrs: addrs, Logger: d.log,
+		OnState: func(st ipoib.State) {
+			// An interface down for an IB reason (port not active, P_Key not in the
+			// table, group not joined) has no carrier: NO-CARRIER in `ip link`, and
+			// the kernel routes nothing into it, as with a real HCA's ipoib.
+			if carrier != nil {
+				if err := carrier.SetCarrier(st.Up); err != nil && !errors.Is(err, tun.ErrClosed) {
+					d.log.Debug("carrier", "iface", ic.Name, "err", err)
+				}
+			}
+		},
 	})
 	if err != nil {
 		tdev.Close()
@@ -289,6 +300,15 @@ func (d *Daemon) addInterface(ic config.Interface) error {
 	d.mu.Unlock()
 	if x, ok := ipo.(*ipoib.Interface); ok {
 		d.RDMA.Add(x, client)
+		if w, ok := tdev.(linkWatcher); ok {
+			var v6 []netip.Prefix
+			for _, p := range addrs {
+				if p.Addr().Is6() {
+					v6 = append(v6, p)
+				}
+			}
+			go d.follow(ctx, n, w, x, v6)
+		}
 	}
 	where := ic.NetNS
 	if ic.Stack != config.StackKernel {
