@@ -101,3 +101,38 @@ func TestAnnounceOnUp(t *testing.T) {
 		t.Errorf("A's counters %v", c)
 	}
 }
+
+// TestNeighborTableBounded: sends to 5,000 distinct unresolvable addresses never grow the
+// table past MaxNeighbors; the refused ones are counted; FAILED entries are collected so
+// that later addresses get entries; traffic to a real peer goes on throughout.
+func TestNeighborTableBounded(t *testing.T) {
+	tf := newTestFabric(t, 2, sa.Config{SweepInterval: -1})
+	dev := newFakeTUN("ib0")
+	a := tf.ifaceWith(t, 0, dev, ipoib.Config{MaxNeighbors: 64}, "10.10.0.1/16")
+	_, tb := tf.iface(t, 1, 0xFFFF, "ib1", "10.10.0.2/16")
+	peer := udp4("10.10.0.1", "10.10.0.2", 1, 2, []byte("to the real peer"))
+	dev.Inject(peer)
+	if got := tb.recv(t); !bytes.Equal(got, peer) {
+		t.Fatal("to B differs")
+	}
+	most := 0
+	for k := 0; k < 5000; k++ {
+		dst := netip.AddrFrom4([4]byte{10, 10, byte(1 + k/250), byte(1 + k%250)})
+		dev.Inject(udp4("10.10.0.1", dst.String(), 1, 2, []byte("nobody")))
+		if k%500 == 499 {
+			waitFor(t, "the burst read", func() bool { return len(dev.Inbound) == 0 })
+			time.Sleep(10 * time.Millisecond)
+			most = max(most, len(a.Neighbors()))
+			tf.clk.Advance(4 * time.Second) // the probes fail
+			dev.Inject(peer)
+			if got := tb.recv(t); !bytes.Equal(got, peer) {
+				t.Fatal("to B during the scan differs")
+			}
+		}
+	}
+	c := a.Info().Counters
+	if most > 64 || c["drop_neigh_overflow"] == 0 || c["neighbors_failed"] <= 64 {
+		t.Fatalf("largest table %d (limit 64), counters %v", most, c)
+	}
+	t.Logf("largest table %d, %d refused, %d failed and collected", most, c["drop_neigh_overflow"], c["neighbors_failed"])
+}

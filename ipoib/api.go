@@ -43,8 +43,14 @@ type Config struct {
 	Addrs []netip.Prefix
 	// NeighborTimeout ages neighbour entries out (default 60 s, Linux's gc_stale_time).
 	NeighborTimeout time.Duration
-	Clock           clock.Clock
-	Logger          *slog.Logger
+	// MaxNeighbors bounds the neighbour table (default DefaultMaxNeighbors: Linux's
+	// gc_thresh3; collection starts at half of it). MaxGroups bounds the multicast
+	// groups (default DefaultMaxGroups). Overflow is counted (drop_neigh_overflow,
+	// drop_group_overflow).
+	MaxNeighbors int
+	MaxGroups    int
+	Clock        clock.Clock
+	Logger       *slog.Logger
 	// OnState, if set, is called with every change of the interface's State (the
 	// daemon turns the TUN device's carrier on and off with it). It must not call back
 	// into the interface.

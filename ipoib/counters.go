@@ -44,6 +44,8 @@ const (
 	cDropCtrlOverflow  // ARP/ND arriving faster than they are answered (ctrlrx.go)
 	cTxAnnounce        // gratuitous ARPs and unsolicited NAs sent (admin.go)
 	cRxAnnounce        // gratuitous ARPs received
+	cDropNeighOverflow // the neighbour table was full (neigh.go: gc_thresh3)
+	cDropGroupOverflow // the multicast group table was full
 	numCounters
 )
 
@@ -82,6 +84,8 @@ var counterNames = [numCounters]string{
 	cNeighborsFailed:   "neighbors_failed",
 	cTxAnnounce:        "tx_announce",
 	cRxAnnounce:        "rx_announce",
+	cDropNeighOverflow: "drop_neigh_overflow",
+	cDropGroupOverflow: "drop_group_overflow",
 	cPathQueries:       "path_queries",
 	cDropCtrlOverflow:  "drop_ctrl_overflow",
 }

@@ -132,15 +132,23 @@ func (tf *testFabric) iface(t testing.TB, i int, pkey uint16, name string, addrs
 // ifaceOn creates and runs an interface on HCA i with dev as its IP side.
 func (tf *testFabric) ifaceOn(t testing.TB, i int, pkey uint16, dev tun.Device, addrs ...string) *ipoib.Interface {
 	t.Helper()
+	return tf.ifaceWith(t, i, dev, ipoib.Config{PKey: pkey}, addrs...)
+}
+
+// ifaceWith is ifaceOn with more of the configuration (P_Key 0xFFFF if cfg has none).
+func (tf *testFabric) ifaceWith(t testing.TB, i int, dev tun.Device, cfg ipoib.Config, addrs ...string) *ipoib.Interface {
+	t.Helper()
 	name := dev.Name()
 	var ps []netip.Prefix
 	for _, a := range addrs {
 		ps = append(ps, netip.MustParsePrefix(a))
 	}
-	ifc, err := ipoib.New(ipoib.Config{
-		Name: name, Port: tf.f.HCAs[i].Port(1), PKey: pkey, SA: tf.clients[i], Device: dev,
-		Addrs: ps, Clock: tf.clk, NeighborTimeout: time.Minute,
-	})
+	if cfg.PKey == 0 {
+		cfg.PKey = 0xFFFF
+	}
+	cfg.Name, cfg.Port, cfg.SA, cfg.Device = name, tf.f.HCAs[i].Port(1), tf.clients[i], dev
+	cfg.Addrs, cfg.Clock, cfg.NeighborTimeout = ps, tf.clk, time.Minute
+	ifc, err := ipoib.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,11 @@ var (
 // Defaults.
 const (
 	DefaultNeighborTimeout = 60 * time.Second
+	// DefaultMaxNeighbors bounds the neighbour table: Linux's gc_thresh3 (1024), with
+	// gc_thresh2 and gc_thresh1 at a half and an eighth (512, 128) as Linux has them.
+	DefaultMaxNeighbors = 1024
+	// DefaultMaxGroups bounds the multicast groups an interface joins or sends to.
+	DefaultMaxGroups = 1024
 	// rxRing is how many receive buffers stay posted.
 	rxRingLen = 512
 	// ctrlSlots are send buffers for ARP, ND and packets that waited for resolution.
@@ -178,11 +183,14 @@ type Interface struct {
 	retry     clock.Timer
 	backoff   time.Duration
 
-	nmu     sync.RWMutex
-	neigh   map[netip.Addr]*neighbor
-	waiters map[netip.Addr][]chan struct{} // Resolve calls waiting for an entry
-	ahs     map[wire.GID]*hca.AH           // unicast AHs by destination GID (the path cache)
-	dead    []*hca.AH                      // AHs replaced after a path change, destroyed on Close
+	nmu    sync.RWMutex
+	neigh  map[netip.Addr]*neighbor
+	lastGC time.Time // the neighbour table's last collection (neigh.go)
+
+	gcThresh1, gcThresh2, gcThresh3 int                            // neighbour table bounds (Config.MaxNeighbors)
+	waiters                         map[netip.Addr][]chan struct{} // Resolve calls waiting for an entry
+	ahs                             map[wire.GID]*hca.AH           // unicast AHs by destination GID (the path cache)
+	dead                            []*hca.AH                      // AHs replaced after a path change, destroyed on Close
 
 	mmu    sync.RWMutex
 	groups map[wire.GID]*group
@@ -226,6 +234,12 @@ func New(cfg Config) (*Interface, error) {
 	if cfg.NeighborTimeout <= 0 {
 		cfg.NeighborTimeout = DefaultNeighborTimeout
 	}
+	if cfg.MaxNeighbors <= 0 {
+		cfg.MaxNeighbors = DefaultMaxNeighbors
+	}
+	if cfg.MaxGroups <= 0 {
+		cfg.MaxGroups = DefaultMaxGroups
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = cfg.Port.Device().Clock()
 	}
@@ -241,9 +255,10 @@ func New(cfg Config) (*Interface, error) {
 		pkey:      cfg.PKey | 0x8000,
 		log:       cfg.Logger.With("ipoib", cfg.Name),
 		pkeyIndex: -1,
-		neigh:     make(map[netip.Addr]*neighbor),
-		ahs:       make(map[wire.GID]*hca.AH),
-		groups:    make(map[wire.GID]*group),
+		gcThresh1: max(1, cfg.MaxNeighbors/8), gcThresh2: max(1, cfg.MaxNeighbors/2), gcThresh3: cfg.MaxNeighbors,
+		neigh:  make(map[netip.Addr]*neighbor),
+		ahs:    make(map[wire.GID]*hca.AH),
+		groups: make(map[wire.GID]*group),
 	}
 	i.ctx, i.cancel = context.WithCancel(context.Background())
 	i.link.Store(&linkState{})

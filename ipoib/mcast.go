@@ -74,6 +74,19 @@ func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt
 	i.mmu.Lock()
 	g = i.groups[mgid]
 	if g == nil {
+		if len(i.groups) >= i.cfg.MaxGroups {
+			// Full: groups whose join failed and that nobody waits on make room.
+			for m, x := range i.groups {
+				if x.ah == nil && !x.busy && !x.wantFull() && x.joined == 0 {
+					delete(i.groups, m)
+				}
+			}
+		}
+		if len(i.groups) >= i.cfg.MaxGroups {
+			i.mmu.Unlock()
+			i.cnt.inc(cDropGroupOverflow)
+			return nil, false
+		}
 		g = &group{mgid: mgid, addr: addr}
 		i.groups[mgid] = g
 	}

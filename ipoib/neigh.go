@@ -97,6 +97,11 @@ func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []b
 	n := i.neigh[dst]
 	switch {
 	case n == nil:
+		if !i.admitLocked(now) {
+			i.nmu.Unlock()
+			i.cnt.inc(cDropNeighOverflow)
+			return
+		}
 		n = &neighbor{ip: dst, state: nudIncomplete, updated: now}
 		i.neigh[dst] = n
 		solicit = true
@@ -127,6 +132,65 @@ func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []b
 	}
 }
 
+// The neighbour table is bounded as Linux bounds its ARP and ND tables (neigh_alloc and
+// neigh_forced_gc, with net.ipv4.neigh.default.gc_thresh1/2/3 = 128/512/1024): at
+// gcThresh2 entries a garbage collection runs at most every 5 s, at gcThresh3 one runs
+// at once (at most every 100 ms), and a new entry that still finds the table full is
+// refused — its packet dropped and counted drop_neigh_overflow. The collection takes
+// FAILED entries and those neither REACHABLE nor resolving that have not been
+// confirmed for NeighborTimeout (gc_stale_time); it never takes an entry that is
+// resolving or in use, so traffic to real peers goes on while a scan of unresolvable
+// addresses fills the table.
+
+// admitLocked (under nmu) reports whether a new entry fits, collecting first if the
+// table is above its thresholds.
+func (i *Interface) admitLocked(now time.Time) bool {
+	n := len(i.neigh)
+	switch {
+	case n < i.gcThresh2:
+		return true
+	case n < i.gcThresh3:
+		if now.Sub(i.lastGC) >= 5*time.Second {
+			i.gcLocked(now)
+		}
+		return true
+	}
+	if now.Sub(i.lastGC) >= 100*time.Millisecond {
+		i.gcLocked(now)
+	}
+	return len(i.neigh) < i.gcThresh3
+}
+
+// gcLocked (under nmu) removes the collectable entries while the table is above
+// gcThresh1.
+func (i *Interface) gcLocked(now time.Time) {
+	i.lastGC = now
+	for _, n := range i.neigh {
+		if len(i.neigh) <= i.gcThresh1 {
+			return
+		}
+		switch {
+		case n.state == nudFailed,
+			n.state == nudStale && len(n.queue) == 0 && now.Sub(n.updated) >= i.cfg.NeighborTimeout,
+			n.state == nudReachable && now.Sub(n.updated) >= 2*i.cfg.NeighborTimeout:
+			i.forgetLocked(n)
+		}
+	}
+}
+
+// forgetLocked (under nmu) removes n from the table.
+func (i *Interface) forgetLocked(n *neighbor) {
+	if n.timer != nil {
+		n.timer.Stop()
+	}
+	if len(n.queue) > 0 {
+		i.cnt.add(cDropNoNeighbor, uint64(len(n.queue)))
+		n.queue = nil
+	}
+	delete(i.neigh, n.ip)
+	i.wakeResolvers(n.ip)
+}
+
 // armResolveTimer (under nmu) schedules the next retransmission for n.
 func (i *Interface) armResolveTimer(n *neighbor) {
 	ip := n.ip
@@ -145,6 +209,15 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 	now := i.clk.Now()
 	i.nmu.Lock()
 	n := i.neigh[ip]
+	if n != nil && n.state == nudFailed {
+		// A FAILED entry is collected once it has been unused for NeighborTimeout
+		// (Linux's gc_stale_time); a new packet for it would have restarted probing.
+		if now.Sub(n.updated) >= i.cfg.NeighborTimeout {
+			i.forgetLocked(n)
+		}
+		i.nmu.Unlock()
+		return
+	}
 	if n == nil || (n.state != nudIncomplete && n.state != nudStale) {
 		i.nmu.Unlock()
 		return
@@ -153,6 +226,7 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 		dropped := len(n.queue)
 		n.queue = nil
 		n.state, n.updated = nudFailed, now
+		n.timer.Reset(i.cfg.NeighborTimeout)
 		i.wakeResolvers(ip)
 		i.nmu.Unlock()
 		i.cnt.add(cDropARPTimeout, uint64(dropped))

@@ -124,6 +124,10 @@ type Interface struct {
 	Mode   string
 	Stack  string
 	MTU    int // 0: from the broadcast group (IB MTU − 4)
+	// MaxNeighbors bounds the neighbour table (Linux's gc_thresh3; 0 = 1024) and
+	// MaxGroups the multicast groups (0 = 1024).
+	MaxNeighbors int
+	MaxGroups    int
 }
 
 // HCA returns the HCA named name.

@@ -68,6 +68,8 @@ type fileInterface struct {
 	Mode      any `toml:"mode"`
 	Stack     any `toml:"stack"`
 	MTU       any `toml:"mtu"`
+	MaxNeigh  any `toml:"max_neighbors"`
+	MaxGroups any `toml:"max_groups"`
 }
 
 // Load reads and validates the file at path.
@@ -499,6 +501,10 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 			Stack:  p.str(field+".stack", fi.Stack, StackKernel),
 			MTU:    int(p.intIn(field+".mtu", fi.MTU, 0, 0, 65520)),
 			PKey:   DefaultPKey,
+			// Linux's gc_thresh3 and a like bound for the multicast groups; 0 is the
+			// default (1024 each).
+			MaxNeighbors: int(p.intIn(field+".max_neighbors", fi.MaxNeigh, 0, 8, 1<<20)),
+			MaxGroups:    int(p.intIn(field+".max_groups", fi.MaxGroups, 0, 8, 1<<20)),
 		}
 		if fi.PKey != nil {
 			it.PKey = p.pkey(field+".pkey", fi.PKey)

@@ -267,6 +267,7 @@ func (d *Daemon) addInterface(ic config.Interface) error {
 	ipo, err := d.backend.NewInterface(ipoib.Config{
 		Name: ic.Name, Port: port, PKey: ic.PKey, SA: client, Device: tdev,
 		Mode: ipoib.Datagram, Addrs: addrs, Logger: d.log,
+		MaxNeighbors: ic.MaxNeighbors, MaxGroups: ic.MaxGroups,
 		OnState: func(st ipoib.State) {
 			// An interface down for an IB reason (port not active, P_Key not in the
 			// table, group not joined) has no carrier: NO-CARRIER in `ip link`, and
