@@ -140,6 +140,17 @@ func (s *addrSet) isBroadcast(a [4]byte) bool {
 
 // Interface is one IPoIB interface (ib0, ib0.8001): a UD QP on an HCA port in a
 // partition, and a tun.Device on the IP side.
+//
+// Locks, in the order they may be taken (a lock is never taken while one after it is
+// held):
+//
+//	ctrlMu  bring-up, take-down, joins (control loop; SetAdminUp)
+//	mmu     the multicast groups
+//	nmu     the neighbour table, the path cache, the dead AHs, Resolve's waiters
+//	jobs.mu, snd.mu, sweepMu → rxMu   leaves: nothing else is taken under them
+//
+// The data path takes only nmu and mmu for reading (a map lookup) and snd.mu; it never
+// waits for ctrlMu. Packets go out after the table locks are released (sendQueued).
 type Interface struct {
 	cfg  Config
 	log  *slog.Logger
