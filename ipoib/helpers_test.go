@@ -152,6 +152,12 @@ func (tf *testFabric) ifaceWith(t testing.TB, i int, dev tun.Device, cfg ipoib.C
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The SA answers a join before the SM has programmed the group's MFT entry (as
+	// OpenSM does; ARP's retransmission covers it, on a clock these tests hold still):
+	// a heavy sweep's end means every group's forwarding is in place.
+	if tf.sm != nil {
+		<-tf.sm.Resweep()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ifc.Run(ctx) }()
