@@ -487,9 +487,30 @@ func (i *Interface) pathAH(gid wire.GID) (*hca.AH, error) {
 		_ = ah.Destroy()
 		return old, nil
 	}
+	if len(i.ahs) >= i.gcThresh3 {
+		i.trimPathsLocked()
+	}
 	i.ahs[gid] = ah
 	i.nmu.Unlock()
 	return ah, nil
+}
+
+// trimPathsLocked (under nmu) bounds the path cache as the neighbour table is bounded:
+// the AHs no neighbour entry uses go (destroyed on Close, as the transmit path may still
+// hold one).
+func (i *Interface) trimPathsLocked() {
+	used := make(map[wire.GID]bool, len(i.neigh))
+	for _, n := range i.neigh {
+		if n.ah != nil {
+			used[n.hw.GID()] = true
+		}
+	}
+	for gid, ah := range i.ahs {
+		if !used[gid] {
+			i.dead = append(i.dead, ah)
+			delete(i.ahs, gid)
+		}
+	}
 }
 
 // flushPaths forgets every AH (after an SM or LID change): the next packet to each

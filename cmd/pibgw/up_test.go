@@ -107,3 +107,44 @@ func TestListenControlStale(t *testing.T) {
 		t.Errorf("regular file: %v", err)
 	}
 }
+
+// Under systemd (Type=notify) the daemon says READY=1 once the fabric and the control
+// socket are up, and STOPPING=1 when it stops (sd_notify(3), through $NOTIFY_SOCKET).
+func TestUpNotifiesSystemd(t *testing.T) {
+	dir := t.TempDir()
+	ns, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: filepath.Join(dir, "notify"), Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	t.Setenv("NOTIFY_SOCKET", filepath.Join(dir, "notify"))
+	cfg := config.Default()
+	for i := range cfg.Interfaces {
+		cfg.Interfaces[i].Stack = config.StackUserspace
+	}
+	cfg.Daemon.Control = filepath.Join(dir, "run", "pibgw.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- up(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	read := func() string {
+		t.Helper()
+		ns.SetReadDeadline(time.Now().Add(20 * time.Second))
+		b := make([]byte, 512)
+		n, err := ns.Read(b)
+		if err != nil {
+			t.Fatalf("no notification: %v", err)
+		}
+		return string(b[:n])
+	}
+	ready := read()
+	if !strings.HasPrefix(ready, "READY=1\n") || !control.NewClient(cfg.Daemon.Control).Alive(context.Background()) {
+		t.Errorf("first notification %q (or the socket did not answer after it)", ready)
+	}
+	cancel()
+	if got := read(); got != "STOPPING=1" {
+		t.Errorf("at stop: %q", got)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
