@@ -16,12 +16,12 @@ const reasonAdminDown = "administratively down"
 // at the SA, detaches the QP and forgets the neighbours; up joins again and, once up,
 // announces the interface's addresses.
 func (i *Interface) SetAdminUp(up bool) {
-	i.ctrlMu.Lock()
-	defer i.ctrlMu.Unlock()
-	if i.closed.Load() || i.adminDown.Load() == !up {
+	i.ctl.mu.Lock()
+	defer i.ctl.mu.Unlock()
+	if i.closed.Load() || i.ctl.adminDown.Load() == !up {
 		return
 	}
-	i.adminDown.Store(!up)
+	i.ctl.adminDown.Store(!up)
 	if !up {
 		i.takeDown(reasonAdminDown, true)
 		return
@@ -30,7 +30,7 @@ func (i *Interface) SetAdminUp(up bool) {
 }
 
 // AdminUp reports the administrative state SetAdminUp last set (up at creation).
-func (i *Interface) AdminUp() bool { return !i.adminDown.Load() }
+func (i *Interface) AdminUp() bool { return !i.ctl.adminDown.Load() }
 
 // announce sends a gratuitous ARP for each IPv4 address and an unsolicited neighbour
 // advertisement (override set, to all nodes) for each IPv6 one (RFC 5227 §3, RFC 4861
@@ -56,7 +56,7 @@ func (i *Interface) announce(only []netip.Prefix) {
 		seen[a] = true
 		if a.Is4() {
 			var b [arpLen]byte
-			if ls.bcastAH != nil && i.snd.send(ls.bcastAH, MulticastQPN, ls.qkey, EtherTypeARP,
+			if ls.bcastAH != nil && i.txp.snd.send(ls.bcastAH, MulticastQPN, ls.qkey, EtherTypeARP,
 				buildARP(b[:], arpOpRequest, ls.hw, a, HWAddr{}, a)) {
 				i.cnt.inc(cTxAnnounce)
 				i.cnt.inc(cTxMulticast) // to the broadcast group

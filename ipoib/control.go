@@ -63,7 +63,7 @@ func (i *Interface) controlLoop() {
 	defer i.wg.Done()
 	var buf []func()
 	for {
-		buf = i.jobs.take(buf)
+		buf = i.ctl.jobs.take(buf)
 		if buf == nil {
 			return
 		}

@@ -21,7 +21,7 @@ type ctrlPacket struct {
 func (i *Interface) queueControl(etype uint16, payload []byte) {
 	p := ctrlPacket{etype: etype, pkt: append([]byte(nil), payload...)}
 	select {
-	case i.ctrlRx <- p:
+	case i.ctl.rx <- p:
 	default:
 		i.cnt.inc(cDropCtrlOverflow)
 	}
@@ -34,7 +34,7 @@ func (i *Interface) controlReceiver() {
 		select {
 		case <-i.ctx.Done():
 			return
-		case p := <-i.ctrlRx:
+		case p := <-i.ctl.rx:
 			ls := i.link.Load()
 			if !ls.up {
 				i.cnt.inc(cDropDown)

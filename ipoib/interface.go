@@ -139,18 +139,25 @@ func (s *addrSet) isBroadcast(a [4]byte) bool {
 }
 
 // Interface is one IPoIB interface (ib0, ib0.8001): a UD QP on an HCA port in a
-// partition, and a tun.Device on the IP side.
+// partition, and a tun.Device on the IP side. Its state is in parts with one job each:
+//
+//	txp  the transmit path (transmit.go's types): rings, sender, offload segmentation
+//	rxp  the receive path: the receive ring, the drain and sweep, GRO
+//	ctl  control: bring-up and take-down, the join/leave jobs, ARP/ND handling queue
+//	nb   the neighbour table and the path cache (neigh.go)
+//	mc   the multicast groups (mcast.go)
 //
 // Locks, in the order they may be taken (a lock is never taken while one after it is
 // held):
 //
-//	ctrlMu  bring-up, take-down, joins (control loop; SetAdminUp)
-//	mmu     the multicast groups
-//	nmu     the neighbour table, the path cache, the dead AHs, Resolve's waiters
-//	jobs.mu, snd.mu, sweepMu → rxMu   leaves: nothing else is taken under them
+//	ctl.mu   bring-up, take-down, joins (control loop; SetAdminUp)
+//	mc.mu    the multicast groups
+//	nb.mu    the neighbour table, the path cache, the dead AHs, Resolve's waiters
+//	ctl.jobs.mu, txp.snd.mu, rxp.sweepMu → rxp.mu   leaves: nothing else under them
 //
-// The data path takes only nmu and mmu for reading (a map lookup) and snd.mu; it never
-// waits for ctrlMu. Packets go out after the table locks are released (sendQueued).
+// The data path takes only nb.mu and mc.mu for reading (a map lookup) and txp.snd.mu; it
+// never waits for ctl.mu. Packets go out after the table locks are released
+// (sendQueued).
 type Interface struct {
 	cfg  Config
 	log  *slog.Logger
@@ -163,51 +170,21 @@ type Interface struct {
 	hctx           *hca.Context
 	pd             *hca.PD
 	sendCh, recvCh *hca.CompChannel
-	rxMu           sync.Mutex // one receive path at a time (handler or sweep)
-	rxDrains       atomic.Uint64
-	sweepMu        sync.Mutex  // guards the two below; held while a sweep runs
-	sweepTimer     clock.Timer // the receive sweep (see sweep), armed by Run
-	sweepDrains    uint64      // rxDrains at the last sweep
 	scq, rcq       *hca.CQ
 	qp             *hca.QP
 	qpn            uint32
 
-	tx  txRing
-	rx  rxRing
-	snd sender
-	// off is the device's offload side when it has one (see offload.go); gtx and gro
-	// are that path's transmit buffers and receive merge state.
-	off tun.Offloader
-	gtx gsoRing
-	gro groState
+	txp transmitPath
+	rxp receivePath
+	ctl control
+	nb  neighTable
+	mc  groupTable
 
-	link      atomic.Pointer[linkState]
-	addrs     atomic.Pointer[addrSet]
-	routes    atomic.Pointer[routeTable] // gateways (SetRoutes); nil when there are none
-	state     atomic.Pointer[State]
-	mtu       atomic.Int32
-	adminDown atomic.Bool // the IP side is set down (SetAdminUp)
-
-	// ctrlMu serialises bring-up, take-down and joins; the data path never takes it.
-	ctrlMu    sync.Mutex
-	pkeyIndex int // -1 while the QP is in RESET
-	retry     clock.Timer
-	backoff   time.Duration
-
-	nmu    sync.RWMutex
-	neigh  map[netip.Addr]*neighbor
-	lastGC time.Time // the neighbour table's last collection (neigh.go)
-
-	gcThresh1, gcThresh2, gcThresh3 int                            // neighbour table bounds (Config.MaxNeighbors)
-	waiters                         map[netip.Addr][]chan struct{} // Resolve calls waiting for an entry
-	ahs                             map[wire.GID]*hca.AH           // unicast AHs by destination GID (the path cache)
-	dead                            []*hca.AH                      // AHs replaced after a path change, destroyed on Close
-
-	mmu    sync.RWMutex
-	groups map[wire.GID]*group
-
-	jobs   jobQueue
-	ctrlRx chan ctrlPacket // received ARP/ND for controlReceiver (ctrlrx.go)
+	link   atomic.Pointer[linkState]
+	addrs  atomic.Pointer[addrSet]
+	routes atomic.Pointer[routeTable] // gateways (SetRoutes); nil when there are none
+	state  atomic.Pointer[State]
+	mtu    atomic.Int32
 
 	cnt counters
 
@@ -263,13 +240,14 @@ func New(cfg Config) (*Interface, error) {
 	cfg.Addrs = slices.Clone(cfg.Addrs)
 	i := &Interface{
 		cfg: cfg, clk: cfg.Clock, port: cfg.Port, sa: cfg.SA, dev: cfg.Device,
-		pkey:      cfg.PKey | 0x8000,
-		log:       cfg.Logger.With("ipoib", cfg.Name),
-		pkeyIndex: -1,
-		gcThresh1: max(1, cfg.MaxNeighbors/8), gcThresh2: max(1, cfg.MaxNeighbors/2), gcThresh3: cfg.MaxNeighbors,
-		neigh:  make(map[netip.Addr]*neighbor),
-		ahs:    make(map[wire.GID]*hca.AH),
-		groups: make(map[wire.GID]*group),
+		pkey: cfg.PKey | 0x8000,
+		log:  cfg.Logger.With("ipoib", cfg.Name),
+		ctl:  control{pkeyIndex: -1},
+		nb: neighTable{
+			m: make(map[netip.Addr]*neighbor), ahs: make(map[wire.GID]*hca.AH),
+			thresh1: max(1, cfg.MaxNeighbors/8), thresh2: max(1, cfg.MaxNeighbors/2), thresh3: cfg.MaxNeighbors,
+		},
+		mc: groupTable{m: make(map[wire.GID]*group)},
 	}
 	i.ctx, i.cancel = context.WithCancel(context.Background())
 	i.link.Store(&linkState{})
@@ -279,15 +257,15 @@ func New(cfg Config) (*Interface, error) {
 		i.destroyVerbs()
 		return nil, err
 	}
-	i.jobs.init()
-	i.ctrlRx = make(chan ctrlPacket, ctrlRxLen)
+	i.ctl.jobs.init()
+	i.ctl.rx = make(chan ctrlPacket, ctrlRxLen)
 	i.wg.Add(3)
 	go i.controlLoop()
 	go i.controlReceiver()
 	go i.watchEvents()
-	i.ctrlMu.Lock()
+	i.ctl.mu.Lock()
 	i.bringUp(true)
-	i.ctrlMu.Unlock()
+	i.ctl.mu.Unlock()
 	return i, nil
 }
 
@@ -313,61 +291,61 @@ func (i *Interface) setupVerbs() error {
 	}
 	i.rcq.SetCompHandler(i.onCompletions)
 	if o, ok := i.dev.(tun.Offloader); ok && o.Offloads() {
-		i.off = o
+		i.txp.off = o
 	}
 	i.qp, err = i.pd.CreateQP(hca.QPInitAttr{
 		SendCQ: i.scq, RecvCQ: i.rcq, QPType: hca.QPTypeUD,
 		Cap:           hca.QPCap{MaxSendWR: uint32(sq), MaxRecvWR: rxRingLen, MaxSendSGE: 2, MaxRecvSGE: 1},
-		IPCsumPartial: i.off != nil,
+		IPCsumPartial: i.txp.off != nil,
 	})
 	if err != nil {
 		return err
 	}
 	i.qpn = i.qp.Num()
-	if i.off != nil {
-		if err := i.gtx.init(i.pd, batch); err != nil {
+	if i.txp.off != nil {
+		if err := i.txp.gtx.init(i.pd, batch); err != nil {
 			return err
 		}
-	} else if err := i.tx.init(i.pd, batch); err != nil {
+	} else if err := i.txp.ring.init(i.pd, batch); err != nil {
 		return err
 	}
-	if err := i.rx.init(i.pd, rxRingLen); err != nil {
+	if err := i.rxp.ring.init(i.pd, rxRingLen); err != nil {
 		return err
 	}
-	return i.snd.init(i, ctrlSlots)
+	return i.txp.snd.init(i, ctrlSlots)
 }
 
 func (i *Interface) destroyVerbs() {
 	if i.qp != nil {
 		_ = i.qp.Destroy()
 	}
-	i.tx.free()
-	i.gtx.free()
-	i.rx.free()
-	i.snd.free()
+	i.txp.ring.free()
+	i.txp.gtx.free()
+	i.rxp.ring.free()
+	i.txp.snd.free()
 	if i.scq != nil {
 		_ = i.scq.Destroy()
 	}
 	if i.rcq != nil {
 		_ = i.rcq.Destroy()
 	}
-	i.nmu.Lock()
-	for _, ah := range i.ahs {
+	i.nb.mu.Lock()
+	for _, ah := range i.nb.ahs {
 		_ = ah.Destroy()
 	}
-	for _, ah := range i.dead {
+	for _, ah := range i.nb.dead {
 		_ = ah.Destroy()
 	}
-	i.ahs, i.dead = map[wire.GID]*hca.AH{}, nil
-	i.nmu.Unlock()
-	i.mmu.Lock()
-	for _, g := range i.groups {
+	i.nb.ahs, i.nb.dead = map[wire.GID]*hca.AH{}, nil
+	i.nb.mu.Unlock()
+	i.mc.mu.Lock()
+	for _, g := range i.mc.m {
 		if g.ah != nil {
 			_ = g.ah.Destroy()
 			g.ah = nil
 		}
 	}
-	i.mmu.Unlock()
+	i.mc.mu.Unlock()
 	if ls := i.link.Load(); ls.bcastAH != nil {
 		_ = ls.bcastAH.Destroy()
 	}
@@ -395,7 +373,7 @@ func (i *Interface) Run(ctx context.Context) error {
 	i.wg.Add(1)
 	go func() {
 		defer i.wg.Done()
-		if i.off != nil {
+		if i.txp.off != nil {
 			errc <- i.txLoopGSO()
 		} else {
 			errc <- i.txLoop()
@@ -432,26 +410,26 @@ func (i *Interface) Close() error {
 		if i.rcq != nil {
 			i.rcq.SetCompHandler(nil)
 		}
-		i.ctrlMu.Lock()
-		if i.retry != nil {
-			i.retry.Stop()
+		i.ctl.mu.Lock()
+		if i.ctl.retry != nil {
+			i.ctl.retry.Stop()
 		}
 		i.takeDown("closed", true)
-		i.ctrlMu.Unlock()
+		i.ctl.mu.Unlock()
 		i.cancel()
 		i.stopSweep()
 		_ = i.dev.Close()
-		i.jobs.close()
-		i.snd.wake()
+		i.ctl.jobs.close()
+		i.txp.snd.wake()
 		i.wg.Wait()
-		i.nmu.Lock()
-		for ip, n := range i.neigh {
+		i.nb.mu.Lock()
+		for ip, n := range i.nb.m {
 			if n.timer != nil {
 				n.timer.Stop()
 			}
-			i.wakeResolvers(ip)
+			i.nb.wake(ip)
 		}
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		i.destroyVerbs()
 	})
 	return nil
@@ -471,7 +449,7 @@ func (i *Interface) setState(up bool, reason string) {
 		i.log.Info("interface up", "mtu", i.mtu.Load(), "qpn", fmt.Sprintf("%#x", i.qpn), "pkey", fmt.Sprintf("%#04x", i.pkey))
 		// Peers may hold an old hardware address for ours (a re-created child has a
 		// new QPN): tell them.
-		i.jobs.push(func() { i.announce(nil) })
+		i.ctl.jobs.push(func() { i.announce(nil) })
 	} else if old != nil && old.Up {
 		i.log.Info("interface down", "reason", reason)
 	}
@@ -536,10 +514,10 @@ func (i *Interface) SetAddrs(addrs []netip.Prefix) {
 			added = append(added, p)
 		}
 	}
-	i.jobs.push(func() {
-		i.ctrlMu.Lock()
+	i.ctl.jobs.push(func() {
+		i.ctl.mu.Lock()
 		i.syncOwnGroups()
-		i.ctrlMu.Unlock()
+		i.ctl.mu.Unlock()
 		if len(added) > 0 {
 			i.announce(added) // as the kernel announces an address added to a link
 		}
@@ -560,16 +538,16 @@ func (i *Interface) watchEvents() {
 			}
 			switch ev.Type {
 			case hca.EventPKeyChange:
-				i.jobs.push(func() { i.kick(false) })
+				i.ctl.jobs.push(func() { i.kick(false) })
 			case hca.EventPortErr:
-				i.jobs.push(func() {
-					i.ctrlMu.Lock()
+				i.ctl.jobs.push(func() {
+					i.ctl.mu.Lock()
 					i.takeDown("port not active", false)
-					i.ctrlMu.Unlock()
+					i.ctl.mu.Unlock()
 				})
 			case hca.EventPortActive, hca.EventLIDChange, hca.EventSMChange,
 				hca.EventClientReregister, hca.EventGIDChange:
-				i.jobs.push(func() {
+				i.ctl.jobs.push(func() {
 					i.flushPaths()
 					i.kick(true)
 				})
@@ -580,8 +558,8 @@ func (i *Interface) watchEvents() {
 
 // kick re-evaluates the link: up if it can be, down if it must be.
 func (i *Interface) kick(rejoin bool) {
-	i.ctrlMu.Lock()
-	defer i.ctrlMu.Unlock()
+	i.ctl.mu.Lock()
+	defer i.ctl.mu.Unlock()
 	if i.closed.Load() {
 		return
 	}
@@ -590,15 +568,15 @@ func (i *Interface) kick(rejoin bool) {
 
 // scheduleRetry arms the back-off timer for a failed bring-up.
 func (i *Interface) scheduleRetry() {
-	if i.backoff == 0 {
-		i.backoff = retryJoin
+	if i.ctl.backoff == 0 {
+		i.ctl.backoff = retryJoin
 	} else {
-		i.backoff = min(2*i.backoff, time.Minute)
+		i.ctl.backoff = min(2*i.ctl.backoff, time.Minute)
 	}
-	if i.retry == nil {
-		i.retry = i.clk.AfterFunc(i.backoff, func() { i.jobs.push(func() { i.kick(true) }) })
+	if i.ctl.retry == nil {
+		i.ctl.retry = i.clk.AfterFunc(i.ctl.backoff, func() { i.ctl.jobs.push(func() { i.kick(true) }) })
 	} else {
-		i.retry.Reset(i.backoff)
+		i.ctl.retry.Reset(i.ctl.backoff)
 	}
 }
 
@@ -611,11 +589,11 @@ func (i *Interface) findPKey() int {
 	return i.port.FindPKey(i.pkey & 0x7FFF)
 }
 
-// bringUp (under ctrlMu) joins the broadcast group and readies the QP. rejoin asks for
+// bringUp (under ctl.mu) joins the broadcast group and readies the QP. rejoin asks for
 // a new join even if the interface is up (the SA may have lost its state).
 func (i *Interface) bringUp(rejoin bool) {
 	ls := i.link.Load()
-	if i.adminDown.Load() {
+	if i.ctl.adminDown.Load() {
 		i.takeDown(reasonAdminDown, false)
 		return
 	}
@@ -628,7 +606,7 @@ func (i *Interface) bringUp(rejoin bool) {
 		i.takeDown(fmt.Sprintf("P_Key %#04x not in the port's table", i.pkey), false)
 		return
 	}
-	if ls.up && !rejoin && idx == i.pkeyIndex && ls.lid == i.port.LID() {
+	if ls.up && !rejoin && idx == i.ctl.pkeyIndex && ls.lid == i.port.LID() {
 		return
 	}
 	mgid := BroadcastMGID(i.pkey)
@@ -662,9 +640,9 @@ func (i *Interface) bringUp(rejoin bool) {
 			return
 		}
 		if ls.bcastAH != nil {
-			i.nmu.Lock()
-			i.dead = append(i.dead, ls.bcastAH)
-			i.nmu.Unlock()
+			i.nb.mu.Lock()
+			i.nb.dead = append(i.nb.dead, ls.bcastAH)
+			i.nb.mu.Unlock()
 		}
 	}
 	mtu := hca.MTU(g.MTU).Bytes()
@@ -680,7 +658,7 @@ func (i *Interface) bringUp(rejoin bool) {
 			i.log.Warn("setting the MTU on the IP side", "mtu", mtu-HeaderLen, "err", err)
 		}
 	}
-	i.backoff = 0
+	i.ctl.backoff = 0
 	i.link.Store(&linkState{
 		up: true, qkey: g.QKey, ibMTU: mtu, bcastAH: ah, bcast: g.MGID, mlid: g.MLID,
 		group: g, lid: i.port.LID(), hw: i.HWAddr(),
@@ -707,7 +685,7 @@ func (i *Interface) readyQP(idx int, qkey uint32) error {
 		if err := i.qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrQKey); err != nil {
 			return err
 		}
-		if err := i.rx.postAll(i.qp); err != nil {
+		if err := i.rxp.ring.postAll(i.qp); err != nil {
 			return err
 		}
 		a = hca.QPAttr{QPState: hca.QPStateRTR}
@@ -718,7 +696,7 @@ func (i *Interface) readyQP(idx int, qkey uint32) error {
 		if err := i.qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN); err != nil {
 			return err
 		}
-		i.pkeyIndex = idx
+		i.ctl.pkeyIndex = idx
 		return nil
 	case hca.QPStateSQE:
 		a := hca.QPAttr{QPState: hca.QPStateRTS}
@@ -726,7 +704,7 @@ func (i *Interface) readyQP(idx int, qkey uint32) error {
 			return err
 		}
 	}
-	if idx != i.pkeyIndex {
+	if idx != i.ctl.pkeyIndex {
 		// The P_Key moved in the table: the index changes in SQD (IBA 10.3.1).
 		a := hca.QPAttr{QPState: hca.QPStateSQD}
 		if err := i.qp.Modify(&a, hca.QPAttrState); err != nil {
@@ -740,7 +718,7 @@ func (i *Interface) readyQP(idx int, qkey uint32) error {
 		if err := i.qp.Modify(&a, hca.QPAttrState); err != nil {
 			return err
 		}
-		i.pkeyIndex = idx
+		i.ctl.pkeyIndex = idx
 	}
 	if i.qp.QKey() != qkey {
 		a := hca.QPAttr{QPState: hca.QPStateRTS, QKey: qkey}
@@ -751,7 +729,7 @@ func (i *Interface) readyQP(idx int, qkey uint32) error {
 	return nil
 }
 
-// takeDown (under ctrlMu) marks the link down: the data path drops, multicast
+// takeDown (under ctl.mu) marks the link down: the data path drops, multicast
 // attachments go, neighbours are forgotten. leave also leaves the groups at the SA
 // (on Close; when the P_Key went away the SA has dropped us anyway).
 func (i *Interface) takeDown(reason string, leave bool) {
@@ -768,4 +746,56 @@ func (i *Interface) takeDown(reason string, leave bool) {
 		i.flushNeighbors()
 	}
 	i.setState(false, reason)
+}
+
+// transmitPath is what moves packets from the device to the QP.
+type transmitPath struct {
+	ring txRing // batched reads of devices without offloads
+	snd  sender // control slots (ARP, ND, queued packets) and completion reaping
+	// off is the device's offload side when it has one (see offload.go); gtx is that
+	// path's transmit buffers.
+	off tun.Offloader
+	gtx gsoRing
+}
+
+// receivePath is what moves packets from the QP to the device.
+type receivePath struct {
+	mu          sync.Mutex // one receive path at a time (handler or sweep)
+	drains      atomic.Uint64
+	sweepMu     sync.Mutex  // guards the two below; held while a sweep runs
+	sweepTimer  clock.Timer // the receive sweep (see sweep), armed by Run
+	sweepDrains uint64      // drains at the last sweep
+	ring        rxRing
+	gro         groState // merge state of the offload path
+}
+
+// control is the interface's slow path: bring-up, joins and leaves (the jobs, run one
+// at a time by the control loop), and received ARP/ND (controlReceiver).
+type control struct {
+	mu        sync.Mutex // serialises bring-up, take-down and joins; the data path never takes it
+	pkeyIndex int        // -1 while the QP is in RESET
+	retry     clock.Timer
+	backoff   time.Duration
+	adminDown atomic.Bool // the IP side is set down (SetAdminUp)
+	jobs      jobQueue
+	rx        chan ctrlPacket // received ARP/ND for controlReceiver (ctrlrx.go)
+}
+
+// neighTable is the neighbour cache and the path cache, bounded (neigh.go).
+type neighTable struct {
+	mu      sync.RWMutex
+	m       map[netip.Addr]*neighbor
+	lastGC  time.Time // the last collection
+	thresh1 int       // gc_thresh1, 2, 3 (Config.MaxNeighbors)
+	thresh2 int
+	thresh3 int
+	waiters map[netip.Addr][]chan struct{} // Resolve calls waiting for an entry
+	ahs     map[wire.GID]*hca.AH           // unicast AHs by destination GID (the path cache)
+	dead    []*hca.AH                      // AHs replaced after a path change, destroyed on Close
+}
+
+// groupTable is the interface's multicast groups (mcast.go).
+type groupTable struct {
+	mu sync.RWMutex
+	m  map[wire.GID]*group
 }

@@ -62,41 +62,26 @@ func (g *group) wantFull() bool { return g.report || g.own }
 // groupAHFor returns the AH of a group to send pkt to, or queues pkt and joins the
 // group send-only.
 func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt []byte, partial bool) (*hca.AH, bool) {
-	i.mmu.RLock()
-	g := i.groups[mgid]
-	if g != nil && g.ah != nil {
-		ah := g.ah
-		i.mmu.RUnlock()
+	if ah := i.mc.ah(mgid); ah != nil {
 		return ah, true
 	}
-	i.mmu.RUnlock()
 	now := i.clk.Now()
-	i.mmu.Lock()
-	g = i.groups[mgid]
+	i.mc.mu.Lock()
+	g := i.mc.m[mgid]
 	if g == nil {
-		if len(i.groups) >= i.cfg.MaxGroups {
-			// Full: groups whose join failed and that nobody waits on make room.
-			for m, x := range i.groups {
-				if x.ah == nil && !x.busy && !x.wantFull() && x.joined == 0 {
-					delete(i.groups, m)
-				}
-			}
-		}
-		if len(i.groups) >= i.cfg.MaxGroups {
-			i.mmu.Unlock()
+		if g = i.mc.add(mgid, addr, i.cfg.MaxGroups); g == nil {
+			i.mc.mu.Unlock()
 			i.cnt.inc(cDropGroupOverflow)
 			return nil, false
 		}
-		g = &group{mgid: mgid, addr: addr}
-		i.groups[mgid] = g
 	}
 	if g.ah != nil {
 		ah := g.ah
-		i.mmu.Unlock()
+		i.mc.mu.Unlock()
 		return ah, true
 	}
 	if !g.failedAt.IsZero() && now.Sub(g.failedAt) < joinRetry && !g.busy {
-		i.mmu.Unlock()
+		i.mc.mu.Unlock()
 		i.cnt.inc(cDropNoGroup)
 		return nil, false
 	}
@@ -107,25 +92,53 @@ func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt
 	}
 	start := !g.busy
 	g.busy = true
-	i.mmu.Unlock()
+	i.mc.mu.Unlock()
 	if start {
-		i.jobs.push(func() {
-			i.ctrlMu.Lock()
-			defer i.ctrlMu.Unlock()
+		i.ctl.jobs.push(func() {
+			i.ctl.mu.Lock()
+			defer i.ctl.mu.Unlock()
 			i.joinGroup(mgid)
 		})
 	}
 	return nil, false
 }
 
-// joinGroup (control loop, under ctrlMu) brings the SA membership and the QP attachment
+// ah is the transmit path's lookup: the AH of a joined group, or nil.
+func (t *groupTable) ah(mgid wire.GID) *hca.AH {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if g := t.m[mgid]; g != nil {
+		return g.ah
+	}
+	return nil
+}
+
+// add (under mu) makes a group entry, or returns nil when the table holds max groups
+// even after the failed ones that nobody waits on made room.
+func (t *groupTable) add(mgid wire.GID, addr netip.Addr, max int) *group {
+	if len(t.m) >= max {
+		for m, x := range t.m {
+			if x.ah == nil && !x.busy && !x.wantFull() && x.joined == 0 {
+				delete(t.m, m)
+			}
+		}
+		if len(t.m) >= max {
+			return nil
+		}
+	}
+	g := &group{mgid: mgid, addr: addr}
+	t.m[mgid] = g
+	return g
+}
+
+// joinGroup (control loop, under ctl.mu) brings the SA membership and the QP attachment
 // of a group in line with what we want of it.
 func (i *Interface) joinGroup(mgid wire.GID) {
 	ls := i.link.Load()
-	i.mmu.Lock()
-	g := i.groups[mgid]
+	i.mc.mu.Lock()
+	g := i.mc.m[mgid]
 	if g == nil {
-		i.mmu.Unlock()
+		i.mc.mu.Unlock()
 		return
 	}
 	want := uint8(0)
@@ -139,7 +152,7 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 		want = wire.JoinSendOnlyFullMember
 	}
 	joined, attached := g.joined, g.attached
-	i.mmu.Unlock()
+	i.mc.mu.Unlock()
 
 	var err error
 	var rec sa.MCGroup
@@ -175,10 +188,10 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 		ah, err = i.pd.CreateAH(i.groupAH(rec))
 	}
 
-	i.mmu.Lock()
-	g = i.groups[mgid]
+	i.mc.mu.Lock()
+	g = i.mc.m[mgid]
 	if g == nil {
-		i.mmu.Unlock()
+		i.mc.mu.Unlock()
 		return
 	}
 	g.busy = false
@@ -200,27 +213,27 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 			old := g.ah
 			g.ah = ah
 			if old != nil {
-				i.nmu.Lock()
-				i.dead = append(i.dead, old)
-				i.nmu.Unlock()
+				i.nb.mu.Lock()
+				i.nb.dead = append(i.nb.dead, old)
+				i.nb.mu.Unlock()
 			}
 		}
 		if joined == 0 {
 			if g.ah != nil {
-				i.nmu.Lock()
-				i.dead = append(i.dead, g.ah)
-				i.nmu.Unlock()
+				i.nb.mu.Lock()
+				i.nb.dead = append(i.nb.dead, g.ah)
+				i.nb.mu.Unlock()
 			}
-			delete(i.groups, mgid)
+			delete(i.mc.m, mgid)
 		} else {
 			flush, g.queue = g.queue, nil
 		}
 	}
 	ah = g.ah
-	i.mmu.Unlock()
+	i.mc.mu.Unlock()
 	for _, q := range flush {
 		i.cnt.inc(cTxMulticast)
-		i.snd.send(ah, MulticastQPN, ls.qkey, q.etype, q.pkt)
+		i.txp.snd.send(ah, MulticastQPN, ls.qkey, q.etype, q.pkt)
 	}
 }
 
@@ -262,15 +275,15 @@ func (i *Interface) setFull(addr netip.Addr, report, own *bool) {
 	} else {
 		mgid = MGIDForIPv6(addr, i.pkey, scopeLinkLocal)
 	}
-	i.mmu.Lock()
-	g := i.groups[mgid]
+	i.mc.mu.Lock()
+	g := i.mc.m[mgid]
 	if g == nil {
 		if (report == nil || !*report) && (own == nil || !*own) {
-			i.mmu.Unlock()
+			i.mc.mu.Unlock()
 			return
 		}
 		g = &group{mgid: mgid, addr: addr}
-		i.groups[mgid] = g
+		i.mc.m[mgid] = g
 	}
 	before := g.wantFull()
 	if report != nil {
@@ -284,11 +297,11 @@ func (i *Interface) setFull(addr netip.Addr, report, own *bool) {
 	if start {
 		g.busy = true
 	}
-	i.mmu.Unlock()
+	i.mc.mu.Unlock()
 	if start {
-		i.jobs.push(func() {
-			i.ctrlMu.Lock()
-			defer i.ctrlMu.Unlock()
+		i.ctl.jobs.push(func() {
+			i.ctl.mu.Lock()
+			defer i.ctl.mu.Unlock()
 			i.joinGroup(mgid)
 		})
 	}
@@ -382,7 +395,7 @@ func (i *Interface) applyRecord(addr netip.Addr, typ byte, srcs int) {
 	}
 }
 
-// syncOwnGroups (under ctrlMu) joins the IPv6 all-nodes group and the solicited-node
+// syncOwnGroups (under ctl.mu) joins the IPv6 all-nodes group and the solicited-node
 // groups of our IPv6 addresses, and leaves those of addresses we no longer have.
 func (i *Interface) syncOwnGroups() {
 	if !i.link.Load().up {
@@ -396,14 +409,14 @@ func (i *Interface) syncOwnGroups() {
 		}
 	}
 	yes, no := true, false
-	i.mmu.RLock()
+	i.mc.mu.RLock()
 	var drop []netip.Addr
-	for _, g := range i.groups {
+	for _, g := range i.mc.m {
 		if g.own && !want[g.addr] {
 			drop = append(drop, g.addr)
 		}
 	}
-	i.mmu.RUnlock()
+	i.mc.mu.RUnlock()
 	for _, a := range drop {
 		i.setFull(a, nil, &no)
 	}
@@ -412,37 +425,37 @@ func (i *Interface) syncOwnGroups() {
 	}
 }
 
-// rejoinGroups (under ctrlMu) joins again every group we are a member of (after the
+// rejoinGroups (under ctl.mu) joins again every group we are a member of (after the
 // link came up or the SM changed).
 func (i *Interface) rejoinGroups() {
-	i.mmu.Lock()
+	i.mc.mu.Lock()
 	var mgids []wire.GID
-	for mgid, g := range i.groups {
+	for mgid, g := range i.mc.m {
 		if g.wantFull() && !g.busy {
 			g.joined, g.attached = 0, false
 			g.busy = true
 			mgids = append(mgids, mgid)
 		}
 	}
-	i.mmu.Unlock()
+	i.mc.mu.Unlock()
 	for _, m := range mgids {
-		i.jobs.push(func() {
-			i.ctrlMu.Lock()
-			defer i.ctrlMu.Unlock()
+		i.ctl.jobs.push(func() {
+			i.ctl.mu.Lock()
+			defer i.ctl.mu.Unlock()
 			i.joinGroup(m)
 		})
 	}
 }
 
-// dropGroups (under ctrlMu) forgets the memberships of a link that went down; groups
+// dropGroups (under ctl.mu) forgets the memberships of a link that went down; groups
 // the stack or our addresses want are kept to be joined again when it comes back.
 func (i *Interface) dropGroups(leave bool) {
-	i.mmu.Lock()
+	i.mc.mu.Lock()
 	var leaves []struct {
 		mgid  wire.GID
 		state uint8
 	}
-	for mgid, g := range i.groups {
+	for mgid, g := range i.mc.m {
 		if g.attached {
 			_ = i.qp.DetachMcast(mgid, g.mlid)
 		}
@@ -455,17 +468,17 @@ func (i *Interface) dropGroups(leave bool) {
 		i.cnt.add(cDropDown, uint64(len(g.queue)))
 		g.queue = nil
 		if g.ah != nil {
-			i.nmu.Lock()
-			i.dead = append(i.dead, g.ah)
-			i.nmu.Unlock()
+			i.nb.mu.Lock()
+			i.nb.dead = append(i.nb.dead, g.ah)
+			i.nb.mu.Unlock()
 			g.ah = nil
 		}
 		g.joined, g.attached, g.busy = 0, false, false
 		if !g.wantFull() {
-			delete(i.groups, mgid)
+			delete(i.mc.m, mgid)
 		}
 	}
-	i.mmu.Unlock()
+	i.mc.mu.Unlock()
 	for _, l := range leaves {
 		ctx, cancel := context.WithTimeout(i.ctx, time.Second)
 		_ = i.sa.Leave(ctx, l.mgid, l.state)

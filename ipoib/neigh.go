@@ -62,19 +62,19 @@ type neighbor struct {
 // neighborAH returns the AH and QPN of dst's neighbour, or queues pkt and starts the
 // resolution. It is the transmit path's lookup: a read lock and a map access.
 func (i *Interface) neighborAH(dst netip.Addr, now time.Time, etype uint16, pkt []byte, partial bool) (*hca.AH, uint32, bool) {
-	i.nmu.RLock()
-	n := i.neigh[dst]
+	i.nb.mu.RLock()
+	n := i.nb.m[dst]
 	if n != nil && n.ah != nil && (n.state == nudReachable || n.state == nudStale) {
 		ah, qpn := n.ah, n.hw.QPN()
 		aged := n.state == nudReachable && now.Sub(n.updated) >= i.cfg.NeighborTimeout
 		probe := n.state == nudStale && now.Sub(n.lastProbe) >= retransTime
-		i.nmu.RUnlock()
+		i.nb.mu.RUnlock()
 		if aged || probe {
 			i.reprobe(dst, now)
 		}
 		return ah, qpn, true
 	}
-	i.nmu.RUnlock()
+	i.nb.mu.RUnlock()
 	i.resolve(dst, now, etype, pkt, partial)
 	return nil, 0, false
 }
@@ -93,17 +93,22 @@ func clonePacket(p []byte, partial bool) []byte {
 // resolve queues pkt for dst and starts (or continues) its resolution.
 func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []byte, partial bool) {
 	solicit, path := false, false
-	i.nmu.Lock()
-	n := i.neigh[dst]
+	i.nb.mu.Lock()
+	n := i.nb.m[dst]
 	switch {
 	case n == nil:
-		if !i.admitLocked(now) {
-			i.nmu.Unlock()
+		dropped := 0
+		ok := i.nb.admit(now, i.cfg.NeighborTimeout, &dropped)
+		if !ok || dropped > 0 {
+			i.cnt.add(cDropNoNeighbor, uint64(dropped))
+		}
+		if !ok {
+			i.nb.mu.Unlock()
 			i.cnt.inc(cDropNeighOverflow)
 			return
 		}
 		n = &neighbor{ip: dst, state: nudIncomplete, updated: now}
-		i.neigh[dst] = n
+		i.nb.m[dst] = n
 		solicit = true
 	case n.state == nudFailed:
 		n.state, n.probes, n.updated = nudIncomplete, 0, now
@@ -123,18 +128,18 @@ func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []b
 		n.probes, n.lastProbe = 1, now
 		i.armResolveTimer(n)
 	}
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 	if solicit {
 		i.solicit(dst, netip.Addr{}, pkt)
 	}
 	if path {
-		i.jobs.push(func() { i.resolvePath(dst) })
+		i.ctl.jobs.push(func() { i.resolvePath(dst) })
 	}
 }
 
 // The neighbour table is bounded as Linux bounds its ARP and ND tables (neigh_alloc and
 // neigh_forced_gc, with net.ipv4.neigh.default.gc_thresh1/2/3 = 128/512/1024): at
-// gcThresh2 entries a garbage collection runs at most every 5 s, at gcThresh3 one runs
+// thresh2 entries a garbage collection runs at most every 5 s, at thresh3 one runs
 // at once (at most every 100 ms), and a new entry that still finds the table full is
 // refused — its packet dropped and counted drop_neigh_overflow. The collection takes
 // FAILED entries and those neither REACHABLE nor resolving that have not been
@@ -142,56 +147,83 @@ func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []b
 // resolving or in use, so traffic to real peers goes on while a scan of unresolvable
 // addresses fills the table.
 
-// admitLocked (under nmu) reports whether a new entry fits, collecting first if the
-// table is above its thresholds.
-func (i *Interface) admitLocked(now time.Time) bool {
-	n := len(i.neigh)
+// admit (under mu) reports whether a new entry fits, collecting first if the table is
+// above its thresholds; timeout is the entries' gc_stale_time. The collection's dropped
+// queued packets are added to *dropped.
+func (t *neighTable) admit(now time.Time, timeout time.Duration, dropped *int) bool {
+	n := len(t.m)
 	switch {
-	case n < i.gcThresh2:
+	case n < t.thresh2:
 		return true
-	case n < i.gcThresh3:
-		if now.Sub(i.lastGC) >= 5*time.Second {
-			i.gcLocked(now)
+	case n < t.thresh3:
+		if now.Sub(t.lastGC) >= 5*time.Second {
+			*dropped += t.gc(now, timeout)
 		}
 		return true
 	}
-	if now.Sub(i.lastGC) >= 100*time.Millisecond {
-		i.gcLocked(now)
+	if now.Sub(t.lastGC) >= 100*time.Millisecond {
+		*dropped += t.gc(now, timeout)
 	}
-	return len(i.neigh) < i.gcThresh3
+	return len(t.m) < t.thresh3
 }
 
-// gcLocked (under nmu) removes the collectable entries while the table is above
-// gcThresh1.
-func (i *Interface) gcLocked(now time.Time) {
-	i.lastGC = now
-	for _, n := range i.neigh {
-		if len(i.neigh) <= i.gcThresh1 {
-			return
+// gc (under mu) removes the collectable entries while the table is above thresh1, and
+// returns how many queued packets went with them.
+func (t *neighTable) gc(now time.Time, timeout time.Duration) (dropped int) {
+	t.lastGC = now
+	for _, n := range t.m {
+		if len(t.m) <= t.thresh1 {
+			return dropped
 		}
 		switch {
 		case n.state == nudFailed,
-			n.state == nudStale && len(n.queue) == 0 && now.Sub(n.updated) >= i.cfg.NeighborTimeout,
-			n.state == nudReachable && now.Sub(n.updated) >= 2*i.cfg.NeighborTimeout:
-			i.forgetLocked(n)
+			n.state == nudStale && len(n.queue) == 0 && now.Sub(n.updated) >= timeout,
+			n.state == nudReachable && now.Sub(n.updated) >= 2*timeout:
+			dropped += t.forget(n)
+		}
+	}
+	return dropped
+}
+
+// forget (under mu) removes n from the table, waking Resolve's waiters for it, and
+// returns how many queued packets it dropped.
+func (t *neighTable) forget(n *neighbor) int {
+	if n.timer != nil {
+		n.timer.Stop()
+	}
+	dropped := len(n.queue)
+	n.queue = nil
+	delete(t.m, n.ip)
+	t.wake(n.ip)
+	return dropped
+}
+
+// wake (under mu) wakes the Resolve calls waiting for ip.
+func (t *neighTable) wake(ip netip.Addr) {
+	for _, w := range t.waiters[ip] {
+		close(w)
+	}
+	delete(t.waiters, ip)
+}
+
+// trimPaths (under mu) bounds the path cache as the table is bounded: the AHs no entry
+// uses go (destroyed on Close, as the transmit path may still hold one).
+func (t *neighTable) trimPaths() {
+	used := make(map[wire.GID]bool, len(t.m))
+	for _, n := range t.m {
+		if n.ah != nil {
+			used[n.hw.GID()] = true
+		}
+	}
+	for gid, ah := range t.ahs {
+		if !used[gid] {
+			t.dead = append(t.dead, ah)
+			delete(t.ahs, gid)
 		}
 	}
 }
 
-// forgetLocked (under nmu) removes n from the table.
-func (i *Interface) forgetLocked(n *neighbor) {
-	if n.timer != nil {
-		n.timer.Stop()
-	}
-	if len(n.queue) > 0 {
-		i.cnt.add(cDropNoNeighbor, uint64(len(n.queue)))
-		n.queue = nil
-	}
-	delete(i.neigh, n.ip)
-	i.wakeResolvers(n.ip)
-}
-
-// armResolveTimer (under nmu) schedules the next retransmission for n.
+// armResolveTimer (under nb.mu) schedules the next retransmission for n.
 func (i *Interface) armResolveTimer(n *neighbor) {
 	ip := n.ip
 	if n.timer == nil {
@@ -207,19 +239,19 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 		return
 	}
 	now := i.clk.Now()
-	i.nmu.Lock()
-	n := i.neigh[ip]
+	i.nb.mu.Lock()
+	n := i.nb.m[ip]
 	if n != nil && n.state == nudFailed {
 		// A FAILED entry is collected once it has been unused for NeighborTimeout
 		// (Linux's gc_stale_time); a new packet for it would have restarted probing.
 		if now.Sub(n.updated) >= i.cfg.NeighborTimeout {
-			i.forgetLocked(n)
+			i.nb.forget(n) // FAILED entries hold no queue
 		}
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		return
 	}
 	if n == nil || (n.state != nudIncomplete && n.state != nudStale) {
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		return
 	}
 	if n.probes >= maxProbes {
@@ -227,8 +259,8 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 		n.queue = nil
 		n.state, n.updated = nudFailed, now
 		n.timer.Reset(i.cfg.NeighborTimeout)
-		i.wakeResolvers(ip)
-		i.nmu.Unlock()
+		i.nb.wake(ip)
+		i.nb.mu.Unlock()
 		i.cnt.add(cDropARPTimeout, uint64(dropped))
 		i.cnt.inc(cNeighborsFailed)
 		return
@@ -236,35 +268,35 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 	n.probes++
 	n.lastProbe = now
 	i.armResolveTimer(n)
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 	i.solicit(ip, netip.Addr{}, nil)
 }
 
 // reprobe moves an aged entry to STALE and solicits it again, still using the old
 // address meanwhile (Linux: STALE → DELAY → PROBE).
 func (i *Interface) reprobe(dst netip.Addr, now time.Time) {
-	i.nmu.Lock()
-	n := i.neigh[dst]
+	i.nb.mu.Lock()
+	n := i.nb.m[dst]
 	if n == nil {
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		return
 	}
 	if n.state == nudReachable {
 		if now.Sub(n.updated) < i.cfg.NeighborTimeout {
-			i.nmu.Unlock()
+			i.nb.mu.Unlock()
 			return
 		}
 		n.state = nudStale
 		n.probes = 0
 	}
 	if n.state != nudStale || now.Sub(n.lastProbe) < retransTime {
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		return
 	}
 	n.lastProbe = now
 	n.probes++
 	i.armResolveTimer(n)
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 	i.solicit(dst, netip.Addr{}, nil)
 }
 
@@ -301,10 +333,10 @@ func (i *Interface) solicit(dst, src netip.Addr, trigger []byte) {
 // hardware address takes hw; anything else is left as it is (an entry still resolving
 // waits for the answer to its own request).
 func (i *Interface) learnIfMoved(ip netip.Addr, hw HWAddr, now time.Time) {
-	i.nmu.RLock()
-	n := i.neigh[ip]
+	i.nb.mu.RLock()
+	n := i.nb.m[ip]
 	moved := n != nil && n.hw != hw && n.hw != (HWAddr{})
-	i.nmu.RUnlock()
+	i.nb.mu.RUnlock()
 	if moved {
 		i.learn(ip, hw, now, false)
 	}
@@ -316,15 +348,15 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 	if !ip.IsValid() || ip.IsUnspecified() || hw.IsMulticast() || hw.QPN() == 0 {
 		return
 	}
-	i.nmu.Lock()
-	n := i.neigh[ip]
+	i.nb.mu.Lock()
+	n := i.nb.m[ip]
 	if n == nil {
 		if !create {
-			i.nmu.Unlock()
+			i.nb.mu.Unlock()
 			return
 		}
 		n = &neighbor{ip: ip}
-		i.neigh[ip] = n
+		i.nb.m[ip] = n
 	}
 	if n.hw != hw {
 		n.hw = hw
@@ -334,12 +366,12 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 		i.cnt.inc(cNeighborsResolved)
 	}
 	n.state, n.updated, n.probes = nudReachable, now, 0
-	i.wakeResolvers(ip)
+	i.nb.wake(ip)
 	if n.timer != nil {
 		n.timer.Stop()
 	}
 	if n.ah == nil {
-		n.ah = i.ahs[hw.GID()]
+		n.ah = i.nb.ahs[hw.GID()]
 	}
 	path := false
 	if n.ah == nil && !n.pathBusy {
@@ -351,9 +383,9 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 	if ah != nil {
 		flush, n.queue = n.queue, nil
 	}
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 	if path {
-		i.jobs.push(func() { i.resolvePath(ip) })
+		i.ctl.jobs.push(func() { i.resolvePath(ip) })
 	}
 	i.sendQueued(ah, qpn, flush)
 }
@@ -369,37 +401,37 @@ func (i *Interface) sendQueued(ah *hca.AH, qpn uint32, q []queued) {
 			i.sendARP(ah, qpn, p.pkt)
 			continue
 		}
-		i.snd.send(ah, qpn, ls.qkey, p.etype, p.pkt)
+		i.txp.snd.send(ah, qpn, ls.qkey, p.etype, p.pkt)
 	}
 }
 
 // sendToNeighbor sends a control payload (an ARP reply) to ip's neighbour, waiting in
 // its queue for the path if needed.
 func (i *Interface) sendToNeighbor(ip netip.Addr, etype uint16, payload []byte) {
-	i.nmu.RLock()
-	n := i.neigh[ip]
+	i.nb.mu.RLock()
+	n := i.nb.m[ip]
 	if n != nil && n.ah != nil {
 		ah, qpn := n.ah, n.hw.QPN()
-		i.nmu.RUnlock()
+		i.nb.mu.RUnlock()
 		if etype == EtherTypeARP {
 			i.sendARP(ah, qpn, payload)
 		} else {
 			ls := i.link.Load()
-			i.snd.send(ah, qpn, ls.qkey, etype, payload)
+			i.txp.snd.send(ah, qpn, ls.qkey, etype, payload)
 		}
 		return
 	}
-	i.nmu.RUnlock()
-	i.nmu.Lock()
-	n = i.neigh[ip]
+	i.nb.mu.RUnlock()
+	i.nb.mu.Lock()
+	n = i.nb.m[ip]
 	if n == nil {
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		i.cnt.inc(cDropNoNeighbor)
 		return
 	}
 	if n.ah != nil {
 		ah, qpn := n.ah, n.hw.QPN()
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		i.sendQueued(ah, qpn, []queued{{etype, payload}})
 		return
 	}
@@ -408,33 +440,33 @@ func (i *Interface) sendToNeighbor(ip netip.Addr, etype uint16, payload []byte) 
 	} else {
 		i.cnt.inc(cDropNoNeighbor)
 	}
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 }
 
 // resolvePath (control loop) asks the SA for the path to ip's GID and builds its AH.
 func (i *Interface) resolvePath(ip netip.Addr) {
-	i.nmu.RLock()
-	n := i.neigh[ip]
+	i.nb.mu.RLock()
+	n := i.nb.m[ip]
 	var gid wire.GID
 	if n != nil {
 		gid = n.hw.GID()
 	}
-	i.nmu.RUnlock()
+	i.nb.mu.RUnlock()
 	if n == nil {
 		return
 	}
 	ah, err := i.pathAH(gid)
-	i.nmu.Lock()
-	n = i.neigh[ip]
+	i.nb.mu.Lock()
+	n = i.nb.m[ip]
 	if n == nil {
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		return
 	}
 	n.pathBusy = false
 	if err != nil || n.hw.GID() != gid {
 		dropped := len(n.queue)
 		n.queue = nil
-		i.nmu.Unlock()
+		i.nb.mu.Unlock()
 		i.cnt.add(cDropNoPath, uint64(dropped))
 		if err != nil {
 			i.log.Debug("no path to neighbour", "ip", ip, "gid", gid, "err", err)
@@ -447,7 +479,7 @@ func (i *Interface) resolvePath(ip netip.Addr) {
 		q   []queued
 	}
 	var jobs []flushJob
-	for _, m := range i.neigh {
+	for _, m := range i.nb.m {
 		if m.ah == nil && m.hw.GID() == gid && (m.state == nudReachable || m.state == nudStale) {
 			m.ah = ah
 			if len(m.queue) > 0 {
@@ -456,7 +488,7 @@ func (i *Interface) resolvePath(ip netip.Addr) {
 			}
 		}
 	}
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 	for _, j := range jobs {
 		i.sendQueued(ah, j.qpn, j.q)
 	}
@@ -464,9 +496,9 @@ func (i *Interface) resolvePath(ip netip.Addr) {
 
 // pathAH returns the cached AH for gid or builds one from a PathRecord.
 func (i *Interface) pathAH(gid wire.GID) (*hca.AH, error) {
-	i.nmu.RLock()
-	ah := i.ahs[gid]
-	i.nmu.RUnlock()
+	i.nb.mu.RLock()
+	ah := i.nb.ahs[gid]
+	i.nb.mu.RUnlock()
 	if ah != nil {
 		return ah, nil
 	}
@@ -481,69 +513,51 @@ func (i *Interface) pathAH(gid wire.GID) (*hca.AH, error) {
 	if err != nil {
 		return nil, err
 	}
-	i.nmu.Lock()
-	if old := i.ahs[gid]; old != nil {
-		i.nmu.Unlock()
+	i.nb.mu.Lock()
+	if old := i.nb.ahs[gid]; old != nil {
+		i.nb.mu.Unlock()
 		_ = ah.Destroy()
 		return old, nil
 	}
-	if len(i.ahs) >= i.gcThresh3 {
-		i.trimPathsLocked()
+	if len(i.nb.ahs) >= i.nb.thresh3 {
+		i.nb.trimPaths()
 	}
-	i.ahs[gid] = ah
-	i.nmu.Unlock()
+	i.nb.ahs[gid] = ah
+	i.nb.mu.Unlock()
 	return ah, nil
-}
-
-// trimPathsLocked (under nmu) bounds the path cache as the neighbour table is bounded:
-// the AHs no neighbour entry uses go (destroyed on Close, as the transmit path may still
-// hold one).
-func (i *Interface) trimPathsLocked() {
-	used := make(map[wire.GID]bool, len(i.neigh))
-	for _, n := range i.neigh {
-		if n.ah != nil {
-			used[n.hw.GID()] = true
-		}
-	}
-	for gid, ah := range i.ahs {
-		if !used[gid] {
-			i.dead = append(i.dead, ah)
-			delete(i.ahs, gid)
-		}
-	}
 }
 
 // flushPaths forgets every AH (after an SM or LID change): the next packet to each
 // neighbour asks the SA again. The old AHs are destroyed on Close, since the transmit
 // path may still hold them.
 func (i *Interface) flushPaths() {
-	i.nmu.Lock()
-	for _, ah := range i.ahs {
-		i.dead = append(i.dead, ah)
+	i.nb.mu.Lock()
+	for _, ah := range i.nb.ahs {
+		i.nb.dead = append(i.nb.dead, ah)
 	}
-	clear(i.ahs)
-	for _, n := range i.neigh {
+	clear(i.nb.ahs)
+	for _, n := range i.nb.m {
 		n.ah = nil
 	}
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 }
 
 // flushNeighbors empties the cache (the link went down).
 func (i *Interface) flushNeighbors() {
-	i.nmu.Lock()
+	i.nb.mu.Lock()
 	dropped := 0
-	for ip, n := range i.neigh {
+	for ip, n := range i.nb.m {
 		if n.timer != nil {
 			n.timer.Stop()
 		}
 		dropped += len(n.queue)
-		delete(i.neigh, ip)
+		delete(i.nb.m, ip)
 	}
-	for _, ah := range i.ahs {
-		i.dead = append(i.dead, ah)
+	for _, ah := range i.nb.ahs {
+		i.nb.dead = append(i.nb.dead, ah)
 	}
-	clear(i.ahs)
-	i.nmu.Unlock()
+	clear(i.nb.ahs)
+	i.nb.mu.Unlock()
 	i.cnt.add(cDropDown, uint64(dropped))
 }
 
@@ -551,16 +565,16 @@ func (i *Interface) flushNeighbors() {
 // show as STALE.
 func (i *Interface) Neighbors() []Neighbor {
 	now := i.clk.Now()
-	i.nmu.Lock()
-	out := make([]Neighbor, 0, len(i.neigh))
-	for _, n := range i.neigh {
+	i.nb.mu.Lock()
+	out := make([]Neighbor, 0, len(i.nb.m))
+	for _, n := range i.nb.m {
 		if n.state == nudReachable && now.Sub(n.updated) >= i.cfg.NeighborTimeout {
 			n.state = nudStale
 			n.probes = 0
 		}
 		out = append(out, Neighbor{IP: n.ip, HWAddr: n.hw, State: n.state.String(), Age: now.Sub(n.updated)})
 	}
-	i.nmu.Unlock()
+	i.nb.mu.Unlock()
 	slices.SortFunc(out, func(a, b Neighbor) int { return a.IP.Compare(b.IP) })
 	return out
 }

@@ -76,9 +76,9 @@ func (g *gsoRing) free() {
 
 // txLoopGSO is txLoop for an Offloader: one segment per read.
 func (i *Interface) txLoopGSO() error {
-	g := &i.gtx
+	g := &i.txp.gtx
 	for {
-		n, meta, err := i.off.ReadGSO(g.buf, txHead)
+		n, meta, err := i.txp.off.ReadGSO(g.buf, txHead)
 		i.cnt.inc(cTxBatches)
 		if err != nil {
 			if i.closed.Load() || errors.Is(err, tun.ErrClosed) {
@@ -121,7 +121,7 @@ func (i *Interface) sendOne(pkt []byte, meta tun.GSO, ls *linkState) {
 	if !ok {
 		return
 	}
-	i.postTx(append(i.gtx.wrs[:0], i.inPlaceWR(pkt, etype, at, ah, qpn, ls)))
+	i.postTx(append(i.txp.gtx.wrs[:0], i.inPlaceWR(pkt, etype, at, ah, qpn, ls)))
 }
 
 // csumAt is where the transport checksum of a CHECKSUM_PARTIAL IP packet lies, as
@@ -146,7 +146,7 @@ func (c csumAt) apply(wr *hca.SendWR) {
 // inPlaceWR is the one-SGE send of pkt, which lies at txHead in the read buffer: the
 // IPoIB header goes into the head-room in front of it.
 func (i *Interface) inPlaceWR(pkt []byte, etype uint16, at csumAt, ah *hca.AH, qpn uint32, ls *linkState) hca.SendWR {
-	g := &i.gtx
+	g := &i.txp.gtx
 	hdr := g.buf[txHead-HeaderLen : txHead]
 	binary.BigEndian.PutUint32(hdr, uint32(etype)<<16)
 	g.sgl[0][0] = hca.SGE{Addr: hca.BufAddr(hdr), Length: uint32(len(pkt) + HeaderLen), LKey: g.mr.LKey()}
@@ -228,7 +228,7 @@ const (
 
 // sendSegmented cuts a large segment into packets of meta.Size payload bytes.
 func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
-	g := &i.gtx
+	g := &i.txp.gtx
 	iphl, proto, csumOff, ok := inet.Transport(pkt)
 	v4 := ok && pkt[0]>>4 == 4
 	switch meta.Type {
@@ -331,7 +331,7 @@ type groState struct {
 // groAdd passes one received IP packet (at rxHead in buf) toward the stack: merged into
 // the segment being built, starting a new one, or written as it is.
 func (i *Interface) groAdd(buf []byte, flags hca.WCFlags) {
-	st := &i.gro
+	st := &i.rxp.gro
 	ip := buf[rxHead:]
 	ok := flags&hca.WCIPCsumOK != 0
 	partial := flags&hca.WCIPCsumPartial != 0
@@ -382,7 +382,7 @@ func groCandidate(ip []byte, csumOK bool) (iphl, tcphl int, ok bool) {
 // tcp_gro_receive rules: same flow, headers and options, the next sequence number, no
 // larger than the first segment).
 func (i *Interface) groMerge(ip []byte) bool {
-	st := &i.gro
+	st := &i.rxp.gro
 	if st.closed {
 		return false
 	}
@@ -434,7 +434,7 @@ const maxGROSegs = 64
 
 // groFlush writes the segment being built, if any.
 func (i *Interface) groFlush() {
-	st := &i.gro
+	st := &i.rxp.gro
 	if st.buf == nil {
 		return
 	}
@@ -482,7 +482,7 @@ func (i *Interface) writeOne(buf []byte, partial bool) {
 // bytes in all.
 func (i *Interface) writeGSO(buf []byte, g tun.GSO, tail [][]byte, segs, bytes int) {
 	i.cnt.inc(cRxBatches)
-	if err := i.off.WriteGSO(buf, rxHead, g, tail); err != nil {
+	if err := i.txp.off.WriteGSO(buf, rxHead, g, tail); err != nil {
 		i.cnt.add(cDropTunWrite, uint64(segs))
 		return
 	}

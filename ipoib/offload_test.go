@@ -509,7 +509,7 @@ func (nopOffloader) WriteGSO([]byte, int, tun.GSO, [][]byte) error {
 func newGROInterface() (*Interface, *fakeOffloader) {
 	f := &fakeOffloader{}
 	i := &Interface{}
-	i.off = f
+	i.txp.off = f
 	return i, f
 }
 
@@ -1218,10 +1218,10 @@ func TestGROReusesState(t *testing.T) {
 	checkSingle(t, f.writes[1], segs[4], true)
 	checkMerged(t, f.writes[2], segs[4:])
 	// Nothing keeps a receive slot after the flush.
-	if i.gro.buf != nil {
+	if i.rxp.gro.buf != nil {
 		t.Errorf("the merge state keeps the first segment's buffer")
 	}
-	for k, p := range i.gro.tail[:cap(i.gro.tail)] {
+	for k, p := range i.rxp.gro.tail[:cap(i.rxp.gro.tail)] {
 		if p != nil {
 			t.Errorf("the merge state keeps tail piece %d", k)
 		}
@@ -1583,7 +1583,7 @@ func TestGROMergeAllocs(t *testing.T) {
 		t.Fatalf("the benchmark's round does not merge 32 segments into one write every time")
 	}
 	i = &Interface{}
-	i.off = nopOffloader{}
+	i.txp.off = nopOffloader{}
 	if a := testing.AllocsPerRun(100, func() { groBenchRound(i, bufs, head) }); a != 0 {
 		t.Errorf("%v allocations per merge of 32 segments, want 0", a)
 	}
@@ -1592,7 +1592,7 @@ func TestGROMergeAllocs(t *testing.T) {
 func BenchmarkGROMerge64K(b *testing.B) {
 	bufs, head := groBenchSegs(b)
 	i := &Interface{}
-	i.off = nopOffloader{}
+	i.txp.off = nopOffloader{}
 	b.SetBytes(32 * 1988)
 	b.ReportAllocs()
 	for b.Loop() {

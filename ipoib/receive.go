@@ -23,18 +23,18 @@ func (i *Interface) onCompletions(*hca.CQ) { i.tryDrain() }
 // away are not left waiting for the next sweep.
 func (i *Interface) tryDrain() {
 	for i.rcq.Pending() > 0 {
-		if !i.rxMu.TryLock() {
+		if !i.rxp.mu.TryLock() {
 			return
 		}
 		i.drainRx()
-		i.rxMu.Unlock()
+		i.rxp.mu.Unlock()
 	}
 }
 
 // drainRx processes completions until the CQ is empty; rxMu is held.
 func (i *Interface) drainRx() {
-	r := &i.rx
-	i.rxDrains.Add(1)
+	r := &i.rxp.ring
+	i.rxp.drains.Add(1)
 	for {
 		n := i.rcq.Poll(r.wcs)
 		if n == 0 {
@@ -51,8 +51,8 @@ func (i *Interface) drainRx() {
 // is deliberately not armed: an armed CQ would wake a goroutine for every burst and race
 // the handler for the lock, adding a goroutine hand-off to every packet's latency.
 func (i *Interface) sweep() {
-	i.sweepMu.Lock()
-	defer i.sweepMu.Unlock()
+	i.rxp.sweepMu.Lock()
+	defer i.rxp.sweepMu.Unlock()
 	if i.ctx.Err() != nil {
 		return
 	}
@@ -60,37 +60,37 @@ func (i *Interface) sweep() {
 	// while the handler keeps up with a stream would make the sender's handler skip its
 	// turns while the sweep runs — and if the sweep is then descheduled with the lock
 	// held, the receive queue runs dry.
-	d := i.rxDrains.Load()
-	if i.rcq.Pending() > 0 && d == i.sweepDrains {
+	d := i.rxp.drains.Load()
+	if i.rcq.Pending() > 0 && d == i.rxp.sweepDrains {
 		i.tryDrain()
 	}
-	i.sweepDrains = d
-	i.sweepTimer.Reset(rxSweep)
+	i.rxp.sweepDrains = d
+	i.rxp.sweepTimer.Reset(rxSweep)
 }
 
 // startSweep arms the sweep (Run); stopSweep disarms it and waits for a sweep under way
 // (Close, after cancelling the context), so none runs once the verbs objects are gone.
 func (i *Interface) startSweep() {
-	i.sweepMu.Lock()
+	i.rxp.sweepMu.Lock()
 	if i.ctx.Err() == nil {
-		i.sweepTimer = i.clk.AfterFunc(rxSweep, i.sweep)
+		i.rxp.sweepTimer = i.clk.AfterFunc(rxSweep, i.sweep)
 	}
-	i.sweepMu.Unlock()
+	i.rxp.sweepMu.Unlock()
 }
 
 func (i *Interface) stopSweep() {
-	i.sweepMu.Lock()
-	if i.sweepTimer != nil {
-		i.sweepTimer.Stop()
+	i.rxp.sweepMu.Lock()
+	if i.rxp.sweepTimer != nil {
+		i.rxp.sweepTimer.Stop()
 	}
-	i.sweepMu.Unlock()
+	i.rxp.sweepMu.Unlock()
 }
 
 // rxSweep is how often sweep looks for completions the handler did not take.
 const rxSweep = 10 * time.Millisecond
 
 func (i *Interface) receiveBatch(wcs []hca.WC) {
-	r := &i.rx
+	r := &i.rxp.ring
 	ls := i.link.Load()
 	out := r.out[:0]
 	repost := r.repost[:0]
@@ -156,7 +156,7 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 			i.cnt.inc(cDropUnknownType)
 			continue
 		}
-		if i.off != nil {
+		if i.txp.off != nil {
 			i.groAdd(buf, wc.WCFlags)
 			continue
 		}

@@ -26,22 +26,22 @@ func (i *Interface) Resolve(ctx context.Context, dst netip.Addr) (HWAddr, error)
 			return HWAddr{}, ErrClosed
 		}
 		wake := make(chan struct{})
-		i.nmu.Lock()
-		n := i.neigh[dst]
+		i.nb.mu.Lock()
+		n := i.nb.m[dst]
 		switch {
 		case n != nil && (n.state == nudReachable || n.state == nudStale):
 			hw := n.hw
-			i.nmu.Unlock()
+			i.nb.mu.Unlock()
 			return hw, nil
 		case n != nil && n.state == nudFailed && started:
-			i.nmu.Unlock()
+			i.nb.mu.Unlock()
 			return HWAddr{}, ErrUnresolved
 		}
-		if i.waiters == nil {
-			i.waiters = make(map[netip.Addr][]chan struct{})
+		if i.nb.waiters == nil {
+			i.nb.waiters = make(map[netip.Addr][]chan struct{})
 		}
-		i.waiters[dst] = append(i.waiters[dst], wake)
-		i.nmu.Unlock()
+		i.nb.waiters[dst] = append(i.nb.waiters[dst], wake)
+		i.nb.mu.Unlock()
 		if !started {
 			started = true
 			i.resolve(dst, i.clk.Now(), 0, nil, false)
@@ -49,29 +49,21 @@ func (i *Interface) Resolve(ctx context.Context, dst netip.Addr) (HWAddr, error)
 		select {
 		case <-wake:
 		case <-ctx.Done():
-			i.nmu.Lock()
-			ws := i.waiters[dst]
+			i.nb.mu.Lock()
+			ws := i.nb.waiters[dst]
 			for k, w := range ws {
 				if w == wake {
-					i.waiters[dst] = append(ws[:k], ws[k+1:]...)
+					i.nb.waiters[dst] = append(ws[:k], ws[k+1:]...)
 					break
 				}
 			}
-			if len(i.waiters[dst]) == 0 {
-				delete(i.waiters, dst)
+			if len(i.nb.waiters[dst]) == 0 {
+				delete(i.nb.waiters, dst)
 			}
-			i.nmu.Unlock()
+			i.nb.mu.Unlock()
 			return HWAddr{}, ctx.Err()
 		}
 	}
-}
-
-// wakeResolvers wakes Resolve calls waiting for ip's entry; nmu held.
-func (i *Interface) wakeResolvers(ip netip.Addr) {
-	for _, w := range i.waiters[ip] {
-		close(w)
-	}
-	delete(i.waiters, ip)
 }
 
 // Port is the HCA port the interface runs on.

@@ -189,7 +189,7 @@ func (s *sender) free() {
 
 // txLoop reads batches from the tun.Device and posts them.
 func (i *Interface) txLoop() error {
-	r := &i.tx
+	r := &i.txp.ring
 	lkey := r.mr.LKey()
 	for {
 		n, err := i.dev.Read(r.bufs, r.sizes, txHead)
@@ -230,7 +230,7 @@ func (i *Interface) txLoop() error {
 
 // postTx posts the batch and waits until its buffers are free again.
 func (i *Interface) postTx(wrs []hca.SendWR) {
-	s := &i.snd
+	s := &i.txp.snd
 	s.mu.Lock()
 	s.txOut += len(wrs)
 	s.mu.Unlock()
@@ -324,7 +324,7 @@ func (i *Interface) xmit(pkt []byte) {
 	}
 	ah, qpn, etype, ok := i.dest(pkt, ls, i.clk.Now(), false, false)
 	if ok {
-		i.snd.send(ah, qpn, ls.qkey, etype, pkt)
+		i.txp.snd.send(ah, qpn, ls.qkey, etype, pkt)
 	}
 }
 
@@ -334,7 +334,7 @@ func (i *Interface) sendARP(ah *hca.AH, qpn uint32, arp []byte) {
 	if !ls.up || ah == nil {
 		return
 	}
-	if i.snd.send(ah, qpn, ls.qkey, EtherTypeARP, arp) {
+	if i.txp.snd.send(ah, qpn, ls.qkey, EtherTypeARP, arp) {
 		i.cnt.inc(cTxARP)
 	}
 }
