@@ -380,13 +380,15 @@ func (i *Interface) Run(ctx context.Context) error {
 		}
 	}()
 	var err error
+	ended := false // the transmit loop returned (its device closed or failed)
 	select {
 	case <-ctx.Done():
 	case <-i.ctx.Done():
 	case err = <-errc:
+		ended = true
 	}
 	i.Close()
-	if err == nil {
+	if !ended {
 		// Close ended the transmit loop's read; wait for it, bounded.
 		late := make(chan struct{})
 		t := i.clk.AfterFunc(5*time.Second, func() { close(late) })
