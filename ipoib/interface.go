@@ -373,11 +373,7 @@ func (i *Interface) Run(ctx context.Context) error {
 	i.wg.Add(1)
 	go func() {
 		defer i.wg.Done()
-		if i.txp.off != nil {
-			errc <- i.txLoopGSO()
-		} else {
-			errc <- i.txLoop()
-		}
+		errc <- i.txLoop(i.txSourceFor())
 	}()
 	var err error
 	ended := false // the transmit loop returned (its device closed or failed)

@@ -2,7 +2,6 @@ package ipoib
 
 import (
 	"encoding/binary"
-	"errors"
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/inet"
@@ -74,54 +73,24 @@ func (g *gsoRing) free() {
 	}
 }
 
-// txLoopGSO is txLoop for an Offloader: one segment per read.
-func (i *Interface) txLoopGSO() error {
-	g := &i.txp.gtx
-	for {
-		n, meta, err := i.txp.off.ReadGSO(g.buf, txHead)
-		i.cnt.inc(cTxBatches)
-		if err != nil {
-			if i.closed.Load() || errors.Is(err, tun.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		ls := i.link.Load()
-		if !ls.up {
-			i.cnt.inc(cDropDown)
-			continue
-		}
-		pkt := g.buf[txHead : txHead+n]
-		if meta.Type == tun.GSONone {
-			i.sendOne(pkt, meta, ls)
-		} else {
-			i.sendSegmented(pkt, meta, ls)
-		}
+// partialCsum looks at a packet the stack did not ask to segment: a CHECKSUM_PARTIAL
+// one goes with checksum offload when its checksum is where the HCA can do it, or is
+// completed here; !ok drops a malformed one (counted).
+func (i *Interface) partialCsum(pkt []byte, meta tun.GSO) (csumAt, bool) {
+	if !meta.NeedsCsum {
+		return csumAt{}, true
 	}
-}
-
-// sendOne sends a packet the stack did not ask to segment; a CHECKSUM_PARTIAL one goes
-// with checksum offload when the HCA can do it, or is completed here.
-func (i *Interface) sendOne(pkt []byte, meta tun.GSO, ls *linkState) {
-	var at csumAt
-	if meta.NeedsCsum {
-		iphl, proto, csumOff, ok := inet.Transport(pkt)
-		cs, co := int(meta.CsumStart), int(meta.CsumOffset)
-		switch {
-		case ok && cs == iphl && co == csumOff:
-			at = csumAt{uint16(cs), uint16(co), proto == inet.ProtoUDP}
-		case cs+co+2 <= len(pkt):
-			inet.CompleteAt(pkt[cs:], co, ok && proto == inet.ProtoUDP)
-		default:
-			i.cnt.inc(cDropMalformed)
-			return
-		}
+	iphl, proto, csumOff, ok := inet.Transport(pkt)
+	cs, co := int(meta.CsumStart), int(meta.CsumOffset)
+	switch {
+	case ok && cs == iphl && co == csumOff:
+		return csumAt{uint16(cs), uint16(co), proto == inet.ProtoUDP}, true
+	case cs+co+2 <= len(pkt):
+		inet.CompleteAt(pkt[cs:], co, ok && proto == inet.ProtoUDP)
+		return csumAt{}, true
 	}
-	ah, qpn, etype, ok := i.dest(pkt, ls, i.clk.Now(), true, at.pending())
-	if !ok {
-		return
-	}
-	i.postTx(append(i.txp.gtx.wrs[:0], i.inPlaceWR(pkt, etype, at, ah, qpn, ls)))
+	i.cnt.inc(cDropMalformed)
+	return csumAt{}, false
 }
 
 // csumAt is where the transport checksum of a CHECKSUM_PARTIAL IP packet lies, as
@@ -141,21 +110,6 @@ func (c csumAt) apply(wr *hca.SendWR) {
 		wr.SendFlags |= hca.SendIPCsum
 		wr.CsumStart, wr.CsumOffset, wr.CsumNoZero = HeaderLen+c.start, c.offset, c.udp
 	}
-}
-
-// inPlaceWR is the one-SGE send of pkt, which lies at txHead in the read buffer: the
-// IPoIB header goes into the head-room in front of it.
-func (i *Interface) inPlaceWR(pkt []byte, etype uint16, at csumAt, ah *hca.AH, qpn uint32, ls *linkState) hca.SendWR {
-	g := &i.txp.gtx
-	hdr := g.buf[txHead-HeaderLen : txHead]
-	binary.BigEndian.PutUint32(hdr, uint32(etype)<<16)
-	g.sgl[0][0] = hca.SGE{Addr: hca.BufAddr(hdr), Length: uint32(len(pkt) + HeaderLen), LKey: g.mr.LKey()}
-	wr := hca.SendWR{
-		WRID: 0, SGL: g.sgl[0][:1], Opcode: hca.WRSend, SendFlags: hca.SendSignaled,
-		AH: ah, RemoteQPN: qpn, RemoteQKey: ls.qkey,
-	}
-	at.apply(&wr)
-	return wr
 }
 
 // segmenter patches a segment's headers from the template of the big one's
@@ -288,7 +242,7 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 		return
 	}
 	at := csumAt{uint16(s.iphl), uint16(s.csumOff), s.proto == inet.ProtoUDP}
-	wrs := append(g.wrs[:0], i.inPlaceWR(seg0, etype, at, ah, qpn, ls))
+	wrs := append(g.wrs[:0], inPlaceWR(g.buf[txHead-HeaderLen:txHead], len(seg0), g.sgl[0][:1], g.mr.LKey(), 0, etype, at, ah, qpn, ls))
 	lkey := g.mr.LKey()
 	dataAddr := hca.BufAddr(data)
 	for k := 1; k < nseg; k++ {

@@ -2,13 +2,11 @@ package ipoib
 
 import (
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/pibgw/pibgw/hca"
-	"github.com/pibgw/pibgw/tun"
 )
 
 // The transmit path: IP packets from the tun.Device in batches, one PostSend of many
@@ -184,47 +182,6 @@ func (s *sender) free() {
 	if s.mr != nil {
 		_ = s.mr.Dereg()
 		s.mr = nil
-	}
-}
-
-// txLoop reads batches from the tun.Device and posts them.
-func (i *Interface) txLoop() error {
-	r := &i.txp.ring
-	lkey := r.mr.LKey()
-	for {
-		n, err := i.dev.Read(r.bufs, r.sizes, txHead)
-		i.cnt.inc(cTxBatches)
-		if err != nil {
-			if i.closed.Load() || errors.Is(err, tun.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		ls := i.link.Load()
-		if !ls.up {
-			i.cnt.add(cDropDown, uint64(n))
-			continue
-		}
-		now := i.clk.Now()
-		wrs := r.wrs[:0]
-		for k := 0; k < n; k++ {
-			size := r.sizes[k]
-			pkt := r.bufs[k][txHead : txHead+size]
-			ah, qpn, etype, ok := i.dest(pkt, ls, now, true, false)
-			if !ok {
-				continue
-			}
-			hdr := r.bufs[k][txHead-HeaderLen : txHead]
-			binary.BigEndian.PutUint32(hdr, uint32(etype)<<16)
-			r.sgl[k][0] = hca.SGE{Addr: hca.BufAddr(hdr), Length: uint32(size + HeaderLen), LKey: lkey}
-			wrs = append(wrs, hca.SendWR{
-				WRID: uint64(k), SGL: r.sgl[k][:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled,
-				AH: ah, RemoteQPN: qpn, RemoteQKey: ls.qkey,
-			})
-		}
-		if len(wrs) > 0 {
-			i.postTx(wrs)
-		}
 	}
 }
 
