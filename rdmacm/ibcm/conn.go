@@ -33,8 +33,8 @@ func peerAddr(from hca.MADAddr) hca.MADAddr {
 // MRA or REJ arrives or the retries run out (REQ_ERROR).
 func (id *ID) SendReq(p ReqParam) error {
 	cm := id.cm
-	if len(p.Private) > wire.CMReqPrivateLen {
-		return fmt.Errorf("%w: %d bytes, REQ takes %d", ErrPrivate, len(p.Private), wire.CMReqPrivateLen)
+	if err := checkPrivate("REQ", p.Private, wire.CMReqPrivateLen); err != nil {
+		return err
 	}
 	if p.QPType != hca.QPTypeRC && p.QPType != hca.QPTypeUC {
 		return fmt.Errorf("ibcm: REQ for a %v QP (RC or UC only; UD uses SIDR)", p.QPType)
@@ -45,17 +45,11 @@ func (id *ID) SendReq(p ReqParam) error {
 	}
 	cm.mu.Lock()
 	defer cm.unlock()
-	if cm.closed {
-		return ErrClosed
+	if err := id.begin(pkeyIdx, p.Path.DLID, p.Path.SL); err != nil {
+		return err
 	}
-	if id.state != Idle {
-		return ErrState
-	}
-	id.local = cm.allocID(id)
 	id.req = p
 	id.req.Private = append([]byte(nil), p.Private...)
-	id.addr = hca.MADAddr{DLID: p.Path.DLID, SL: p.Path.SL, QPN: 1, QKey: hca.GSIQKey, PKeyIndex: uint16(pkeyIdx)}
-	id.tid = cm.port.TID()
 	id.twWait = timeout(p.Path.PacketLifeTime + 1)
 
 	mad := make([]byte, wire.MADLen)
@@ -179,8 +173,8 @@ func (cm *CM) rejectMsg(mad []byte, from hca.MADAddr, reason uint16, msg uint8) 
 // SendRep accepts a REQ (ib_send_cm_rep): REP_SENT, resent until the RTU (or the first
 // data packet, Established) arrives or the retries run out (REP_ERROR).
 func (id *ID) SendRep(p RepParam) error {
-	if len(p.Private) > wire.CMRepPrivateLen {
-		return fmt.Errorf("%w: %d bytes, REP takes %d", ErrPrivate, len(p.Private), wire.CMRepPrivateLen)
+	if err := checkPrivate("REP", p.Private, wire.CMRepPrivateLen); err != nil {
+		return err
 	}
 	cm := id.cm
 	cm.mu.Lock()
@@ -238,10 +232,7 @@ func (cm *CM) handleRep(mad []byte, from hca.MADAddr) {
 		cm.emit(id, Event{Type: EventRepReceived, Rep: &rep, Private: rep.Private, From: from})
 	case Established, MRARepSent:
 		// Our RTU (or MRA) was lost: the passive side resends its REP (IBA 12.9.8.2).
-		cm.stats.Duplicates++
-		if id.lastReply != nil {
-			cm.send(id.addr, id.lastReply)
-		}
+		cm.resendLast(id)
 	default:
 		cm.stats.Dropped++
 	}
@@ -249,8 +240,8 @@ func (cm *CM) handleRep(mad []byte, from hca.MADAddr) {
 
 // SendRTU completes the active side (ib_send_cm_rtu): ESTABLISHED.
 func (id *ID) SendRTU(private []byte) error {
-	if len(private) > wire.CMRTUPrivateLen {
-		return fmt.Errorf("%w: %d bytes, RTU takes %d", ErrPrivate, len(private), wire.CMRTUPrivateLen)
+	if err := checkPrivate("RTU", private, wire.CMRTUPrivateLen); err != nil {
+		return err
 	}
 	cm := id.cm
 	cm.mu.Lock()
@@ -311,8 +302,8 @@ func (id *ID) Established() error {
 // SendRej rejects a REQ or REP (ib_send_cm_rej) with an IBA reason, additional
 // rejection information and private data; the ID returns to IDLE.
 func (id *ID) SendRej(reason uint16, ari, private []byte) error {
-	if len(private) > wire.CMRejPrivateLen {
-		return fmt.Errorf("%w: %d bytes, REJ takes %d", ErrPrivate, len(private), wire.CMRejPrivateLen)
+	if err := checkPrivate("REJ", private, wire.CMRejPrivateLen); err != nil {
+		return err
 	}
 	if len(ari) > wire.CMRejARILen {
 		return fmt.Errorf("ibcm: ARI of %d bytes, REJ takes %d", len(ari), wire.CMRejARILen)
@@ -382,8 +373,8 @@ func (cm *CM) handleRej(mad []byte, from hca.MADAddr) {
 // SendMRA asks the peer for more time (ib_send_cm_mra): serviceTimeout is how long
 // this side will take (4.096 µs × 2^n).
 func (id *ID) SendMRA(serviceTimeout uint8, private []byte) error {
-	if len(private) > wire.CMMRAPrivateLen {
-		return fmt.Errorf("%w: %d bytes, MRA takes %d", ErrPrivate, len(private), wire.CMMRAPrivateLen)
+	if err := checkPrivate("MRA", private, wire.CMMRAPrivateLen); err != nil {
+		return err
 	}
 	cm := id.cm
 	cm.mu.Lock()
@@ -445,8 +436,8 @@ func (cm *CM) handleMRA(mad []byte) {
 // SendDReq starts a disconnect (ib_send_cm_dreq): DREQ_SENT until the DREP (then
 // TIMEWAIT) or the retries run out (DREQ_ERROR, then TIMEWAIT).
 func (id *ID) SendDReq(private []byte) error {
-	if len(private) > wire.CMDReqPrivateLen {
-		return fmt.Errorf("%w: %d bytes, DREQ takes %d", ErrPrivate, len(private), wire.CMDReqPrivateLen)
+	if err := checkPrivate("DREQ", private, wire.CMDReqPrivateLen); err != nil {
+		return err
 	}
 	cm := id.cm
 	cm.mu.Lock()
@@ -504,10 +495,7 @@ func (cm *CM) handleDReq(mad []byte, from hca.MADAddr) {
 		cm.emit(id, Event{Type: EventDReqReceived, Private: append([]byte(nil), d.Private()...), From: from})
 	case TimeWait:
 		// Our DREP was lost: send it again (IBA 12.9.8.5).
-		cm.stats.Duplicates++
-		if id.lastReply != nil {
-			cm.send(id.addr, id.lastReply)
-		}
+		cm.resendLast(id)
 	default:
 		cm.stats.Duplicates++
 	}
@@ -515,8 +503,8 @@ func (cm *CM) handleDReq(mad []byte, from hca.MADAddr) {
 
 // SendDRep answers a DREQ (ib_send_cm_drep): TIMEWAIT.
 func (id *ID) SendDRep(private []byte) error {
-	if len(private) > wire.CMDRepPrivateLen {
-		return fmt.Errorf("%w: %d bytes, DREP takes %d", ErrPrivate, len(private), wire.CMDRepPrivateLen)
+	if err := checkPrivate("DREP", private, wire.CMDRepPrivateLen); err != nil {
+		return err
 	}
 	cm := id.cm
 	cm.mu.Lock()
@@ -563,4 +551,37 @@ func (id *ID) enterTimeWait() {
 		id.state = Idle
 		cm.emit(id, Event{Type: EventTimeWaitExit})
 	})
+}
+
+// checkPrivate refuses private data longer than the message (what) carries.
+func checkPrivate(what string, private []byte, max int) error {
+	if len(private) > max {
+		return fmt.Errorf("%w: %d bytes, %s takes %d", ErrPrivate, len(private), what, max)
+	}
+	return nil
+}
+
+// resendLast (under cm.mu) answers a duplicate with the reply id last sent, if any: the
+// peer's retransmission says our answer was lost (IBA 12.9.8).
+func (cm *CM) resendLast(id *ID) {
+	cm.stats.Duplicates++
+	if id.lastReply != nil {
+		cm.send(id.addr, id.lastReply)
+	}
+}
+
+// begin (under cm.mu) starts an idle id toward the CM at dlid/sl with the P_Key at
+// pkeyIdx: a local communication ID, the address of the peer's CM (QP1) and a TID.
+func (id *ID) begin(pkeyIdx int, dlid uint16, sl uint8) error {
+	cm := id.cm
+	if cm.closed {
+		return ErrClosed
+	}
+	if id.state != Idle {
+		return ErrState
+	}
+	id.local = cm.allocID(id)
+	id.addr = hca.MADAddr{DLID: dlid, SL: sl, QPN: 1, QKey: hca.GSIQKey, PKeyIndex: uint16(pkeyIdx)}
+	id.tid = cm.port.TID()
+	return nil
 }

@@ -33,8 +33,8 @@ type SIDRRepParam struct {
 // SendSIDRReq sends a SIDR_REQ, resent until the SIDR_REP (SIDR_REP_RECEIVED) or the
 // retries run out (SIDR_REQ_ERROR).
 func (id *ID) SendSIDRReq(p SIDRReqParam) error {
-	if len(p.Private) > wire.CMSIDRReqPrivateLen {
-		return fmt.Errorf("%w: %d bytes, SIDR_REQ takes %d", ErrPrivate, len(p.Private), wire.CMSIDRReqPrivateLen)
+	if err := checkPrivate("SIDR_REQ", p.Private, wire.CMSIDRReqPrivateLen); err != nil {
+		return err
 	}
 	cm := id.cm
 	pkeyIdx := cm.port.FindPKey(p.PKey)
@@ -43,16 +43,10 @@ func (id *ID) SendSIDRReq(p SIDRReqParam) error {
 	}
 	cm.mu.Lock()
 	defer cm.unlock()
-	if cm.closed {
-		return ErrClosed
+	if err := id.begin(pkeyIdx, p.DLID, p.SL); err != nil {
+		return err
 	}
-	if id.state != Idle {
-		return ErrState
-	}
-	id.local = cm.allocID(id)
 	id.service = p.ServiceID
-	id.addr = hca.MADAddr{DLID: p.DLID, SL: p.SL, QPN: 1, QKey: hca.GSIQKey, PKeyIndex: uint16(pkeyIdx)}
-	id.tid = cm.port.TID()
 	mad := make([]byte, wire.MADLen)
 	wire.NewCMMAD(mad, wire.AttrCMSIDRReq, id.tid)
 	r := wire.CMSIDRReq(mad)
@@ -105,8 +99,8 @@ func (cm *CM) handleSIDRReq(mad []byte, from hca.MADAddr) {
 
 // SendSIDRRep answers a SIDR_REQ; the ID returns to IDLE.
 func (id *ID) SendSIDRRep(p SIDRRepParam) error {
-	if len(p.Private) > wire.CMSIDRRepPrivateLen {
-		return fmt.Errorf("%w: %d bytes, SIDR_REP takes %d", ErrPrivate, len(p.Private), wire.CMSIDRRepPrivateLen)
+	if err := checkPrivate("SIDR_REP", p.Private, wire.CMSIDRRepPrivateLen); err != nil {
+		return err
 	}
 	if len(p.Info) > wire.CMSIDRInfoLen {
 		return fmt.Errorf("ibcm: SIDR_REP information of %d bytes, it takes %d", len(p.Info), wire.CMSIDRInfoLen)
