@@ -63,19 +63,8 @@ func vmRSS(t *testing.T, pid int) int64 {
 func TestE2EBoundedState(t *testing.T) {
 	requireE2E(t, "ping")
 	nsA, nsB := e2eNetNS("ba"), e2eNetNS("bb")
-	d := startDaemon(t, "", fmt.Sprintf(`
-[[interfaces]]
-name = "ib0"
-hca = "pib_0"
-netns = %q
-addresses = ["10.10.0.1/16"]
-
-[[interfaces]]
-name = "ib1"
-hca = "pib_1"
-netns = %q
-addresses = ["10.10.0.2/16"]
-`, nsA, nsB), nsA, nsB)
+	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/16")+
+		interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/16"), nsA, nsB)
 	if ok, out := pingNS(nsA, "10.10.0.2", 3); !ok {
 		t.Fatalf("ping before:\n%s", out)
 	}

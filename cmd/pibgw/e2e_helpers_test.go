@@ -303,3 +303,14 @@ func (d *e2eDaemon) StopAndCheckClean(ifaces map[string]string) {
 		d.t.Errorf("state file left after SIGTERM: %v", err)
 	}
 }
+
+// interfaceTOML is an [[interfaces]] table: name on hca's port 1 in namespace netns with
+// the addresses given.
+func interfaceTOML(name, hca, netns string, addrs ...string) string {
+	q := make([]string, len(addrs))
+	for k, a := range addrs {
+		q[k] = fmt.Sprintf("%q", a)
+	}
+	return fmt.Sprintf("\n[[interfaces]]\nname = %q\nhca = %q\nnetns = %q\naddresses = [%s]\n",
+		name, hca, netns, strings.Join(q, ", "))
+}

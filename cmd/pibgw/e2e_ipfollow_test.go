@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -19,24 +18,12 @@ func TestE2EIPFollowing(t *testing.T) {
 	requireE2E(t, "ping")
 	start := time.Now()
 	nsA, nsB, nsD := e2eNetNS("fa"), e2eNetNS("fb"), e2eNetNS("fd")
-	d := startDaemon(t, "", fmt.Sprintf(`
+	d := startDaemon(t, "", `
 [[sm.partitions]]
 name = "p1"
 pkey = 0x8001
 members = ["pib_0", "pib_1"]
-
-[[interfaces]]
-name = "ib0"
-hca = "pib_0"
-netns = %q
-addresses = ["10.10.0.1/24"]
-
-[[interfaces]]
-name = "ib1"
-hca = "pib_1"
-netns = %q
-addresses = ["10.10.0.2/24"]
-`, nsA, nsB), nsA, nsB)
+`+interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24"), nsA, nsB)
 	ip := func(args ...string) {
 		t.Helper()
 		if out, err := runCmd("ip", args...); err != nil {

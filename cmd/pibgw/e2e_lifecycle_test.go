@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"slices"
 	"sort"
@@ -15,15 +14,7 @@ import (
 )
 
 // lifecycleConfig is one interface in a namespace of the test's.
-func lifecycleConfig(ns string) string {
-	return fmt.Sprintf(`
-[[interfaces]]
-name = "ib0"
-hca = "pib_0"
-netns = %q
-addresses = ["10.10.0.1/24"]
-`, ns)
-}
+func lifecycleConfig(ns string) string { return interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24") }
 
 // TestLifecycleKill9: a daemon killed with SIGKILL leaves its namespace, socket and
 // state file; the next `pibgw up` recognises them as its own (the state file's record)
