@@ -107,39 +107,32 @@ func (id *ID) Connect(p ConnParam) error {
 	return nil
 }
 
+// move changes the ID's state from from to to, and reports whether it was in from.
+func (id *ID) move(from, to idState) bool {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.state != from {
+		return false
+	}
+	id.state = to
+	return true
+}
+
 // onCM takes the IB CM's events for a connecting or connected ID.
 func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 	switch ev.Type {
 	case ibcm.EventRepReceived:
 		id.repReceived(c, ev)
 	case ibcm.EventRTUReceived, ibcm.EventUserEstablished:
-		id.mu.Lock()
-		ok := id.state == stConnect
-		if ok {
-			id.state = stConnected
-		}
-		id.mu.Unlock()
-		if ok {
+		if id.move(stConnect, stConnected) {
 			id.emit(&Event{Type: EventEstablished})
 		}
 	case ibcm.EventRejReceived:
-		id.mu.Lock()
-		ok := id.state == stConnect
-		if ok {
-			id.state = stRouteResolved
-		}
-		id.mu.Unlock()
-		if ok {
+		if id.move(stConnect, stRouteResolved) {
 			id.emit(&Event{Type: EventRejected, Status: int(ev.Reason), Param: ConnParam{Private: ev.Private}})
 		}
 	case ibcm.EventReqError, ibcm.EventRepError, ibcm.EventSIDRReqError:
-		id.mu.Lock()
-		ok := id.state == stConnect
-		if ok {
-			id.state = stRouteResolved
-		}
-		id.mu.Unlock()
-		if ok {
+		if id.move(stConnect, stRouteResolved) {
 			id.emit(&Event{Type: EventUnreachable, Status: errno(syscall.ETIMEDOUT)})
 		}
 	case ibcm.EventDReqReceived:
