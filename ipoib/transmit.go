@@ -98,14 +98,8 @@ func (i *Interface) txLoop(src txSource, b *txBatch) error {
 			if !ok {
 				continue
 			}
-			hdr := b.bufs[k][txHead-HeaderLen : txHead]
-			binary.BigEndian.PutUint32(hdr, uint32(etype)<<16)
-			b.sgl[k][0] = hca.SGE{Addr: hca.BufAddr(hdr), Length: uint32(len(pkt) + HeaderLen), LKey: b.lkey}
-			wrs = append(wrs, hca.SendWR{
-				WRID: uint64(k), SGL: b.sgl[k][:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled,
-				AH: ah, RemoteQPN: qpn, RemoteQKey: ls.qkey,
-			})
-			at.apply(&wrs[len(wrs)-1])
+			wrs = append(wrs, inPlaceWR(b.bufs[k][txHead-HeaderLen:txHead], len(pkt), b.sgl[k][:], b.lkey,
+				uint64(k), etype, at, ah, qpn, ls))
 		}
 		if len(wrs) > 0 {
 			i.postTx(wrs)
