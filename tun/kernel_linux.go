@@ -288,13 +288,7 @@ func (k *Kernel) configure(cfg KernelConfig) error {
 		}
 	}
 	for _, p := range cfg.Addrs {
-		a := &netlink.Addr{IPNet: prefixToIPNet(p)}
-		if p.Addr().Is6() {
-			// DAD is pointless on a NOARP device (the kernel skips it anyway) and would
-			// delay the address.
-			a.Flags = unix.IFA_F_NODAD
-		}
-		if err := k.h.AddrAdd(link, a); err != nil {
+		if err := k.h.AddrAdd(link, netlinkAddr(p)); err != nil {
 			return fmt.Errorf("add address %v: %w", p, err)
 		}
 	}
@@ -499,6 +493,16 @@ func (k *Kernel) Close() error {
 		}
 	})
 	return k.closeErr
+}
+
+// netlinkAddr is p as pibgw assigns it to a device: IPv6 without DAD, which is pointless
+// on a NOARP device (the kernel skips it anyway) and would delay the address.
+func netlinkAddr(p netip.Prefix) *netlink.Addr {
+	a := &netlink.Addr{IPNet: prefixToIPNet(p)}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	return a
 }
 
 func prefixToIPNet(p netip.Prefix) *net.IPNet {

@@ -206,11 +206,7 @@ func (k *Kernel) AddAddr(p netip.Prefix) error {
 	if err != nil {
 		return devError("add address to", describe(k.name, k.netns), err)
 	}
-	a := &netlink.Addr{IPNet: prefixToIPNet(p)}
-	if p.Addr().Is6() {
-		a.Flags = unix.IFA_F_NODAD
-	}
-	if err := k.h.AddrReplace(link, a); err != nil {
+	if err := k.h.AddrReplace(link, netlinkAddr(p)); err != nil {
 		return devError("add address to", describe(k.name, k.netns), err)
 	}
 	return nil
