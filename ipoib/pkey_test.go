@@ -90,6 +90,7 @@ func TestPKeyChild(t *testing.T) {
 	tf.waitUp(t, cb)
 	tf.waitUp(t, pa)
 	tf.waitUp(t, pb)
+	<-tf.sm.Resweep() // the groups' forwarding is in place (see ifaceWith)
 	if ca.MTU() != 4092 || tca.MTU() != 4092 || pa.MTU() != 2044 {
 		t.Fatalf("MTUs: child %d (tun %d), parent %d", ca.MTU(), tca.MTU(), pa.MTU())
 	}
