@@ -12,6 +12,7 @@ import (
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/rdmacm/ibcm"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/tun"
 )
@@ -39,6 +40,12 @@ type Config struct {
 	SA     *sa.Client // path records and multicast joins
 	Device tun.Device // the IP side
 	Mode   Mode
+	// CM is the IB CM of Port, which connected mode runs on (nil: datagram mode only).
+	// The interface listens on its IPoIB-CM service IDs in either mode.
+	CM *ibcm.CM
+	// CMIdleTimeout closes connections idle this long (default DefaultCMIdleTimeout,
+	// Linux's 512 s).
+	CMIdleTimeout time.Duration
 	// Addrs are the interface's IP addresses: ARP and ND answer for them.
 	Addrs []netip.Prefix
 	// NeighborTimeout ages neighbour entries out (default 60 s, Linux's gc_stale_time).
@@ -84,6 +91,13 @@ type Neighbor struct {
 	HWAddr HWAddr
 	State  string // "INCOMPLETE", "REACHABLE", "STALE", "FAILED" (ip-neighbour's names)
 	Age    time.Duration
+	// Connected mode: whether a connection to the neighbour is up, its state
+	// ("connecting", "connected"; empty when there is none), our TX QPN and the peer's
+	// RX QPN.
+	Connected bool
+	CMState   string
+	QPN       uint32
+	RemoteQPN uint32
 }
 
 // The interface type itself lives in interface.go:

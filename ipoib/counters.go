@@ -46,6 +46,14 @@ const (
 	cRxAnnounce        // gratuitous ARPs received
 	cDropNeighOverflow // the neighbour table was full (neigh.go: gc_thresh3)
 	cDropGroupOverflow // the multicast group table was full
+	cTxICMPTooBig      // ICMP "fragmentation needed" / ICMPv6 "packet too big" given the stack (icmp.go)
+	cTxCM              // packets sent over connections (connected mode, cm.go)
+	cRxCM              // packets received over connections
+	cCMTxConnected     // connections we made
+	cCMRxConnected     // connections peers made to us
+	cCMReaped          // idle connections closed
+	cCMFailed          // connections refused, timed out or broken
+	cCMRejected        // connection requests we refused
 	numCounters
 )
 
@@ -88,6 +96,14 @@ var counterNames = [numCounters]string{
 	cDropGroupOverflow: "drop_group_overflow",
 	cPathQueries:       "path_queries",
 	cDropCtrlOverflow:  "drop_ctrl_overflow",
+	cTxICMPTooBig:      "tx_icmp_too_big",
+	cTxCM:              "tx_cm_packets",
+	cRxCM:              "rx_cm_packets",
+	cCMTxConnected:     "cm_tx_connections",
+	cCMRxConnected:     "cm_rx_connections",
+	cCMReaped:          "cm_reaped",
+	cCMFailed:          "cm_failed",
+	cCMRejected:        "cm_rejected",
 }
 
 // counters are padded apart from nothing: the tx and rx loops touch different ones.

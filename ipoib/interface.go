@@ -20,8 +20,7 @@ import (
 
 // Errors of New and Run.
 var (
-	ErrClosed      = errors.New("ipoib: interface closed")
-	ErrUnsupported = errors.New("ipoib: connected mode is not implemented")
+	ErrClosed = errors.New("ipoib: interface closed")
 )
 
 // Defaults.
@@ -179,6 +178,7 @@ type Interface struct {
 	ctl control
 	nb  neighTable
 	mc  groupTable
+	cms cmState
 
 	link   atomic.Pointer[linkState]
 	addrs  atomic.Pointer[addrSet]
@@ -210,9 +210,6 @@ func New(cfg Config) (*Interface, error) {
 	if cfg.SA == nil {
 		return nil, errors.New("ipoib: Config.SA is nil")
 	}
-	if cfg.Mode == Connected {
-		return nil, ErrUnsupported
-	}
 	if cfg.PKey&0x7FFF == 0 {
 		return nil, fmt.Errorf("ipoib: P_Key %#04x is invalid", cfg.PKey)
 	}
@@ -227,6 +224,9 @@ func New(cfg Config) (*Interface, error) {
 	}
 	if cfg.MaxGroups <= 0 {
 		cfg.MaxGroups = DefaultMaxGroups
+	}
+	if cfg.CMIdleTimeout <= 0 {
+		cfg.CMIdleTimeout = DefaultCMIdleTimeout
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = cfg.Port.Device().Clock()
@@ -244,10 +244,11 @@ func New(cfg Config) (*Interface, error) {
 		log:  cfg.Logger.With("ipoib", cfg.Name),
 		ctl:  control{pkeyIndex: -1},
 		nb: neighTable{
-			m: make(map[netip.Addr]*neighbor), ahs: make(map[wire.GID]*hca.AH),
+			m: make(map[netip.Addr]*neighbor), ahs: make(map[wire.GID]*hca.AH), paths: make(map[wire.GID]sa.Path),
 			thresh1: max(1, cfg.MaxNeighbors/8), thresh2: max(1, cfg.MaxNeighbors/2), thresh3: cfg.MaxNeighbors,
 		},
-		mc: groupTable{m: make(map[wire.GID]*group)},
+		mc:  groupTable{m: make(map[wire.GID]*group)},
+		cms: cmState{cm: cfg.CM, idle: cfg.CMIdleTimeout},
 	}
 	i.ctx, i.cancel = context.WithCancel(context.Background())
 	i.link.Store(&linkState{})
@@ -256,6 +257,18 @@ func New(cfg Config) (*Interface, error) {
 	if err := i.setupVerbs(); err != nil {
 		i.destroyVerbs()
 		return nil, err
+	}
+	if err := i.startCM(); err != nil {
+		i.closeCM()
+		i.destroyVerbs()
+		return nil, err
+	}
+	if cfg.Mode == Connected {
+		if err := i.SetMode(Connected); err != nil {
+			i.closeCM()
+			i.destroyVerbs()
+			return nil, err
+		}
 	}
 	i.ctl.jobs.init()
 	i.ctl.rx = make(chan ctrlPacket, ctrlRxLen)
@@ -415,6 +428,7 @@ func (i *Interface) Close() error {
 		i.takeDown("closed", true)
 		i.ctl.mu.Unlock()
 		i.cancel()
+		i.closeCM()
 		i.stopSweep()
 		_ = i.dev.Close()
 		i.ctl.jobs.close()
@@ -459,16 +473,22 @@ func (i *Interface) setState(up bool, reason string) {
 // QPN is the interface's UD QP number.
 func (i *Interface) QPN() uint32 { return i.qpn }
 
-// HWAddr is the interface's 20-byte hardware address (flags, QPN, port GID).
+// HWAddr is the interface's 20-byte hardware address (flags, QPN, port GID); the flags
+// have 0x80 (connected mode) while the interface is in connected mode.
 func (i *Interface) HWAddr() HWAddr {
 	gid, _ := i.port.GID(0)
-	return MakeHWAddr(0, i.qpn, gid)
+	var flags uint8
+	if i.connectedMode() {
+		flags = FlagConnected
+	}
+	return MakeHWAddr(flags, i.qpn, gid)
 }
 
 // Broadcast is the partition's broadcast hardware address.
 func (i *Interface) Broadcast() HWAddr { return MulticastHWAddr(BroadcastMGID(i.pkey)) }
 
-// MTU is the interface MTU (IB MTU − 4), 0 before the broadcast group was joined.
+// MTU is the interface MTU: in datagram mode the broadcast group's IB MTU − 4 (0 before
+// the group was joined), in connected mode 65520.
 func (i *Interface) MTU() int { return int(i.mtu.Load()) }
 
 // LinkLocal is the IPv6 link-local address (fe80:: + the port GUID with the U/L bit
@@ -485,7 +505,7 @@ func (i *Interface) PKey() uint16 { return i.pkey }
 func (i *Interface) Info() Info {
 	ls := i.link.Load()
 	return Info{
-		Name: i.cfg.Name, Mode: Datagram, MTU: i.MTU(), HWAddr: i.HWAddr(), Broadcast: i.Broadcast(),
+		Name: i.cfg.Name, Mode: i.Mode(), MTU: i.MTU(), HWAddr: i.HWAddr(), Broadcast: i.Broadcast(),
 		PKey: i.pkey, QPN: i.qpn, QKey: ls.qkey, State: i.State(),
 		Addrs: slices.Clone(i.addrs.Load().prefixes), Counters: i.cnt.snapshot(),
 	}
@@ -650,17 +670,12 @@ func (i *Interface) bringUp(rejoin bool) {
 	if pm := i.port.ActiveMTU().Bytes(); pm > 0 && pm < mtu {
 		mtu = pm
 	}
-	if int(i.mtu.Load()) != mtu-HeaderLen {
-		i.mtu.Store(int32(mtu - HeaderLen))
-		if err := i.dev.SetMTU(mtu - HeaderLen); err != nil {
-			i.log.Warn("setting the MTU on the IP side", "mtu", mtu-HeaderLen, "err", err)
-		}
-	}
 	i.ctl.backoff = 0
 	i.link.Store(&linkState{
 		up: true, qkey: g.QKey, ibMTU: mtu, bcastAH: ah, bcast: g.MGID, mlid: g.MLID,
 		group: g, lid: i.port.LID(), hw: i.HWAddr(),
 	})
+	i.applyMTU()
 	i.setState(true, "")
 	i.syncOwnGroups()
 	i.rejoinGroups()
@@ -754,6 +769,8 @@ type transmitPath struct {
 	// path's transmit buffers.
 	off tun.Offloader
 	gtx gsoRing
+	// icmp builds the ICMP errors tooBig gives the stack (transmit loop only).
+	icmp [icmpBufLen]byte
 }
 
 // receivePath is what moves packets from the QP to the device.
@@ -789,6 +806,7 @@ type neighTable struct {
 	thresh3 int
 	waiters map[netip.Addr][]chan struct{} // Resolve calls waiting for an entry
 	ahs     map[wire.GID]*hca.AH           // unicast AHs by destination GID (the path cache)
+	paths   map[wire.GID]sa.Path           // the PathRecords they came from (connected mode's REQ)
 	dead    []*hca.AH                      // AHs replaced after a path change, destroyed on Close
 }
 

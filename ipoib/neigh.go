@@ -62,21 +62,30 @@ type neighbor struct {
 // neighborAH returns the AH and QPN of dst's neighbour, or queues pkt and starts the
 // resolution. It is the transmit path's lookup: a read lock and a map access.
 func (i *Interface) neighborAH(dst netip.Addr, now time.Time, etype uint16, pkt []byte, partial bool) (*hca.AH, uint32, bool) {
+	if ah, hw, ok := i.neighborLookup(dst, now); ok {
+		return ah, hw.QPN(), true
+	}
+	i.resolve(dst, now, etype, pkt, partial)
+	return nil, 0, false
+}
+
+// neighborLookup returns the AH and hardware address of dst's neighbour if it is
+// resolved and has a path, re-probing an aged entry.
+func (i *Interface) neighborLookup(dst netip.Addr, now time.Time) (*hca.AH, HWAddr, bool) {
 	i.nb.mu.RLock()
 	n := i.nb.m[dst]
 	if n != nil && n.ah != nil && (n.state == nudReachable || n.state == nudStale) {
-		ah, qpn := n.ah, n.hw.QPN()
+		ah, hw := n.ah, n.hw
 		aged := n.state == nudReachable && now.Sub(n.updated) >= i.cfg.NeighborTimeout
 		probe := n.state == nudStale && now.Sub(n.lastProbe) >= retransTime
 		i.nb.mu.RUnlock()
 		if aged || probe {
 			i.reprobe(dst, now)
 		}
-		return ah, qpn, true
+		return ah, hw, true
 	}
 	i.nb.mu.RUnlock()
-	i.resolve(dst, now, etype, pkt, partial)
-	return nil, 0, false
+	return nil, HWAddr{}, false
 }
 
 // clonePacket copies a packet to be queued; one whose transport checksum is partial
@@ -219,6 +228,7 @@ func (t *neighTable) trimPaths() {
 		if !used[gid] {
 			t.dead = append(t.dead, ah)
 			delete(t.ahs, gid)
+			delete(t.paths, gid)
 		}
 	}
 }
@@ -523,6 +533,7 @@ func (i *Interface) pathAH(gid wire.GID) (*hca.AH, error) {
 		i.nb.trimPaths()
 	}
 	i.nb.ahs[gid] = ah
+	i.nb.paths[gid] = p
 	i.nb.mu.Unlock()
 	return ah, nil
 }
@@ -536,6 +547,7 @@ func (i *Interface) flushPaths() {
 		i.nb.dead = append(i.nb.dead, ah)
 	}
 	clear(i.nb.ahs)
+	clear(i.nb.paths)
 	for _, n := range i.nb.m {
 		n.ah = nil
 	}
@@ -557,6 +569,7 @@ func (i *Interface) flushNeighbors() {
 		i.nb.dead = append(i.nb.dead, ah)
 	}
 	clear(i.nb.ahs)
+	clear(i.nb.paths)
 	i.nb.mu.Unlock()
 	i.cnt.add(cDropDown, uint64(dropped))
 }
@@ -575,6 +588,9 @@ func (i *Interface) Neighbors() []Neighbor {
 		out = append(out, Neighbor{IP: n.ip, HWAddr: n.hw, State: n.state.String(), Age: now.Sub(n.updated)})
 	}
 	i.nb.mu.Unlock()
+	for k := range out {
+		i.cmNeighbor(out[k].HWAddr, &out[k])
+	}
 	slices.SortFunc(out, func(a, b Neighbor) int { return a.IP.Compare(b.IP) })
 	return out
 }

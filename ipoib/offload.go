@@ -207,8 +207,9 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 		return
 	}
 	if HeaderLen+hl+int(meta.Size) > ls.ibMTU {
-		// The stack segments at our MTU; a larger size would make packets no link takes.
-		i.cnt.inc(cDropTooBig)
+		// The stack segments at our MTU, which connected mode (or a path MTU not yet
+		// learned) puts above the UD MTU: tell it the UD MTU.
+		i.tooBig(pkt, ls.ibMTU-HeaderLen)
 		return
 	}
 	s := segmenter{tmpl: g.tmpl[:hl], iphl: iphl, proto: proto, csumOff: csumOff, v4: v4, size: int(meta.Size)}

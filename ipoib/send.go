@@ -218,12 +218,16 @@ func (i *Interface) postTx(wrs []hca.SendWR) {
 // dropped (counted). fromStack marks packets the IP stack sent, as opposed to ND
 // messages pibgw builds itself; partial marks a CHECKSUM_PARTIAL packet.
 func (i *Interface) dest(pkt []byte, ls *linkState, now time.Time, fromStack, partial bool) (ah *hca.AH, qpn uint32, etype uint16, ok bool) {
-	if len(pkt)+HeaderLen > ls.ibMTU {
-		i.cnt.inc(cDropTooBig)
-		return nil, 0, 0, false
-	}
 	if len(pkt) < 20 {
 		i.cnt.inc(cDropMalformed)
+		return nil, 0, 0, false
+	}
+	if len(pkt)+HeaderLen > ls.ibMTU {
+		if fromStack && (pkt[0]>>4 == 4 || pkt[0]>>4 == 6) {
+			i.tooBig(pkt, ls.ibMTU-HeaderLen)
+		} else {
+			i.cnt.inc(cDropTooBig)
+		}
 		return nil, 0, 0, false
 	}
 	switch pkt[0] >> 4 {

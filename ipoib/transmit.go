@@ -79,13 +79,20 @@ func (i *Interface) txLoop(src txSource, b *txBatch) error {
 			i.cnt.add(cDropDown, uint64(n))
 			continue
 		}
+		now := i.clk.Now()
+		cm := i.connectedMode()
 		if b.meta.Type != tun.GSONone {
+			if cm && i.cmTake(b.bufs[0][txHead-HeaderLen:txHead+b.sizes[0]], b.lkey, b.meta, ls, now) {
+				continue
+			}
 			i.sendSegmented(b.bufs[0][txHead:txHead+b.sizes[0]], b.meta, ls)
 			continue
 		}
-		now := i.clk.Now()
 		wrs := b.wrs[:0]
 		for k := 0; k < n; k++ {
+			if cm && i.cmTake(b.bufs[k][txHead-HeaderLen:txHead+b.sizes[k]], b.lkey, b.meta, ls, now) {
+				continue
+			}
 			pkt := b.bufs[k][txHead : txHead+b.sizes[k]]
 			var at csumAt
 			if b.meta.NeedsCsum {

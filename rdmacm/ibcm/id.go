@@ -72,7 +72,7 @@ type ReqParam struct {
 	QPType         hca.QPType // RC or UC
 	StartingPSN    uint32
 	PKey           uint16
-	Path           sa.Path // primary path, from the sender's view (SLID = its port)
+	Path           sa.Path // primary path: sent from the sender's view (SLID = its port), received from the receiver's (DLID = the sender)
 	ResponderRes   uint8   // RDMA READs/atomics the sender accepts at once
 	InitiatorDepth uint8   // RDMA READs/atomics the sender issues at once
 	// CM timeouts (4.096 µs × 2^n): RemoteCMResponseTimeout is the wait for the REP,

@@ -1,0 +1,985 @@
+package ipoib
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/inet"
+	"github.com/pibgw/pibgw/rdmacm/ibcm"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/tun"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Connected mode (RFC 4755), as Linux's ipoib_cm.c does it. Connections are one-way: a
+// TX RC QP toward each peer we send to, made on demand by the IB CM, and an RX RC QP for
+// each peer that connected to us, its receives taken from one SRQ. A message is the
+// 4-byte header and one IP packet of up to 65520 bytes: the kernel's 64 KiB segment goes
+// out as one RC SEND and reaches the peer's stack as one packet, where datagram mode
+// cuts it into path-MTU packets and merges them again.
+//
+// The interface listens on both service ID forms at all times (a datagram-mode Linux
+// host accepts connections too) and connects only in connected mode, to peers whose
+// hardware address has the 0x80 flag. pibgw advertises the flag while the interface is
+// in connected mode, so a datagram-mode host is reached over UD at its MTU.
+
+const (
+	// cmServiceIDLinux | UD QPN is the service ID Linux listens on and connects to
+	// (ipoib_cm.c IPOIB_CM_IETF_ID); cmServiceIDAlt | UD QPN is the other reading of
+	// RFC 4755 §6.3 (Solaris listens on both).
+	cmServiceIDLinux = 0x1000000000000000
+	cmServiceIDAlt   = 0x0100000000000000
+	// ConnectedMTU is the interface MTU in connected mode (Linux IPOIB_CM_MTU).
+	ConnectedMTU = 65520
+	// cmRecvMTU is the receive size advertised in REQ/REP private data: the header and
+	// a ConnectedMTU packet.
+	cmRecvMTU = ConnectedMTU + HeaderLen
+	// cmPrivateLen: be32 UD QPN, be32 receive MTU (ipoib_cm.c struct ipoib_cm_data).
+	cmPrivateLen = 8
+	// cmSRQLen receive buffers of 64 KiB are shared by every RX connection (Linux's
+	// ipoib_recvq_size is 256; in process, receives are re-posted as they complete).
+	cmSRQLen = 128
+	// cmRxOff is where a receive lands in its buffer: the header, then the IP packet at
+	// tun.MinOffset, with room for the virtio-net header before it.
+	cmRxOff = tun.MinOffset - HeaderLen
+	// DefaultCMIdleTimeout reaps a connection idle this long (Linux IPOIB_CM_RX_TIMEOUT);
+	// connections are checked every 1.5 × the timeout (IPOIB_CM_RX_DELAY).
+	DefaultCMIdleTimeout = 512 * time.Second
+	// cmMaxQueued packets wait per connection being set up.
+	cmMaxQueued = 16
+)
+
+// Linux's REQ (ipoib_cm_send_req): CM response timeouts 20, max_cm_retries 15,
+// responder resources 4, no transport or RNR retries ("the RFC draft warns against
+// retries").
+const (
+	cmRespTimeout   = 20
+	cmMaxCMRetries  = 15
+	cmResponderRes  = 4
+	cmRetryCount    = 0
+	cmRNRRetryCount = 0
+)
+
+// cmTx states.
+const (
+	cmConnecting int32 = iota
+	cmUp
+	cmDead
+)
+
+var cmStateNames = [...]string{"connecting", "connected", "dead"}
+
+// cmState is the interface's connected-mode side.
+type cmState struct {
+	cm        *ibcm.CM // nil: connected mode is not available
+	mode      atomic.Int32
+	listeners []*ibcm.ID
+	idle      time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	tx     map[HWAddr]*cmTx
+	rx     map[uint32]*cmRx // by RX QP number
+	reap   clock.Timer
+	rxr    *cmRxRes // made at the first REQ
+	txcq   *hca.CQ  // send CQ of the TX QPs, made at the first connection
+	txch   *hca.CompChannel
+	bounce *hca.MR // one message, for packets that waited for their connection
+
+	// txmu serialises posting on TX QPs and waiting for the completion (the transmit
+	// loop, and the CM goroutine sending what waited for a connection).
+	txmu  sync.Mutex
+	txwcs [16]hca.WC
+
+	rxmu  sync.Mutex // one drain of the RX CQ at a time
+	rxwcs [64]hca.WC
+}
+
+// cmTx is a connection toward a peer.
+type cmTx struct {
+	hw    HWAddr
+	id    *ibcm.ID
+	qp    *hca.QP
+	state atomic.Int32
+	mtu   int          // largest IP packet the peer takes (its receive MTU − 4)
+	last  atomic.Int64 // clock nanoseconds of the last send
+	queue [][]byte     // header + packet, waiting for the connection (under cmState.mu)
+}
+
+// cmRx is a connection a peer made to us.
+type cmRx struct {
+	id   *ibcm.ID
+	qp   *hca.QP
+	peer uint32 // the peer's UD QPN
+	up   bool
+	last atomic.Int64
+}
+
+// cmRxRes is the receive side shared by every RX connection.
+type cmRxRes struct {
+	srq  *hca.SRQ
+	cq   *hca.CQ
+	mr   *hca.MR
+	bufs [][]byte
+	sgl  [][1]hca.SGE
+	wrs  []hca.RecvWR
+}
+
+// connectedMode reports whether the interface is in connected mode.
+func (i *Interface) connectedMode() bool { return Mode(i.cms.mode.Load()) == Connected }
+
+// Mode is the interface's mode.
+func (i *Interface) Mode() Mode { return Mode(i.cms.mode.Load()) }
+
+// startCM listens on the IPoIB-CM service IDs of the UD QPN (New).
+func (i *Interface) startCM() error {
+	c := &i.cms
+	c.tx = make(map[HWAddr]*cmTx)
+	c.rx = make(map[uint32]*cmRx)
+	if c.cm == nil {
+		return nil
+	}
+	for _, base := range []uint64{cmServiceIDLinux, cmServiceIDAlt} {
+		id := c.cm.NewID(i.onListenCM, nil)
+		if err := id.Listen(base|uint64(i.qpn), 0); err != nil {
+			return fmt.Errorf("ipoib: listen on service ID %#x: %w", base|uint64(i.qpn), err)
+		}
+		c.listeners = append(c.listeners, id)
+	}
+	c.reap = i.clk.AfterFunc(c.idle*3/2, i.reapIdle)
+	return nil
+}
+
+// SetMode switches the interface between datagram and connected mode while traffic
+// flows, as writing /sys/class/net/ib0/mode does: connected mode sets the MTU to 65520
+// and warns about multicast; datagram mode puts the MTU back to the broadcast group's −
+// 4 and closes the connections we made (those peers made to us stay until they close).
+func (i *Interface) SetMode(m Mode) error {
+	c := &i.cms
+	switch m {
+	case Connected:
+		if c.cm == nil {
+			return errors.New("ipoib: connected mode needs the port's CM (Config.CM)")
+		}
+		if i.txp.off == nil {
+			return errors.New("ipoib: connected mode needs a device with offloads (a kernel TUN)")
+		}
+	case Datagram:
+	default:
+		return fmt.Errorf("ipoib: unknown mode %d", m)
+	}
+	i.ctl.mu.Lock()
+	defer i.ctl.mu.Unlock()
+	if Mode(c.mode.Swap(int32(m))) == m {
+		return nil
+	}
+	if m == Connected {
+		// ipoib_set_mode's warning.
+		i.log.Warn("enabling connected mode will cause multicast packet drops")
+	} else {
+		i.closeTx()
+	}
+	i.applyMTU()
+	if ls := i.link.Load(); ls.up {
+		// The hardware address's 0x80 flag changed: tell the peers.
+		n := *ls
+		n.hw = i.HWAddr()
+		i.link.Store(&n)
+		i.ctl.jobs.push(func() { i.announce(nil) })
+	}
+	i.log.Info("mode set", "mode", m.String(), "mtu", i.MTU())
+	return nil
+}
+
+// applyMTU (ctl.mu held) sets the MTU the mode gives: 65520 in connected mode, the
+// broadcast group's MTU − 4 in datagram mode (0 until the group is joined).
+func (i *Interface) applyMTU() {
+	mtu := 0
+	if ls := i.link.Load(); ls.ibMTU > 0 {
+		mtu = ls.ibMTU - HeaderLen
+	}
+	if i.connectedMode() {
+		mtu = ConnectedMTU
+	}
+	if mtu == 0 || int(i.mtu.Load()) == mtu {
+		return
+	}
+	i.mtu.Store(int32(mtu))
+	if err := i.dev.SetMTU(mtu); err != nil {
+		i.log.Warn("setting the MTU on the IP side", "mtu", mtu, "err", err)
+	}
+}
+
+func (m Mode) String() string {
+	if m == Connected {
+		return "connected"
+	}
+	return "datagram"
+}
+
+func cmPrivate(qpn uint32) []byte {
+	b := make([]byte, cmPrivateLen)
+	binary.BigEndian.PutUint32(b, qpn&0xFFFFFF)
+	binary.BigEndian.PutUint32(b[4:], cmRecvMTU)
+	return b
+}
+
+// parseCMPrivate reads a peer's UD QPN and receive MTU (the high byte of the QPN word is
+// ignored, as Linux does).
+func parseCMPrivate(b []byte) (qpn uint32, mtu int, ok bool) {
+	if len(b) < cmPrivateLen {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint32(b) & 0xFFFFFF, int(binary.BigEndian.Uint32(b[4:])), true
+}
+
+// ---- The passive side: RX connections.
+
+// onListenCM accepts a REQ (ipoib_cm_req_handler): an RC QP on the SRQ, RTR and RTS
+// from the REQ, the REP with our UD QPN and receive MTU.
+func (i *Interface) onListenCM(id *ibcm.ID, ev *ibcm.Event) {
+	if ev.Type != ibcm.EventReqReceived {
+		return
+	}
+	peer, _, ok := parseCMPrivate(ev.Private)
+	if !ok {
+		i.cnt.inc(cCMRejected)
+		_ = id.SendRej(wire.RejConsumerReject, nil, nil)
+		return
+	}
+	rx, err := i.acceptRx(id, ev.Req, peer)
+	if err != nil {
+		i.cnt.inc(cCMRejected)
+		i.log.Debug("connected mode: refusing a connection", "from", ev.From.SLID, "err", err)
+		_ = id.SendRej(wire.RejNoQP, nil, nil)
+		return
+	}
+	id.SetHandler(func(id *ibcm.ID, ev *ibcm.Event) { i.onRxCM(rx, ev) })
+}
+
+func (i *Interface) acceptRx(id *ibcm.ID, req *ibcm.ReqParam, peer uint32) (*cmRx, error) {
+	c := &i.cms
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	r, err := i.rxResLocked()
+	if err != nil {
+		return nil, err
+	}
+	qp, err := i.pd.CreateQP(hca.QPInitAttr{
+		SendCQ: r.cq, RecvCQ: r.cq, SRQ: r.srq, QPType: hca.QPTypeRC,
+		Cap: hca.QPCap{MaxSendWR: 1, MaxSendSGE: 1},
+	})
+	if err != nil {
+		return nil, err
+	}
+	psn := rand.Uint32() & 0xFFFFFF
+	if err := i.connectRC(qp, req.PKey, req.Path.MTU, req.Path.DLID, req.Path.SL, req.Path.PacketLifeTime,
+		req.QPN, req.StartingPSN, psn, req.RetryCount, req.RNRRetryCount); err != nil {
+		_ = qp.Destroy()
+		return nil, err
+	}
+	rx := &cmRx{id: id, qp: qp, peer: peer}
+	rx.last.Store(i.clk.Now().UnixNano())
+	if err := id.SendRep(ibcm.RepParam{QPN: qp.Num(), StartingPSN: psn, RNRRetryCount: req.RNRRetryCount,
+		SRQ: true, Private: cmPrivate(i.qpn)}); err != nil {
+		_ = qp.Destroy()
+		return nil, err
+	}
+	c.rx[qp.Num()] = rx
+	return rx, nil
+}
+
+// connectRC takes a new RC QP to RTS toward a peer QP (IBA 10.3.1: INIT, RTR, RTS).
+func (i *Interface) connectRC(qp *hca.QP, pkey uint16, mtu uint8, dlid uint16, sl, lifeTime uint8,
+	destQPN, rqPSN, sqPSN uint32, retry, rnrRetry uint8) error {
+	idx := i.port.FindPKey(pkey)
+	if idx < 0 {
+		idx = i.port.FindPKey(pkey & 0x7FFF)
+	}
+	if idx < 0 {
+		return fmt.Errorf("P_Key %#04x not in the port's table", pkey)
+	}
+	a := hca.QPAttr{QPState: hca.QPStateInit, PKeyIndex: uint16(idx), PortNum: i.port.Num()}
+	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrAccessFlags); err != nil {
+		return err
+	}
+	pmtu := hca.MTU(mtu)
+	if am := i.port.ActiveMTU(); pmtu == 0 || am < pmtu {
+		pmtu = am
+	}
+	a = hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: pmtu, DestQPNum: destQPN, RQPSN: rqPSN,
+		AHAttr: hca.AHAttr{DLID: dlid, SL: sl, PortNum: i.port.Num()}}
+	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrAV|hca.QPAttrPathMTU|hca.QPAttrDestQPN|
+		hca.QPAttrRQPSN|hca.QPAttrMaxDestRdAtomic|hca.QPAttrMinRNRTimer); err != nil {
+		return err
+	}
+	a = hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: sqPSN, Timeout: min(lifeTime+1, 31), RetryCnt: retry, RNRRetry: rnrRetry}
+	return qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN|hca.QPAttrTimeout|hca.QPAttrRetryCnt|
+		hca.QPAttrRNRRetry|hca.QPAttrMaxQPRdAtomic)
+}
+
+// rxResLocked makes the SRQ, its CQ and buffers the first time (mu held).
+func (i *Interface) rxResLocked() (*cmRxRes, error) {
+	c := &i.cms
+	if c.rxr != nil {
+		return c.rxr, nil
+	}
+	r := &cmRxRes{}
+	var err error
+	fail := func() (*cmRxRes, error) {
+		r.free()
+		return nil, err
+	}
+	if r.srq, err = i.pd.CreateSRQ(hca.SRQInitAttr{MaxWR: cmSRQLen, MaxSGE: 1}); err != nil {
+		return fail()
+	}
+	if r.cq, err = i.hctx.CreateCQ(2*cmSRQLen, nil); err != nil {
+		return fail()
+	}
+	slot := tun.MinOffset + ConnectedMTU
+	mem := make([]byte, cmSRQLen*slot)
+	if r.mr, err = i.pd.RegMR(mem, hca.AccessLocalWrite); err != nil {
+		return fail()
+	}
+	r.bufs = make([][]byte, cmSRQLen)
+	r.sgl = make([][1]hca.SGE, cmSRQLen)
+	r.wrs = make([]hca.RecvWR, cmSRQLen)
+	for k := range r.bufs {
+		r.bufs[k] = mem[k*slot : (k+1)*slot : (k+1)*slot]
+		r.sgl[k][0] = hca.SGE{Addr: hca.BufAddr(r.bufs[k][cmRxOff:]), Length: cmRecvMTU, LKey: r.mr.LKey()}
+		r.wrs[k] = hca.RecvWR{WRID: uint64(k), SGL: r.sgl[k][:]}
+	}
+	if _, err = r.srq.PostRecv(r.wrs); err != nil {
+		return fail()
+	}
+	r.cq.SetCompHandler(i.onCMCompletions)
+	c.rxr = r
+	return r, nil
+}
+
+func (r *cmRxRes) free() {
+	if r.cq != nil {
+		r.cq.SetCompHandler(nil)
+		_ = r.cq.Destroy()
+	}
+	if r.srq != nil {
+		_ = r.srq.Destroy()
+	}
+	if r.mr != nil {
+		_ = r.mr.Dereg()
+	}
+}
+
+// onRxCM follows an RX connection: established on the RTU, closed by the peer's DREQ
+// or a failed REP.
+func (i *Interface) onRxCM(rx *cmRx, ev *ibcm.Event) {
+	switch ev.Type {
+	case ibcm.EventRTUReceived, ibcm.EventUserEstablished:
+		i.cms.mu.Lock()
+		rx.up = true
+		i.cms.mu.Unlock()
+		i.cnt.inc(cCMRxConnected)
+	case ibcm.EventDReqReceived:
+		_ = rx.id.SendDRep(nil)
+		i.dropRx(rx)
+	case ibcm.EventRepError, ibcm.EventRejReceived:
+		i.cnt.inc(cCMFailed)
+		i.dropRx(rx)
+	}
+}
+
+// dropRx forgets an RX connection and destroys its QP (its outstanding receives belong
+// to the SRQ and stay there).
+func (i *Interface) dropRx(rx *cmRx) {
+	c := &i.cms
+	c.mu.Lock()
+	if c.rx[rx.qp.Num()] != rx {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.rx, rx.qp.Num())
+	c.mu.Unlock()
+	_ = rx.qp.Destroy()
+}
+
+// onCMCompletions is the RX CQ's handler: like the UD receive path, it runs on the
+// goroutine that delivered the message and writes each packet to the device whole.
+func (i *Interface) onCMCompletions(cq *hca.CQ) {
+	c := &i.cms
+	for cq.Pending() > 0 {
+		if !c.rxmu.TryLock() {
+			return
+		}
+		for {
+			n := cq.Poll(c.rxwcs[:])
+			if n == 0 {
+				break
+			}
+			i.cmReceive(c.rxwcs[:n])
+		}
+		c.rxmu.Unlock()
+	}
+}
+
+func (i *Interface) cmReceive(wcs []hca.WC) {
+	c := &i.cms
+	r := c.rxr
+	now := i.clk.Now().UnixNano()
+	var lastQP uint32
+	for k := range wcs {
+		wc := &wcs[k]
+		slot := int(wc.WRID)
+		if slot < 0 || slot >= len(r.bufs) {
+			continue
+		}
+		if wc.Status != hca.WCSuccess {
+			if wc.Status != hca.WCWRFlushErr {
+				i.cnt.inc(cDropRecvError)
+			}
+			i.cmRepost(r, slot)
+			continue
+		}
+		if wc.QPNum != lastQP {
+			lastQP = wc.QPNum
+			c.mu.Lock()
+			if rx := c.rx[wc.QPNum]; rx != nil {
+				rx.last.Store(now)
+			}
+			c.mu.Unlock()
+		}
+		buf := r.bufs[slot]
+		n := int(wc.ByteLen)
+		if n < HeaderLen+20 || n > cmRecvMTU {
+			i.cnt.inc(cDropMalformed)
+			i.cmRepost(r, slot)
+			continue
+		}
+		etype := binary.BigEndian.Uint16(buf[cmRxOff:])
+		pkt := buf[tun.MinOffset : cmRxOff+n]
+		i.cnt.inc(cRxCM)
+		switch {
+		case etype == EtherTypeIPv4 && pkt[0]>>4 == 4,
+			etype == EtherTypeIPv6 && pkt[0]>>4 == 6 && len(pkt) >= ipv6HeaderLen:
+			if etype == EtherTypeIPv6 && pkt[6] == protoICMPv6 && len(pkt) > ipv6HeaderLen && isND(pkt[ipv6HeaderLen]) {
+				i.cnt.inc(cRxND)
+				i.queueControl(etype, pkt)
+				break
+			}
+			i.writeWhole(buf[:cmRxOff+n])
+		case etype == EtherTypeARP:
+			i.cnt.inc(cRxARP)
+			i.queueControl(etype, pkt)
+		default:
+			i.cnt.inc(cDropUnknownType)
+		}
+		i.cmRepost(r, slot)
+	}
+}
+
+func (i *Interface) cmRepost(r *cmRxRes, slot int) {
+	if _, err := r.srq.PostRecv(r.wrs[slot : slot+1]); err != nil {
+		i.log.Debug("re-posting a connected-mode receive buffer", "err", err)
+	}
+}
+
+// writeWhole writes one packet at tun.MinOffset of buf to the device, as it came.
+func (i *Interface) writeWhole(buf []byte) {
+	var err error
+	if i.txp.off != nil {
+		err = i.txp.off.WriteGSO(buf, tun.MinOffset, tun.GSO{}, nil)
+	} else {
+		_, err = i.dev.Write([][]byte{buf}, tun.MinOffset)
+	}
+	if err != nil {
+		i.cnt.inc(cDropTunWrite)
+		return
+	}
+	i.cnt.inc(cRxPackets)
+	i.cnt.add(cRxBytes, uint64(len(buf)-tun.MinOffset))
+}
+
+// ---- The active side: TX connections.
+
+// cmRoute is the connection a unicast packet to hw goes over in connected mode, made
+// (and started) if there is none; nil when the peer does not do connected mode.
+func (i *Interface) cmRoute(hw HWAddr) *cmTx {
+	if hw.Flags()&FlagConnected == 0 {
+		return nil
+	}
+	c := &i.cms
+	c.mu.Lock()
+	tx := c.tx[hw]
+	if tx == nil && !c.closed {
+		tx = &cmTx{hw: hw}
+		tx.last.Store(i.clk.Now().UnixNano())
+		c.tx[hw] = tx
+		c.mu.Unlock()
+		go i.connectTx(tx)
+		return tx
+	}
+	c.mu.Unlock()
+	return tx
+}
+
+// connectTx creates the TX QP and sends the REQ (ipoib_cm_tx_init).
+func (i *Interface) connectTx(tx *cmTx) {
+	c := &i.cms
+	i.nb.mu.RLock()
+	path, ok := i.nb.paths[tx.hw.GID()]
+	i.nb.mu.RUnlock()
+	if !ok {
+		i.failTx(tx, errors.New("no path"))
+		return
+	}
+	cq, err := i.txCQ()
+	if err != nil {
+		i.failTx(tx, err)
+		return
+	}
+	qp, err := i.pd.CreateQP(hca.QPInitAttr{
+		SendCQ: cq, RecvCQ: cq, QPType: hca.QPTypeRC,
+		Cap: hca.QPCap{MaxSendWR: 4, MaxRecvWR: 1, MaxSendSGE: 2, MaxRecvSGE: 1},
+	})
+	if err != nil {
+		i.failTx(tx, err)
+		return
+	}
+	idx := i.findPKey()
+	if idx < 0 {
+		_ = qp.Destroy()
+		i.failTx(tx, errors.New("P_Key not in the port's table"))
+		return
+	}
+	a := hca.QPAttr{QPState: hca.QPStateInit, PKeyIndex: uint16(idx), PortNum: i.port.Num()}
+	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrAccessFlags); err != nil {
+		_ = qp.Destroy()
+		i.failTx(tx, err)
+		return
+	}
+	psn := rand.Uint32() & 0xFFFFFF
+	id := c.cm.NewID(func(id *ibcm.ID, ev *ibcm.Event) { i.onTxCM(tx, path, psn, ev) }, nil)
+	c.mu.Lock()
+	tx.qp, tx.id = qp, id
+	closed := c.closed || c.tx[tx.hw] != tx
+	c.mu.Unlock()
+	if closed {
+		i.failTx(tx, ErrClosed)
+		return
+	}
+	err = id.SendReq(ibcm.ReqParam{
+		ServiceID: cmServiceIDLinux | uint64(tx.hw.QPN()), QPN: qp.Num(), QPType: hca.QPTypeRC,
+		StartingPSN: psn, PKey: i.pkey, Path: path, ResponderRes: cmResponderRes,
+		RemoteCMResponseTimeout: cmRespTimeout, LocalCMResponseTimeout: cmRespTimeout,
+		RetryCount: cmRetryCount, RNRRetryCount: cmRNRRetryCount, MaxCMRetries: cmMaxCMRetries,
+		SRQ: true, Private: cmPrivate(i.qpn),
+	})
+	if err != nil {
+		i.failTx(tx, err)
+	}
+}
+
+// txCQ is the send CQ of every TX QP, made the first time.
+func (i *Interface) txCQ() (*hca.CQ, error) {
+	c := &i.cms
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.txcq != nil {
+		return c.txcq, nil
+	}
+	ch := i.hctx.CreateCompChannel()
+	cq, err := i.hctx.CreateCQ(256, ch)
+	if err != nil {
+		return nil, err
+	}
+	mem := make([]byte, tun.MinOffset+ConnectedMTU)
+	mr, err := i.pd.RegMR(mem, hca.AccessLocalWrite)
+	if err != nil {
+		_ = cq.Destroy()
+		return nil, err
+	}
+	c.txcq, c.txch, c.bounce = cq, ch, mr
+	return cq, nil
+}
+
+// onTxCM follows a TX connection: the REP takes the QP to RTS and the RTU goes back
+// (ipoib_cm_rep_handler); a REJ, a REQ that timed out, or the peer's DREQ end it.
+func (i *Interface) onTxCM(tx *cmTx, path sa.Path, psn uint32, ev *ibcm.Event) {
+	switch ev.Type {
+	case ibcm.EventRepReceived:
+		_, mtu, ok := parseCMPrivate(ev.Private)
+		if !ok || mtu <= HeaderLen+20 {
+			_ = tx.id.SendRej(wire.RejConsumerReject, nil, nil)
+			i.failTx(tx, errors.New("REP without IPoIB-CM private data"))
+			return
+		}
+		rep := ev.Rep
+		if err := i.rtrRTS(tx.qp, path, rep.QPN, rep.StartingPSN, psn, rep.RNRRetryCount); err != nil {
+			_ = tx.id.SendRej(wire.RejConsumerReject, nil, nil)
+			i.failTx(tx, err)
+			return
+		}
+		if err := tx.id.SendRTU(nil); err != nil {
+			i.failTx(tx, err)
+			return
+		}
+		tx.mtu = min(mtu, cmRecvMTU) - HeaderLen
+		c := &i.cms
+		c.mu.Lock()
+		tx.state.Store(cmUp)
+		q := tx.queue
+		tx.queue = nil
+		c.mu.Unlock()
+		i.cnt.inc(cCMTxConnected)
+		i.log.Debug("connected", "peer", tx.hw.String(), "qpn", tx.qp.Num(), "remote_qpn", rep.QPN, "mtu", tx.mtu)
+		i.sendWaiting(tx, q)
+	case ibcm.EventRejReceived, ibcm.EventReqError, ibcm.EventRepError:
+		i.failTx(tx, fmt.Errorf("connection refused or timed out (%v, reason %d)", ev.Type, ev.Reason))
+	case ibcm.EventDReqReceived:
+		_ = tx.id.SendDRep(nil)
+		i.dropTx(tx, false)
+	}
+}
+
+// rtrRTS takes an INIT TX QP to RTR and RTS toward the peer's RX QP.
+func (i *Interface) rtrRTS(qp *hca.QP, path sa.Path, destQPN, rqPSN, sqPSN uint32, rnrRetry uint8) error {
+	pmtu := hca.MTU(path.MTU)
+	if am := i.port.ActiveMTU(); pmtu == 0 || am < pmtu {
+		pmtu = am
+	}
+	a := hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: pmtu, DestQPNum: destQPN, RQPSN: rqPSN,
+		AHAttr: hca.AHAttr{DLID: path.DLID, SL: path.SL, PortNum: i.port.Num()}}
+	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrAV|hca.QPAttrPathMTU|hca.QPAttrDestQPN|
+		hca.QPAttrRQPSN|hca.QPAttrMaxDestRdAtomic|hca.QPAttrMinRNRTimer); err != nil {
+		return err
+	}
+	a = hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: sqPSN, Timeout: min(path.PacketLifeTime+1, 31),
+		RetryCnt: cmRetryCount, RNRRetry: rnrRetry}
+	return qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN|hca.QPAttrTimeout|hca.QPAttrRetryCnt|
+		hca.QPAttrRNRRetry|hca.QPAttrMaxQPRdAtomic)
+}
+
+// failTx ends a connection that could not be made or broke (counted cm_failed): what
+// waited for it is dropped, and the neighbours at that address resolve again
+// (ipoib_neigh_free), as Linux does after a REJ or a TX error other than a flush.
+func (i *Interface) failTx(tx *cmTx, err error) {
+	if i.dropTx(tx, true) {
+		i.cnt.inc(cCMFailed)
+		i.log.Debug("connected mode: connection failed", "peer", tx.hw.String(), "err", err)
+	}
+}
+
+// dropTx forgets a TX connection; it reports whether this call did. forget also
+// forgets the neighbours at its address.
+func (i *Interface) dropTx(tx *cmTx, forget bool) bool {
+	c := &i.cms
+	c.mu.Lock()
+	if tx.state.Swap(cmDead) == cmDead {
+		c.mu.Unlock()
+		return false
+	}
+	if c.tx[tx.hw] == tx {
+		delete(c.tx, tx.hw)
+	}
+	dropped := len(tx.queue)
+	tx.queue = nil
+	id, qp := tx.id, tx.qp
+	c.mu.Unlock()
+	i.cnt.add(cDropNoNeighbor, uint64(dropped))
+	if id != nil {
+		id.Destroy() // DREQ if it was established
+	}
+	if qp != nil {
+		// Under txmu: the transmit loop may be waiting for a completion on it.
+		c.txmu.Lock()
+		_ = qp.Destroy()
+		c.txmu.Unlock()
+	}
+	if forget {
+		i.nb.mu.Lock()
+		for _, n := range i.nb.m {
+			if n.hw == tx.hw {
+				i.cnt.add(cDropNoNeighbor, uint64(i.nb.forget(n)))
+			}
+		}
+		i.nb.mu.Unlock()
+	}
+	return true
+}
+
+// closeTx ends every TX connection (datagram mode, Close).
+func (i *Interface) closeTx() {
+	c := &i.cms
+	c.mu.Lock()
+	txs := make([]*cmTx, 0, len(c.tx))
+	for _, tx := range c.tx {
+		txs = append(txs, tx)
+	}
+	c.mu.Unlock()
+	for _, tx := range txs {
+		i.dropTx(tx, false)
+	}
+}
+
+// cmTake sends an IP packet read from the device — msg[HeaderLen:], msg in a buffer
+// registered as lkey, its first HeaderLen bytes head-room for the header — over a
+// connection if connected mode applies to it, and reports whether it took the packet
+// (sent, queued or dropped). Multicast, ND, and peers without the 0x80 flag are left
+// to the UD path.
+func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState, now time.Time) bool {
+	pkt := msg[HeaderLen:]
+	if len(pkt) < 20 {
+		return false
+	}
+	var dst [16]byte
+	var d4 [4]byte
+	var etype uint16
+	switch pkt[0] >> 4 {
+	case 4:
+		d4 = [4]byte(pkt[16:20])
+		if d4[0]&0xF0 == 0xE0 || i.addrs.Load().isBroadcast(d4) {
+			return false
+		}
+		etype = EtherTypeIPv4
+	case 6:
+		if len(pkt) < ipv6HeaderLen || pkt[24] == 0xFF {
+			return false
+		}
+		if pkt[6] == protoICMPv6 && len(pkt) > ipv6HeaderLen && isND(pkt[ipv6HeaderLen]) {
+			return false
+		}
+		dst = [16]byte(pkt[24:40])
+		etype = EtherTypeIPv6
+	default:
+		return false
+	}
+	addr := netip.AddrFrom16(dst)
+	if etype == EtherTypeIPv4 {
+		addr = netip.AddrFrom4(d4)
+	}
+	_, hw, ok := i.neighborLookup(i.nextHop(addr), now)
+	if !ok {
+		if len(pkt) > ls.ibMTU-HeaderLen {
+			// Too big to wait in the neighbour's queue (which UD empties): start the
+			// resolution and drop it; the stack sends it again.
+			i.resolve(i.nextHop(addr), now, etype, nil, false)
+			i.cnt.inc(cDropNoNeighbor)
+			return true
+		}
+		return false
+	}
+	tx := i.cmRoute(hw)
+	if tx == nil {
+		return false
+	}
+	if meta.NeedsCsum {
+		// An RC message is cut into path-MTU packets: no per-packet deferred checksum
+		// can stand for it, so the checksum is done here, once.
+		cs, co := int(meta.CsumStart), int(meta.CsumOffset)
+		if cs+co+2 > len(pkt) {
+			i.cnt.inc(cDropMalformed)
+			return true
+		}
+		_, proto, _, tok := inet.Transport(pkt)
+		inet.CompleteAt(pkt[cs:], co, tok && proto == inet.ProtoUDP)
+	}
+	switch tx.state.Load() {
+	case cmUp:
+		if len(pkt) > tx.mtu {
+			i.tooBig(pkt, tx.mtu)
+			return true
+		}
+		tx.last.Store(now.UnixNano())
+		binary.BigEndian.PutUint32(msg, uint32(etype)<<16)
+		i.cms.txmu.Lock()
+		i.cmPostLocked(tx, msg, lkey)
+		i.cms.txmu.Unlock()
+	case cmConnecting:
+		c := &i.cms
+		m := make([]byte, HeaderLen+len(pkt))
+		binary.BigEndian.PutUint32(m, uint32(etype)<<16)
+		copy(m[HeaderLen:], pkt)
+		c.mu.Lock()
+		if tx.state.Load() == cmConnecting && len(tx.queue) < cmMaxQueued {
+			tx.queue = append(tx.queue, m)
+			c.mu.Unlock()
+			return true
+		}
+		up := tx.state.Load() == cmUp
+		c.mu.Unlock()
+		if up {
+			return i.cmTake(msg, lkey, tun.GSO{}, ls, now)
+		}
+		i.cnt.inc(cDropNoNeighbor)
+	default:
+		return false
+	}
+	return true
+}
+
+// cmPostLocked sends one message (msg, in a buffer registered as lkey) on tx's QP and
+// waits for its completion, so the buffer may be reused: in process, an RC SEND
+// completes while it is posted. A completion in error other than a flush ends the
+// connection (ipoib_cm_handle_tx_wc). txmu is held.
+func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
+	c := &i.cms
+	if tx.state.Load() != cmUp {
+		i.cnt.inc(cDropSendError)
+		return
+	}
+	sgl := [1]hca.SGE{{Addr: hca.BufAddr(msg), Length: uint32(len(msg)), LKey: lkey}}
+	wr := [1]hca.SendWR{{WRID: uint64(len(msg)), SGL: sgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}}
+	if _, err := tx.qp.PostSend(wr[:]); err != nil {
+		i.cnt.inc(cDropSendError)
+		return
+	}
+	for {
+		k := c.txcq.Poll(c.txwcs[:])
+		if k == 0 {
+			_ = c.txcq.ReqNotify(false)
+			if k = c.txcq.Poll(c.txwcs[:]); k == 0 {
+				select {
+				case cq := <-c.txch.Events():
+					cq.AckEvents(1)
+					continue
+				case <-i.ctx.Done():
+					return
+				}
+			}
+		}
+		for _, wc := range c.txwcs[:k] {
+			switch wc.Status {
+			case hca.WCSuccess:
+				i.cnt.inc(cTxPackets)
+				i.cnt.inc(cTxCM)
+				i.cnt.add(cTxBytes, wc.WRID-HeaderLen)
+			case hca.WCWRFlushErr:
+				i.cnt.inc(cDropSendError)
+			default:
+				i.cnt.inc(cDropSendError)
+				go i.failTx(tx, fmt.Errorf("send completed with %v", wc.Status))
+			}
+		}
+		return
+	}
+}
+
+// sendWaiting sends the packets that waited for tx to come up, from the bounce buffer.
+func (i *Interface) sendWaiting(tx *cmTx, q [][]byte) {
+	c := &i.cms
+	for _, m := range q {
+		if len(m)-HeaderLen > tx.mtu {
+			i.tooBig(m[HeaderLen:], tx.mtu)
+			continue
+		}
+		c.txmu.Lock()
+		b := c.bounce.Bytes()[:len(m)]
+		copy(b, m)
+		i.cmPostLocked(tx, b, c.bounce.LKey())
+		c.txmu.Unlock()
+	}
+}
+
+// reapIdle ends connections idle longer than the idle timeout (ipoib_cm_rx_reap; TX
+// connections likewise), then re-arms itself.
+func (i *Interface) reapIdle() {
+	c := &i.cms
+	limit := i.clk.Now().Add(-c.idle).UnixNano()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	var rxs []*cmRx
+	for _, rx := range c.rx {
+		if rx.last.Load() < limit {
+			rxs = append(rxs, rx)
+		}
+	}
+	var txs []*cmTx
+	for _, tx := range c.tx {
+		if tx.state.Load() == cmUp && tx.last.Load() < limit {
+			txs = append(txs, tx)
+		}
+	}
+	c.reap.Reset(c.idle * 3 / 2)
+	c.mu.Unlock()
+	for _, rx := range rxs {
+		rx.id.Destroy() // DREQ
+		i.dropRx(rx)
+		i.cnt.inc(cCMReaped)
+	}
+	for _, tx := range txs {
+		if i.dropTx(tx, false) {
+			i.cnt.inc(cCMReaped)
+		}
+	}
+}
+
+// closeCM ends connected mode (Close): listeners, connections, the shared objects.
+func (i *Interface) closeCM() {
+	c := &i.cms
+	for _, l := range c.listeners {
+		l.Destroy()
+	}
+	i.closeTx()
+	c.mu.Lock()
+	c.closed = true
+	if c.reap != nil {
+		c.reap.Stop()
+	}
+	rxs := make([]*cmRx, 0, len(c.rx))
+	for _, rx := range c.rx {
+		rxs = append(rxs, rx)
+	}
+	c.mu.Unlock()
+	for _, rx := range rxs {
+		rx.id.Destroy()
+		i.dropRx(rx)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rxr != nil {
+		c.rxmu.Lock()
+		c.rxr.free()
+		c.rxmu.Unlock()
+		c.rxr = nil
+	}
+	if c.txcq != nil {
+		_ = c.txcq.Destroy()
+		_ = c.bounce.Dereg()
+		c.txcq = nil
+	}
+}
+
+// cmNeighbor describes the connection toward hw for `pibgw neigh`.
+func (i *Interface) cmNeighbor(hw HWAddr, n *Neighbor) {
+	c := &i.cms
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tx := c.tx[hw]
+	if tx == nil {
+		return
+	}
+	n.Connected = tx.state.Load() == cmUp
+	n.CMState = cmStateNames[tx.state.Load()]
+	if tx.qp != nil {
+		n.QPN = tx.qp.Num()
+		if n.Connected {
+			n.RemoteQPN = tx.qp.Attr().DestQPNum
+		}
+	}
+}

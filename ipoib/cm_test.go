@@ -1,0 +1,187 @@
+package ipoib_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/pibgw/pibgw/ipoib"
+	"github.com/pibgw/pibgw/rc"
+	"github.com/pibgw/pibgw/rdmacm/ibcm"
+	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/tun"
+)
+
+// gsoTUN is a fakeTUN with offloads, as a kernel TUN with virtio-net headers is: one
+// packet per read (no GSO asked), writes recorded whole.
+type gsoTUN struct{ *fakeTUN }
+
+func newGSOTUN(name string) *gsoTUN { return &gsoTUN{newFakeTUN(name)} }
+
+func (g *gsoTUN) Offloads() bool { return true }
+
+func (g *gsoTUN) ReadGSO(buf []byte, offset int) (int, tun.GSO, error) {
+	sizes := []int{0}
+	if _, err := g.Channel.Read([][]byte{buf}, sizes, offset); err != nil {
+		return 0, tun.GSO{}, err
+	}
+	return sizes[0], tun.GSO{}, nil
+}
+
+func (g *gsoTUN) WriteGSO(buf []byte, offset int, _ tun.GSO, tail [][]byte) error {
+	p := append([]byte(nil), buf[offset:]...)
+	for _, t := range tail {
+		p = append(p, t...)
+	}
+	select {
+	case g.out <- p:
+	default:
+	}
+	return nil
+}
+
+func newCMs(t *testing.T, tf *testFabric, n int) []*ibcm.CM {
+	cms := make([]*ibcm.CM, n)
+	for k := range cms {
+		rc.Register(tf.f.HCAs[k])
+		cms[k] = ibcm.New(ibcm.HCAPort(tf.f.HCAs[k].Port(1)), ibcm.Options{Clock: tf.clk})
+		t.Cleanup(cms[k].Close) // after the interfaces (cleanups run last-in first-out)
+	}
+	return cms
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	for k := range b {
+		b[k] = byte(rand.Uint32())
+	}
+	return b
+}
+
+// TestConnectedMode: two connected-mode interfaces move 60,000-byte packets whole over
+// RC connections made on demand by the CM; a datagram-mode peer (no 0x80 flag) is
+// reached over UD, and a packet too big for it comes back as ICMP "fragmentation
+// needed" with the UD MTU; switching to datagram mode closes the connections and puts
+// the MTU back; idle connections are reaped.
+func TestConnectedMode(t *testing.T) {
+	tf := newTestFabric(t, 3, sa.Config{})
+	cms := newCMs(t, tf, 3)
+	da, db, dc := newGSOTUN("ib0"), newGSOTUN("ib1"), newGSOTUN("ib2")
+	a := tf.ifaceWith(t, 0, da, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
+	b := tf.ifaceWith(t, 1, db, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
+	c := tf.ifaceWith(t, 2, dc, ipoib.Config{CM: cms[2]}, "10.10.0.3/24")
+
+	if a.MTU() != ipoib.ConnectedMTU || da.MTU() != ipoib.ConnectedMTU || a.Info().Mode != ipoib.Connected {
+		t.Fatalf("connected mode: MTU %d (tun %d), mode %v", a.MTU(), da.MTU(), a.Info().Mode)
+	}
+	if c.MTU() != 2044 || a.HWAddr().Flags() != ipoib.FlagConnected || c.HWAddr().Flags() != 0 {
+		t.Fatalf("datagram MTU %d, flags %#x / %#x", c.MTU(), a.HWAddr().Flags(), c.HWAddr().Flags())
+	}
+
+	// The first packet resolves B (ARP over UD); the big ones go over a connection.
+	small := icmpEcho4("10.10.0.1", "10.10.0.2", 1, randomBytes(56))
+	da.Inject(small)
+	if got := db.recv(t); !bytes.Equal(got, small) {
+		t.Fatal("A→B small packet differs")
+	}
+	for k := range 3 {
+		big := icmpEcho4("10.10.0.1", "10.10.0.2", uint16(2+k), randomBytes(60000-28))
+		da.Inject(big)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("A %v\nB %v", a.Info().Counters, b.Info().Counters)
+				t.Logf("HCA A %v\nHCA B %v", tf.f.HCAs[0].Port(1).Counters().Snapshot(), tf.f.HCAs[1].Port(1).Counters().Snapshot())
+			}
+		})
+		if got := db.recv(t); !bytes.Equal(got, big) {
+			t.Fatalf("A→B 60,000-byte packet %d differs (%d bytes)", k, len(got))
+		}
+	}
+	reply := icmpEcho4("10.10.0.2", "10.10.0.1", 9, randomBytes(ipoib.ConnectedMTU-28))
+	db.Inject(reply)
+	if got := da.recv(t); !bytes.Equal(got, reply) {
+		t.Fatal("B→A 65,520-byte packet differs")
+	}
+	if a.Counter("cm_tx_connections") != 1 || b.Counter("cm_rx_connections") != 1 ||
+		b.Counter("cm_tx_connections") != 1 || a.Counter("tx_cm_packets") < 3 || b.Counter("rx_cm_packets") < 3 {
+		t.Fatalf("counters: A %v, B %v", a.Info().Counters, b.Info().Counters)
+	}
+	var nb ipoib.Neighbor
+	for _, n := range a.Neighbors() {
+		if n.IP == netipMust("10.10.0.2") {
+			nb = n
+		}
+	}
+	if !nb.Connected || nb.CMState != "connected" || nb.QPN == 0 || nb.RemoteQPN == 0 || nb.HWAddr.Flags() != ipoib.FlagConnected {
+		t.Fatalf("neighbour 10.10.0.2: %+v", nb)
+	}
+
+	// C is in datagram mode: reached over UD; too big for it → ICMP with its MTU.
+	toC := icmpEcho4("10.10.0.1", "10.10.0.3", 1, randomBytes(100))
+	da.Inject(toC)
+	if got := dc.recv(t); !bytes.Equal(got, toC) {
+		t.Fatal("A→C small packet differs")
+	}
+	bigC := icmpEcho4("10.10.0.1", "10.10.0.3", 2, randomBytes(4000))
+	da.Inject(bigC)
+	icmp := da.recv(t)
+	if len(icmp) < 28+20 || icmp[9] != 1 || icmp[20] != 3 || icmp[21] != 4 ||
+		binary.BigEndian.Uint16(icmp[26:]) != 2044 || !bytes.Equal(icmp[28:48], bigC[:20]) ||
+		[4]byte(icmp[12:16]) != [4]byte(bigC[16:20]) || [4]byte(icmp[16:20]) != [4]byte(bigC[12:16]) {
+		t.Fatalf("expected ICMP fragmentation needed (MTU 2044), got % x", icmp[:min(len(icmp), 64)])
+	}
+	if csum(icmp[:20]) != 0 || csum(icmp[20:]) != 0 {
+		t.Fatal("ICMP checksums wrong")
+	}
+	if a.Counter("tx_icmp_too_big") != 1 || a.Counter("cm_tx_connections") != 1 {
+		t.Fatalf("counters: %v", a.Info().Counters)
+	}
+	// IPv6 too: "packet too big" (RFC 4443 §3.2), to the link-local addresses.
+	la, lc := a.LinkLocal().String(), c.LinkLocal().String()
+	small6 := echo6(la, lc, 1, randomBytes(64))
+	da.Inject(small6)
+	if got := dc.recv(t); !bytes.Equal(got, small6) {
+		t.Fatal("A→C small IPv6 packet differs")
+	}
+	big6 := echo6(la, lc, 2, randomBytes(3000))
+	da.Inject(big6)
+	ptb := da.recv(t)
+	if len(ptb) != 1280 || ptb[6] != 58 || ptb[40] != 2 || binary.BigEndian.Uint32(ptb[44:]) != 2044 ||
+		!bytes.Equal(ptb[48:88], big6[:40]) || !bytes.Equal(ptb[8:24], big6[24:40]) {
+		t.Fatalf("expected ICMPv6 packet too big (MTU 2044), got % x", ptb[:min(len(ptb), 64)])
+	}
+	ph := append(append(append([]byte(nil), ptb[8:40]...), 0, 0, byte((len(ptb)-40)>>8), byte(len(ptb)-40), 0, 0, 0, 58), ptb[40:]...)
+	if csum(ph) != 0 {
+		t.Fatal("ICMPv6 checksum wrong")
+	}
+
+	// Datagram mode: MTU back, connection closed (B sees the DREQ), flag gone, and a big
+	// packet to B gets the ICMP.
+	if err := a.SetMode(ipoib.Datagram); err != nil {
+		t.Fatal(err)
+	}
+	if a.MTU() != 2044 || da.MTU() != 2044 || a.HWAddr().Flags() != 0 || a.Info().Mode != ipoib.Datagram {
+		t.Fatalf("datagram again: MTU %d (tun %d), flags %#x", a.MTU(), da.MTU(), a.HWAddr().Flags())
+	}
+	waitFor(t, "B's RX connection closed", func() bool {
+		for _, n := range a.Neighbors() {
+			if n.CMState != "" {
+				return false
+			}
+		}
+		return true
+	})
+	da.Inject(small)
+	if got := db.recv(t); !bytes.Equal(got, small) {
+		t.Fatal("A→B small packet over UD differs")
+	}
+	da.Inject(icmpEcho4("10.10.0.1", "10.10.0.2", 20, randomBytes(5000)))
+	if icmp := da.recv(t); icmp[20] != 3 || icmp[21] != 4 {
+		t.Fatalf("expected ICMP after the switch, got % x", icmp[:min(len(icmp), 40)])
+	}
+
+	// B's connection to A idles: reaped after the idle timeout (checked every 1.5×).
+	tf.clk.Advance(ipoib.DefaultCMIdleTimeout * 3 / 2)
+	waitFor(t, "idle connection reaped", func() bool { return b.Counter("cm_reaped") >= 1 })
+}
