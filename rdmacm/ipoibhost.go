@@ -46,9 +46,22 @@ func (h *IPoIBHost) Add(ifc *ipoib.Interface, client *sa.Client) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ifaces = append(h.ifaces, hostIface{ifc, client})
-	if h.cms[ifc.Port()] == nil {
-		h.cms[ifc.Port()] = ibcm.New(ibcm.HCAPort(ifc.Port()), ibcm.Options{Clock: h.clk})
+	h.cmLocked(ifc.Port())
+}
+
+// CM returns the port's CM, starting it the first time: one per port takes the port's
+// CM MADs, for rdma_cm and for IPoIB connected mode alike.
+func (h *IPoIBHost) CM(p *hca.Port) *ibcm.CM {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cmLocked(p)
+}
+
+func (h *IPoIBHost) cmLocked(p *hca.Port) *ibcm.CM {
+	if h.cms[p] == nil {
+		h.cms[p] = ibcm.New(ibcm.HCAPort(p), ibcm.Options{Clock: h.clk})
 	}
+	return h.cms[p]
 }
 
 // Remove forgets an interface (its port's CM stays for the port's other interfaces).

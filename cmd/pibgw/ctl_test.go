@@ -133,16 +133,36 @@ func TestShowNeighChild(t *testing.T) {
 	}
 
 	out = mustRun(t, "neigh", "--control", sock)
-	wantNeigh := "IFACE  ADDRESS    HWADDR                                                       QPN       GID                 STATE\n" +
-		"ib0    10.10.0.2  00:00:00:48:fe:80:00:00:00:00:00:00:00:02:c9:03:00:00:04:01  0x000048  fe80::2:c903:0:401  REACHABLE\n"
+	wantNeigh := "IFACE  ADDRESS    HWADDR                                                       QPN       GID                 STATE      CM\n" +
+		"ib0    10.10.0.2  00:00:00:48:fe:80:00:00:00:00:00:00:00:02:c9:03:00:00:04:01  0x000048  fe80::2:c903:0:401  REACHABLE  -\n"
 	compareLines(t, out, wantNeigh)
 	var ns []control.Neighbor
 	if err := json.Unmarshal([]byte(mustRun(t, "neigh", "ib0", "--json", "--control", sock)), &ns); err != nil ||
 		len(ns) != 1 || ns[0].QPN != 0x48 || ns[0].GID != "fe80::2:c903:0:401" || ns[0].IP != "10.10.0.2" {
 		t.Errorf("neigh --json: %v %+v", err, ns)
 	}
-	if out := mustRun(t, "neigh", "ib1", "--control", sock); out != "IFACE  ADDRESS  HWADDR  QPN  GID  STATE\n" {
+	if out := mustRun(t, "neigh", "ib1", "--control", sock); out != "IFACE  ADDRESS  HWADDR  QPN  GID  STATE  CM\n" {
 		t.Errorf("neigh ib1: %q", out)
+	}
+
+	// mode: show, switch, switch back; a bad mode is a usage error.
+	if out := mustRun(t, "mode", "ib0", "--control", sock); out != "ib0: datagram mode, mtu 2044\n" {
+		t.Errorf("mode ib0: %q", out)
+	}
+	if out := mustRun(t, "mode", "ib0", "connected", "--control", sock); out != "ib0: connected mode, mtu 65520\n" {
+		t.Errorf("mode ib0 connected: %q", out)
+	}
+	if out := mustRun(t, "show", "ib0", "--control", sock); !strings.Contains(out, "ib0: netns pib0, connected mode, mtu 65520") {
+		t.Errorf("show after mode connected:\n%s", out)
+	}
+	if out := mustRun(t, "mode", "ib0", "datagram", "--control", sock); out != "ib0: datagram mode, mtu 2044\n" {
+		t.Errorf("mode ib0 datagram: %q", out)
+	}
+	if _, stderr, code := pibgw(t, "mode", "ib0", "bonded", "--control", sock); code != 2 || !strings.Contains(stderr, `mode "bonded": want "datagram" or "connected"`) {
+		t.Errorf("mode ib0 bonded: exit %d, %q", code, stderr)
+	}
+	if _, stderr, code := pibgw(t, "mode", "ib9", "connected", "--control", sock); code != 1 || !strings.Contains(stderr, "ib9") {
+		t.Errorf("mode ib9: exit %d, %q", code, stderr)
 	}
 
 	// child add: flags after the arguments work, as documented.

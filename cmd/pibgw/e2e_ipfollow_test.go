@@ -68,7 +68,7 @@ members = ["pib_0", "pib_1"]
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "4092")
 	waitE2E(t, "the MTU put back", func() bool {
 		out, _ := runCmd("ip", "-n", nsA, "link", "show", "ib0")
-		return strings.Contains(out, "mtu 2044") && strings.Contains(d.Logs(), "MTU above the datagram-mode maximum")
+		return strings.Contains(out, "mtu 2044") && strings.Contains(d.Logs(), "MTU above the mode's maximum")
 	})
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "1500") // below the maximum: accepted
 	if out, _ := runCmd("ip", "-n", nsA, "link", "show", "ib0"); !strings.Contains(out, "mtu 1500") {

@@ -130,13 +130,68 @@ func neighCommand(e *env) *cli.Command {
 	}
 }
 
+// printNeighbors prints the caches; CM is the connected-mode connection toward the
+// neighbour: its state and QPNs (ours→theirs), "-" when there is none.
 func printNeighbors(w io.Writer, ns []control.Neighbor) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "IFACE\tADDRESS\tHWADDR\tQPN\tGID\tSTATE")
+	fmt.Fprintln(tw, "IFACE\tADDRESS\tHWADDR\tQPN\tGID\tSTATE\tCM")
 	for _, n := range ns {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t0x%06x\t%s\t%s\n", n.Iface, n.IP, n.HWAddr, n.QPN, n.GID, n.State)
+		cm := "-"
+		switch {
+		case n.CM == "connected":
+			cm = fmt.Sprintf("connected 0x%06x→0x%06x", n.CMQPN, n.CMRemoteQ)
+		case n.CM != "":
+			cm = n.CM
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t0x%06x\t%s\t%s\t%s\n", n.Iface, n.IP, n.HWAddr, n.QPN, n.GID, n.State, cm)
 	}
 	return tw.Flush()
+}
+
+func modeCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:      "mode",
+		Usage:     "show or switch an interface's IPoIB mode (like /sys/class/net/IFACE/mode)",
+		ArgsUsage: "IFACE [datagram|connected]",
+		Description: "With MODE, switches IFACE while traffic flows, as writing /sys/class/net/IFACE/mode\n" +
+			"does: connected mode (RFC 4755) sends unicast over RC connections made on demand and\n" +
+			"sets the MTU to 65520; datagram mode puts the MTU back to the broadcast group's − 4\n" +
+			"and closes the connections. Without MODE, prints the current one.",
+		Flags: []cli.Flag{jsonFlag(), controlFlag()},
+		Action: func(c *cli.Context) error {
+			switch {
+			case c.NArg() == 0:
+				return usagef(c, "no interface given")
+			case c.NArg() > 2:
+				return usagef(c, "unexpected argument %q", c.Args().Get(2))
+			}
+			iface, mode := c.Args().Get(0), c.Args().Get(1)
+			req := control.Request{Verb: control.VerbShow, Iface: iface}
+			if mode != "" {
+				if mode != config.ModeDatagram && mode != config.ModeConnected {
+					return usagef(c, "mode %q: want %q or %q", mode, config.ModeDatagram, config.ModeConnected)
+				}
+				req = control.Request{Verb: control.VerbMode, Iface: iface, Mode: mode}
+			}
+			var it control.Interface
+			if mode != "" {
+				if err := client(c).Do(c.Context, req, &it); err != nil {
+					return err
+				}
+			} else {
+				var ifs []control.Interface
+				if err := client(c).Do(c.Context, req, &ifs); err != nil {
+					return err
+				}
+				it = ifs[0]
+			}
+			if c.Bool("json") {
+				return writeJSON(e.stdout, map[string]any{"iface": it.Name, "mode": it.Mode, "mtu": it.MTU})
+			}
+			fmt.Fprintf(e.stdout, "%s: %s mode, mtu %d\n", it.Name, it.Mode, it.MTU)
+			return nil
+		},
+	}
 }
 
 func childCommand(e *env) *cli.Command {

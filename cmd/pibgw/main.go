@@ -47,7 +47,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	e := &env{stdout: stdout, stderr: stderr}
 	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintf(c.App.Writer, "pibgw %s\n", c.App.Version) }
 	cmds := []*cli.Command{
-		upCommand(e), showCommand(e), neighCommand(e), childCommand(e), captureCommand(e),
+		upCommand(e), showCommand(e), neighCommand(e), modeCommand(e), childCommand(e), captureCommand(e),
 		devinfoCommand(e), statCommand(e),
 	}
 	setUsageHandlers(cmds, "")

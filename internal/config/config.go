@@ -35,8 +35,11 @@ const (
 	StackUserspace = "userspace" // a gVisor netstack inside the daemon
 )
 
-// ModeDatagram is the only IPoIB mode so far (connected mode is a later issue).
-const ModeDatagram = "datagram"
+// IPoIB modes (/sys/class/net/ib0/mode's words).
+const (
+	ModeDatagram  = "datagram"  // the UD QP; MTU = broadcast-group MTU − 4
+	ModeConnected = "connected" // RC connections per peer (RFC 4755); MTU 65520
+)
 
 // Config is a validated configuration.
 type Config struct {

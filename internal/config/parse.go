@@ -562,18 +562,19 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 			p.errf(field+".netns", "%q is not a valid namespace name", it.NetNS)
 		}
 		switch it.Mode {
-		case ModeDatagram:
-		case "connected":
-			p.errf(field+".mode", "%q is not supported yet; use %q", it.Mode, ModeDatagram)
+		case ModeDatagram, ModeConnected:
 		default:
-			p.errf(field+".mode", "%q: want %q", it.Mode, ModeDatagram)
+			p.errf(field+".mode", "%q: want %q or %q", it.Mode, ModeDatagram, ModeConnected)
 		}
 		switch it.Stack {
 		case StackKernel, StackUserspace:
 		default:
 			p.errf(field+".stack", "%q: want %q or %q", it.Stack, StackKernel, StackUserspace)
 		}
-		if it.MTU != 0 && (it.MTU < 1280 || it.MTU > 4092) {
+		switch {
+		case it.Mode == ModeConnected && it.MTU != 0 && (it.MTU < 1280 || it.MTU > 65520):
+			p.errf(field+".mtu", "%d out of range 1280..65520 for connected mode (0 takes 65520)", it.MTU)
+		case it.Mode != ModeConnected && it.MTU != 0 && (it.MTU < 1280 || it.MTU > 4092):
 			p.errf(field+".mtu", "%d out of range 1280..4092 for datagram mode (0 takes the broadcast group's)", it.MTU)
 		}
 		for j, s := range p.strings(field+".addresses", fi.Addresses) {

@@ -18,6 +18,7 @@
 //	neigh    [iface]        []Neighbor
 //	child-add iface pkey [addrs]  Interface (the child)
 //	child-del iface pkey    nothing
+//	mode     iface mode     Interface (after the switch; mode "datagram" or "connected")
 //	devinfo                 []Device
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
 //	                        a pcap file (fabric.CaptureWriter's format) until count
@@ -48,6 +49,7 @@ const (
 	VerbChildDel = "child-del"
 	VerbDevinfo  = "devinfo"
 	VerbCapture  = "capture"
+	VerbMode     = "mode"
 )
 
 // Request is one request. Iface, PKey, Addrs, Count and Snaplen are the verbs'
@@ -59,6 +61,7 @@ type Request struct {
 	Addrs   []string `json:"addrs,omitempty"` // CIDR
 	Count   uint64   `json:"count,omitempty"`
 	Snaplen int      `json:"snaplen,omitempty"`
+	Mode    string   `json:"mode,omitempty"` // mode: "datagram" or "connected"
 }
 
 // Response is one response.
@@ -107,6 +110,11 @@ type Neighbor struct {
 	GID    string `json:"gid"`
 	State  string `json:"state"`
 	AgeMS  int64  `json:"age_ms"`
+	// Connected mode: the connection toward the neighbour, if any — its state
+	// ("connecting", "connected"), our TX QPN and the peer's RX QPN.
+	CM        string `json:"cm,omitempty"`
+	CMQPN     uint32 `json:"cm_qpn,omitempty"`
+	CMRemoteQ uint32 `json:"cm_remote_qpn,omitempty"`
 }
 
 // Device is an HCA as ibv_query_device and ibv_query_port see it: what `pibgw devinfo`

@@ -42,4 +42,5 @@ type IPoIB interface {
 	Info() ipoib.Info
 	Neighbors() []ipoib.Neighbor
 	State() ipoib.State
+	SetMode(ipoib.Mode) error
 }

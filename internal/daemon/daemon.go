@@ -159,11 +159,15 @@ func LinkLocal(guid uint64) netip.Prefix {
 	return netip.PrefixFrom(ipoib.LinkLocalFromGUID(guid), 64)
 }
 
-// deviceMTU is the MTU the TUN device starts with: the configured one, or the
-// partition's broadcast-group MTU − 4 (datagram mode; ipoib adjusts it after joining).
+// deviceMTU is the MTU the TUN device starts with: the configured one, 65520 in
+// connected mode, or the partition's broadcast-group MTU − 4 (datagram mode; ipoib
+// adjusts it after joining).
 func (d *Daemon) deviceMTU(ic config.Interface) int {
 	if ic.MTU != 0 {
 		return ic.MTU
+	}
+	if ic.Mode == config.ModeConnected {
+		return ipoib.ConnectedMTU
 	}
 	mtu := config.DefaultPartitionMTU
 	for _, p := range d.cfg.SM.Partitions {
@@ -266,7 +270,7 @@ func (d *Daemon) addInterface(ic config.Interface) error {
 	carrier, _ := tdev.(interface{ SetCarrier(bool) error })
 	ipo, err := d.backend.NewInterface(ipoib.Config{
 		Name: ic.Name, Port: port, PKey: ic.PKey, SA: client, Device: tdev,
-		Mode: ipoib.Datagram, Addrs: addrs, Logger: d.log,
+		Mode: modeOf(ic.Mode), CM: d.RDMA.CM(port), Addrs: addrs, Logger: d.log,
 		MaxNeighbors: ic.MaxNeighbors, MaxGroups: ic.MaxGroups,
 		OnState: func(st ipoib.State) {
 			// An interface down for an IB reason (port not active, P_Key not in the
@@ -445,4 +449,34 @@ func joinNames(s []string) string {
 		out += n
 	}
 	return out
+}
+
+// modeOf is the ipoib mode of a configuration's word.
+func modeOf(m string) ipoib.Mode {
+	if m == config.ModeConnected {
+		return ipoib.Connected
+	}
+	return ipoib.Datagram
+}
+
+// SetMode switches an interface between datagram and connected mode (`pibgw mode`).
+func (d *Daemon) SetMode(name, mode string) error {
+	if mode != config.ModeDatagram && mode != config.ModeConnected {
+		return fmt.Errorf("mode %q: want %q or %q", mode, config.ModeDatagram, config.ModeConnected)
+	}
+	d.mu.Lock()
+	var n *netif
+	for _, x := range d.ifaces {
+		if x.cfg.Name == name {
+			n = x
+		}
+	}
+	d.mu.Unlock()
+	if n == nil {
+		return d.unknownInterface(name)
+	}
+	if err := n.ipo.SetMode(modeOf(mode)); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
 }

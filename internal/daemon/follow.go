@@ -55,7 +55,7 @@ func (d *Daemon) follow(ctx context.Context, n *netif, w linkWatcher, ipo *ipoib
 			ipo.SetAddrs(st.Addrs)
 		}
 		if max := ipo.MTU(); max > 0 && st.MTU > max {
-			d.log.Warn("MTU above the datagram-mode maximum (broadcast group MTU − 4): put back",
+			d.log.Warn("MTU above the mode's maximum (datagram: broadcast group MTU − 4; connected: 65520): put back",
 				"iface", n.cfg.Name, "mtu", st.MTU, "max", max)
 			if err := w.SetMTU(max); err != nil {
 				d.log.Warn("putting the MTU back", "iface", n.cfg.Name, "err", err)

@@ -38,6 +38,18 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 			return nil, errNoFabric
 		}
 		return d.Fabric.Devices(), nil
+	case control.VerbMode:
+		if req.Iface == "" {
+			return nil, fmt.Errorf("%s: no interface given", req.Verb)
+		}
+		if err := d.SetMode(req.Iface, req.Mode); err != nil {
+			return nil, err
+		}
+		infos, err := d.Show(req.Iface)
+		if err != nil {
+			return nil, err
+		}
+		return infos[0], nil
 	case control.VerbChildAdd, control.VerbChildDel:
 		if req.Iface == "" {
 			return nil, fmt.Errorf("%s: no interface given", req.Verb)
@@ -133,7 +145,7 @@ func (n *netif) describe() control.Interface {
 
 func modeName(m ipoib.Mode) string {
 	if m == ipoib.Connected {
-		return "connected"
+		return config.ModeConnected
 	}
 	return config.ModeDatagram
 }
@@ -164,5 +176,6 @@ func neighbor(iface string, nb ipoib.Neighbor) control.Neighbor {
 		Iface: iface, IP: nb.IP.String(), HWAddr: control.HWAddrString(nb.HWAddr[:]),
 		QPN: binary.BigEndian.Uint32(nb.HWAddr[0:4]) & 0xFFFFFF, GID: gid.String(),
 		State: nb.State, AgeMS: nb.Age.Milliseconds(),
+		CM: nb.CMState, CMQPN: nb.QPN, CMRemoteQ: nb.RemoteQPN,
 	}
 }

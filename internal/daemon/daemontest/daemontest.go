@@ -213,7 +213,23 @@ func (i *Interface) State() ipoib.State {
 	return ipoib.State{Up: true}
 }
 
+// SetMode switches the mode and sets the device's MTU as ipoib does (65520 in
+// connected mode, 2044 in datagram mode).
+func (i *Interface) SetMode(m ipoib.Mode) error {
+	i.b.mu.Lock()
+	i.cfg.Mode = m
+	i.b.mu.Unlock()
+	mtu := 2044
+	if m == ipoib.Connected {
+		mtu = ipoib.ConnectedMTU
+	}
+	return i.cfg.Device.SetMTU(mtu)
+}
+
 func (i *Interface) Info() ipoib.Info {
+	i.b.mu.Lock()
+	mode := i.cfg.Mode
+	i.b.mu.Unlock()
 	var hw, brd ipoib.HWAddr
 	binary.BigEndian.PutUint32(hw[0:], i.qpn)
 	gid, _ := i.cfg.Port.GID(0)
@@ -223,7 +239,7 @@ func (i *Interface) Info() ipoib.Info {
 	copy(brd[:], []byte{0x00, 0xff, 0xff, 0xff, 0xff, 0x12, 0x40, 0x1b, byte(i.cfg.PKey >> 8), byte(i.cfg.PKey)})
 	copy(brd[16:], []byte{0xff, 0xff, 0xff, 0xff})
 	return ipoib.Info{
-		Name: i.cfg.Name, Mode: i.cfg.Mode, MTU: i.cfg.Device.MTU(), HWAddr: hw, Broadcast: brd,
+		Name: i.cfg.Name, Mode: mode, MTU: i.cfg.Device.MTU(), HWAddr: hw, Broadcast: brd,
 		PKey: i.cfg.PKey, QPN: i.qpn, QKey: 0x0B1B, State: i.State(), Addrs: slices.Clone(i.cfg.Addrs),
 		Counters: map[string]uint64{"rx_packets": 0, "tx_packets": 0},
 	}
