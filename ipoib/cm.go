@@ -773,10 +773,9 @@ func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState,
 	_, hw, ok := i.neighborLookup(i.nextHop(addr), now)
 	if !ok {
 		if len(pkt) > ls.ibMTU-HeaderLen {
-			// Too big to wait in the neighbour's queue (which UD empties): start the
-			// resolution and drop it; the stack sends it again.
-			i.resolve(i.nextHop(addr), now, etype, nil, false)
-			i.cnt.inc(cDropNoNeighbor)
+			// Too big for UD: it waits for the neighbour here (sendQueued takes it over
+			// the connection), where the UD path would answer it with an ICMP.
+			i.resolve(i.nextHop(addr), now, etype, pkt, meta.NeedsCsum)
 			return true
 		}
 		return false
@@ -808,22 +807,7 @@ func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState,
 		i.cmPostLocked(tx, msg, lkey)
 		i.cms.txmu.Unlock()
 	case cmConnecting:
-		c := &i.cms
-		m := make([]byte, HeaderLen+len(pkt))
-		binary.BigEndian.PutUint32(m, uint32(etype)<<16)
-		copy(m[HeaderLen:], pkt)
-		c.mu.Lock()
-		if tx.state.Load() == cmConnecting && len(tx.queue) < cmMaxQueued {
-			tx.queue = append(tx.queue, m)
-			c.mu.Unlock()
-			return true
-		}
-		up := tx.state.Load() == cmUp
-		c.mu.Unlock()
-		if up {
-			return i.cmTake(msg, lkey, tun.GSO{}, ls, now)
-		}
-		i.cnt.inc(cDropNoNeighbor)
+		i.cmEnqueue(tx, etype, pkt)
 	default:
 		return false
 	}
@@ -875,6 +859,28 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 		}
 		return
 	}
+}
+
+// cmEnqueue sends an IP packet that waited for its neighbour over tx: queued while tx
+// is being set up, from the bounce buffer once it is up.
+func (i *Interface) cmEnqueue(tx *cmTx, etype uint16, pkt []byte) {
+	c := &i.cms
+	m := make([]byte, HeaderLen+len(pkt))
+	binary.BigEndian.PutUint32(m, uint32(etype)<<16)
+	copy(m[HeaderLen:], pkt)
+	c.mu.Lock()
+	if tx.state.Load() == cmConnecting && len(tx.queue) < cmMaxQueued {
+		tx.queue = append(tx.queue, m)
+		c.mu.Unlock()
+		return
+	}
+	up := tx.state.Load() == cmUp
+	c.mu.Unlock()
+	if !up {
+		i.cnt.inc(cDropNoNeighbor)
+		return
+	}
+	i.sendWaiting(tx, [][]byte{m})
 }
 
 // sendWaiting sends the packets that waited for tx to come up, from the bounce buffer.

@@ -36,9 +36,19 @@ const (
 	// (Linux mcast_solicit / ucast_solicit).
 	maxProbes = 3
 	// maxQueued packets wait per unresolved neighbour (Linux unres_qlen is larger;
-	// a few cover the first packets of a connection).
-	maxQueued = 8
+	// a few cover the first packets of a connection), maxQueuedBytes bytes at most
+	// (Linux unres_qlen_bytes: connected mode's packets reach 64 KiB).
+	maxQueued      = 8
+	maxQueuedBytes = 212992
 )
+
+func queuedBytes(q []queued) int {
+	n := 0
+	for _, p := range q {
+		n += len(p.pkt)
+	}
+	return n
+}
 
 // queued is a packet waiting for its neighbour's (or group's) address.
 type queued struct {
@@ -127,7 +137,7 @@ func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []b
 		path = true
 	}
 	if pkt != nil {
-		if len(n.queue) < maxQueued {
+		if len(n.queue) < maxQueued && queuedBytes(n.queue)+len(pkt) <= maxQueuedBytes {
 			n.queue = append(n.queue, queued{etype, clonePacket(pkt, partial)})
 		} else {
 			i.cnt.inc(cDropNoNeighbor)
@@ -389,7 +399,7 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 		path = true
 	}
 	var flush []queued
-	ah, qpn := n.ah, hw.QPN()
+	ah := n.ah
 	if ah != nil {
 		flush, n.queue = n.queue, nil
 	}
@@ -397,21 +407,31 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 	if path {
 		i.ctl.jobs.push(func() { i.resolvePath(ip) })
 	}
-	i.sendQueued(ah, qpn, flush)
+	i.sendQueued(ah, hw, flush)
 }
 
-func (i *Interface) sendQueued(ah *hca.AH, qpn uint32, q []queued) {
+// sendQueued sends packets that waited for the neighbour at hw: over a connection in
+// connected mode (to a peer with the 0x80 flag), else over UD.
+func (i *Interface) sendQueued(ah *hca.AH, hw HWAddr, q []queued) {
 	ls := i.link.Load()
+	var tx *cmTx
+	if len(q) > 0 && i.connectedMode() {
+		tx = i.cmRoute(hw)
+	}
 	for _, p := range q {
 		if !ls.up {
 			i.cnt.inc(cDropDown)
 			continue
 		}
 		if p.etype == EtherTypeARP {
-			i.sendARP(ah, qpn, p.pkt)
+			i.sendARP(ah, hw.QPN(), p.pkt)
 			continue
 		}
-		i.txp.snd.send(ah, qpn, ls.qkey, p.etype, p.pkt)
+		if tx != nil {
+			i.cmEnqueue(tx, p.etype, p.pkt)
+			continue
+		}
+		i.txp.snd.send(ah, hw.QPN(), ls.qkey, p.etype, p.pkt)
 	}
 }
 
@@ -440,9 +460,9 @@ func (i *Interface) sendToNeighbor(ip netip.Addr, etype uint16, payload []byte) 
 		return
 	}
 	if n.ah != nil {
-		ah, qpn := n.ah, n.hw.QPN()
+		ah, hw := n.ah, n.hw
 		i.nb.mu.Unlock()
-		i.sendQueued(ah, qpn, []queued{{etype, payload}})
+		i.sendQueued(ah, hw, []queued{{etype, payload}})
 		return
 	}
 	if len(n.queue) < maxQueued {
@@ -485,22 +505,22 @@ func (i *Interface) resolvePath(ip netip.Addr) {
 	}
 	// Every neighbour at that GID (an IPv4 and an IPv6 address of one host) shares it.
 	type flushJob struct {
-		qpn uint32
-		q   []queued
+		hw HWAddr
+		q  []queued
 	}
 	var jobs []flushJob
 	for _, m := range i.nb.m {
 		if m.ah == nil && m.hw.GID() == gid && (m.state == nudReachable || m.state == nudStale) {
 			m.ah = ah
 			if len(m.queue) > 0 {
-				jobs = append(jobs, flushJob{m.hw.QPN(), m.queue})
+				jobs = append(jobs, flushJob{m.hw, m.queue})
 				m.queue = nil
 			}
 		}
 	}
 	i.nb.mu.Unlock()
 	for _, j := range jobs {
-		i.sendQueued(ah, j.qpn, j.q)
+		i.sendQueued(ah, j.hw, j.q)
 	}
 }
 

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/fabric/fabrictest"
+	"github.com/pibgw/pibgw/internal/control"
+)
+
+// iperfIn runs `iperf3 -c addr -t secs` from nsClient against a one-shot server in
+// nsServer; during, if set, runs while the client is at it.
+func iperfIn(t *testing.T, nsClient, nsServer, addr, port string, secs int, during func()) iperfResult {
+	t.Helper()
+	server := exec.Command("ip", "netns", "exec", nsServer, "iperf3", "-s", "-1", "-B", addr, "-p", port)
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- server.Wait() }()
+	defer func() {
+		select {
+		case <-srvDone:
+		case <-time.After(5 * time.Second):
+			server.Process.Kill()
+			<-srvDone
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, _ := exec.Command("ip", "netns", "exec", nsServer, "ss", "-ltnH", "sport", "= :"+port).Output()
+		if len(strings.TrimSpace(string(out))) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("iperf3 server did not start in 10 s")
+		}
+	}
+	client := exec.Command("ip", "netns", "exec", nsClient, "iperf3", "-c", addr, "-p", port, "-t", fmt.Sprint(secs), "-J")
+	var out syncBuffer
+	client.Stdout = &out
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if during != nil {
+		during()
+	}
+	err := client.Wait()
+	var res iperfResult
+	if jerr := json.Unmarshal([]byte(out.String()), &res); err != nil || jerr != nil || res.Error != "" {
+		t.Fatalf("iperf3 -c %s: %v %v %s\n%s", addr, err, jerr, res.Error, out.String())
+	}
+	return res
+}
+
+// TestE2EConnectedMode is issue 11's acceptance point 1, as root: ib0 and ib1 in
+// connected mode (one by `pibgw mode`, one by the config) have MTU 65520 in `ip link`;
+// `ping -s 60000` works; iperf3 runs 10 s and a 64 MiB TCP stream arrives intact
+// (SHA-256); ib2, left in datagram mode, is reached from ib0 at the UD MTU once the
+// kernel learned the path MTU from pibgw's ICMP (`ip route get` shows it); switching ib0
+// back to datagram mode while iperf3 runs, the transfer completes; the capture decodes in
+// tshark with the CM's REQ/REP/RTU (IPoIB-CM private data) and RC data, nothing
+// malformed.
+func TestE2EConnectedMode(t *testing.T) {
+	requireE2E(t, "ping", "iperf3", "ss")
+	if _, err := exec.LookPath("tshark"); err != nil {
+		t.Skip("tshark not installed: apt-get install tshark (scripts/test.sh does) to run this interop test")
+	}
+	nsA, nsB, nsC := e2eNetNS("ca"), e2eNetNS("cb"), e2eNetNS("cc")
+	body := "[fabric]\nhca_count = 3\n" +
+		interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") +
+		interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24") + "mode = \"connected\"\n" +
+		interfaceTOML("ib2", "pib_2", nsC, "10.10.0.3/24")
+	d := startDaemon(t, "", body, nsA, nsB, nsC)
+
+	pcap := filepath.Join(t.TempDir(), "cm.pcap")
+	if p := os.Getenv("PIBGW_KEEP_CAPTURE"); p != "" {
+		pcap = p
+	}
+	const captureCount = 2000
+	capture := exec.Command(d.Bin, "capture", "-w", pcap, "-c", fmt.Sprint(captureCount), "--control", d.Sock)
+	var capErr syncBuffer
+	capture.Stderr = &capErr
+	if err := capture.Start(); err != nil {
+		t.Fatal(err)
+	}
+	capDone := make(chan error, 1)
+	go func() { capDone <- capture.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-capDone:
+		default:
+			capture.Process.Kill()
+			<-capDone
+		}
+	})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(pcap); err == nil && fi.Size() >= 24 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("capture did not start: %s", capErr.String())
+		}
+	}
+
+	if out := d.MustPibgw("mode", "ib0", "connected"); out != "ib0: connected mode, mtu 65520\n" {
+		t.Fatalf("pibgw mode ib0 connected: %q", out)
+	}
+	for ns, dev := range map[string]string{nsA: "ib0", nsB: "ib1"} {
+		out, err := runCmd("ip", "-n", ns, "link", "show", dev)
+		if err != nil || !strings.Contains(out, "mtu 65520") {
+			t.Fatalf("ip link show %s: %v\n%s", dev, err, out)
+		}
+	}
+	if out, err := runCmd("ip", "-n", nsC, "link", "show", "ib2"); err != nil || !strings.Contains(out, "mtu 2044") {
+		t.Fatalf("ip link show ib2: %v\n%s", err, out)
+	}
+	if it := d.Show()["ib1"]; it.Mode != "connected" || it.MTU != 65520 {
+		t.Fatalf("show ib1: mode %s, mtu %d", it.Mode, it.MTU)
+	}
+
+	// ping -s 60000: whole 60,028-byte packets over the connection.
+	if out, err := runCmd("ip", "netns", "exec", nsA, "ping", "-c", "3", "-s", "60000", "-W", "2", "10.10.0.2"); err != nil ||
+		!strings.Contains(out, " 0% packet loss") {
+		t.Fatalf("ping -s 60000 10.10.0.2: %v\n%s", err, out)
+	}
+	var ns []control.Neighbor
+	d.JSON(&ns, "neigh", "ib0")
+	var nb control.Neighbor
+	for _, n := range ns {
+		if n.IP == "10.10.0.2" {
+			nb = n
+		}
+	}
+	if nb.CM != "connected" || nb.CMQPN == 0 || nb.CMRemoteQ == 0 || !strings.HasPrefix(nb.HWAddr, "80:") {
+		t.Fatalf("neigh ib0 10.10.0.2: %+v", nb)
+	}
+
+	// iperf3 10 s, then 64 MiB with SHA-256 on both ends.
+	res := iperfIn(t, nsA, nsB, "10.10.0.2", "5301", 10, nil)
+	t.Logf("iperf3 connected mode A→B 10 s: %.2f Gbit/s, %d retransmits",
+		res.End.SumReceived.BitsPerSecond/1e9, res.End.SumSent.Retransmits)
+	if sent, recv := res.End.SumSent.Bytes, res.End.SumReceived.Bytes; recv <= 0 || recv > sent || sent-recv > 32<<20 {
+		t.Errorf("iperf3: sender sent %d bytes, receiver received %d", sent, recv)
+	}
+	_, sink := nsHelper(t, nsB, "tcp-sink", "10.10.0.2:5302")
+	if !sink.Scan() || sink.Text() != "ready" {
+		t.Fatalf("tcp-sink did not start: %q", sink.Text())
+	}
+	_, source := nsHelper(t, nsA, "tcp-source", "10.10.0.2:5302", fmt.Sprint(64<<20))
+	source.Scan()
+	sink.Scan()
+	sentLine, gotLine := strings.TrimPrefix(source.Text(), "sent "), strings.TrimPrefix(sink.Text(), "got ")
+	if sentLine == "" || sentLine != gotLine || !strings.HasPrefix(sentLine, fmt.Sprint(64<<20)+" ") {
+		t.Errorf("TCP stream A→B: source %q, sink %q", source.Text(), sink.Text())
+	}
+
+	// ib2 is in datagram mode (no 0x80 flag): reached over UD; a 3000-byte ping first
+	// gets "Frag needed" from pibgw, then the kernel fragments at the learned MTU.
+	if ok, out := pingNS(nsA, "10.10.0.3", 2); !ok {
+		t.Fatalf("ping 10.10.0.3:\n%s", out)
+	}
+	runCmd("ip", "netns", "exec", nsA, "ping", "-c", "1", "-s", "3000", "-W", "1", "10.10.0.3")
+	out, err := runCmd("ip", "-n", nsA, "route", "get", "10.10.0.3")
+	if err != nil || !strings.Contains(out, "mtu 2044") {
+		t.Fatalf("ip route get 10.10.0.3 has no cached MTU 2044: %v\n%s", err, out)
+	}
+	if out, err := runCmd("ip", "netns", "exec", nsA, "ping", "-c", "3", "-s", "3000", "-W", "2", "10.10.0.3"); err != nil ||
+		!strings.Contains(out, " 0% packet loss") {
+		t.Fatalf("ping -s 3000 10.10.0.3 after the PMTU was learned: %v\n%s", err, out)
+	}
+	if c := d.Show()["ib0"].Counters; c["tx_icmp_too_big"] == 0 || c["cm_tx_connections"] == 0 {
+		t.Errorf("ib0 counters: %v", c)
+	}
+
+	// Back to datagram mode while iperf3 runs: the transfer completes.
+	res = iperfIn(t, nsA, nsB, "10.10.0.2", "5303", 6, func() {
+		time.Sleep(2 * time.Second)
+		if out := d.MustPibgw("mode", "ib0", "datagram"); out != "ib0: datagram mode, mtu 2044\n" {
+			t.Errorf("pibgw mode ib0 datagram: %q", out)
+		}
+	})
+	t.Logf("iperf3 across the switch to datagram mode: %.2f Gbit/s", res.End.SumReceived.BitsPerSecond/1e9)
+	if res.End.SumReceived.Bytes <= 0 {
+		t.Errorf("iperf3 across the mode switch received nothing")
+	}
+	if out, err := runCmd("ip", "-n", nsA, "link", "show", "ib0"); err != nil || !strings.Contains(out, "mtu 2044") {
+		t.Errorf("ip link show ib0 after datagram: %v\n%s", err, out)
+	}
+	if !strings.Contains(d.Logs(), "enabling connected mode will cause multicast packet drops") {
+		t.Error("no multicast warning in the log")
+	}
+
+	select {
+	case err := <-capDone:
+		capDone <- err
+	case <-time.After(5 * time.Second):
+		t.Fatalf("pibgw capture did not reach %d packets: %s", captureCount, capErr.String())
+	}
+	d.StopAndCheckClean(map[string]string{"ib0": nsA, "ib1": nsB, "ib2": nsC})
+
+	args := append([]string{"-o", "tcp.analyze_sequence_numbers:FALSE"}, fabrictest.NoEoIBHeuristic...)
+	if bad := strings.TrimSpace(fabrictest.Tshark(t, pcap, append(args, "-Y", "_ws.malformed")...)); bad != "" {
+		t.Fatalf("tshark reports malformed frames:\n%s", bad)
+	}
+	rows := fabrictest.TsharkFieldsWith(t, pcap, args, "infiniband.cm.req.serviceid", "infiniband.cm.req.private",
+		"infiniband.cm.rep.localqpn", "infiniband.bth.opcode", "frame.protocols")
+	var req, rep, rtu, rc int
+	for _, r := range rows {
+		if len(r) < 5 {
+			continue
+		}
+		switch {
+		case r[0] != "":
+			req++
+			// Service ID 0x10000000_00xxxxxx (Linux's form) and private data: the UD
+			// QPN, then the receive MTU 65524 (0x0000fff4).
+			if !strings.HasPrefix(r[0], "0x10000000") || !strings.Contains(strings.ReplaceAll(r[1], ":", ""), "0000fff4") {
+				t.Errorf("CM REQ: service ID %s, private data %s", r[0], r[1])
+			}
+		case r[2] != "":
+			rep++
+		case strings.Contains(r[4], "infiniband") && (r[3] == "0" || r[3] == "1" || r[3] == "2" || r[3] == "4"):
+			rc++ // RC SEND first/middle/last/only
+		}
+		if strings.Contains(r[4], "cm") && strings.Contains(strings.ToLower(r[4]), "rtu") {
+			rtu++
+		}
+	}
+	t.Logf("capture: %d frames, %d REQ, %d REP, %d RC SEND", len(rows), req, rep, rc)
+	if req == 0 || rep == 0 || rc == 0 {
+		t.Errorf("capture lacks the connection set-up or RC data: %d REQ, %d REP, %d RC SEND", req, rep, rc)
+	}
+	if n := strings.TrimSpace(fabrictest.Tshark(t, pcap, append(args, "-Y", "infiniband.mad.attributeid == 0x0014")...)); n == "" {
+		t.Error("capture has no CM RTU")
+	}
+}
