@@ -6,6 +6,9 @@
 #   relay   two TUN devices joined by cmd/tunrelay, a plain relay with no IB processing —
 #           the ceiling for any TUN design;
 #   pibgw   `pibgw up` in datagram mode: TUN → IPoIB → UD → switch → UD → IPoIB → TUN.
+#   relay64k  the relay at MTU 65520, the ceiling for connected mode;
+#   connected `pibgw up` with both interfaces in connected mode (RFC 4755, MTU 65520):
+#           TUN → IPoIB → RC connection → switch → RC → IPoIB → TUN.
 # For each: ping RTT (median of 200 pings) and iperf3 TCP throughput (10 s), and pibgw's
 # ratios to the relay. The measurements are interleaved — pings in bursts of 50 taken in
 # turn, iperf3 runs in turn (order reversed every round) — so that the load of a shared
@@ -67,7 +70,7 @@ tcp_gbps() {
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf.json"
 }
 
-names=(veth relay pibgw)
+names=(veth relay pibgw relay64k connected)
 declare -A client server addr
 
 # veth
@@ -114,6 +117,27 @@ pids+=($!)
 for _ in $(seq 100); do [ -S "$work/pibgw.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.3.2 && break; sleep 0.1; done
 client[pibgw]=$a server[pibgw]=$b addr[pibgw]=10.77.3.2
 
+# Connected mode (RFC 4755) at MTU 65520, and the relay at the same MTU as its ceiling.
+a=bench-r64-a-$tag b=bench-r64-b-$tag
+ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
+if [ -n "$RELAY_MAXPROCS" ]; then
+	GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" -mtu 65520 -a "$a:tr2:10.77.4.1/24" -b "$b:tr3:10.77.4.2/24" &
+else
+	"$work/tunrelay" -mtu 65520 -a "$a:tr2:10.77.4.1/24" -b "$b:tr3:10.77.4.2/24" &
+fi
+pids+=($!)
+for _ in $(seq 50); do ip -n "$b" addr show dev tr3 2>/dev/null | grep -q 10.77.4.2 && break; sleep 0.1; done
+client[relay64k]=$a server[relay64k]=$b addr[relay64k]=10.77.4.2
+
+a=bench-cm-a-$tag b=bench-cm-b-$tag
+sed -e "s/bench-pib-a-$tag/$a/; s/bench-pib-b-$tag/$b/; s/10\.77\.3\./10.77.5./" \
+	-e 's/^addresses = \(.*\)$/addresses = \1\nmode = "connected"/' "$work/bench.toml" >"$work/bench-cm.toml"
+netns+=("$a" "$b")
+"$work/pibgw" up --config "$work/bench-cm.toml" --control "$work/pibgw-cm.sock" &
+pids+=($!)
+for _ in $(seq 100); do [ -S "$work/pibgw-cm.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.5.2 && break; sleep 0.1; done
+client[connected]=$a server[connected]=$b addr[connected]=10.77.5.2
+
 # Pings: warm up (neighbours, paths), then bursts of 50 in turn.
 for n in "${names[@]}"; do
 	ip netns exec "${client[$n]}" ping -c 3 -W 1 "${addr[$n]}" >/dev/null
@@ -129,7 +153,7 @@ done
 for n in "${names[@]}"; do : >"$work/tcp-$n"; done
 for ((r = 0; r < ROUNDS; r++)); do
 	order=("${names[@]}")
-	if ((r % 2 == 1)); then order=(pibgw relay veth); fi
+	if ((r % 2 == 1)); then order=(connected relay64k pibgw relay veth); fi
 	for n in "${order[@]}"; do tcp_gbps "${client[$n]}" "${server[$n]}" "${addr[$n]}" >>"$work/tcp-$n"; done
 done
 
@@ -150,3 +174,7 @@ for r in "${results[@]}"; do
 		"$(awk -v x="$3" -v y="$relay_tcp" 'BEGIN{printf "%.2f×", x/y}')" "$4"
 done
 echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"
+dg_tcp=$(echo "${results[2]}" | awk '{print $3}')
+r64_tcp=$(echo "${results[3]}" | awk '{print $3}')
+cm_tcp=$(echo "${results[4]}" | awk '{print $3}')
+echo "connected mode (MTU 65520): TCP $(awk -v x="$cm_tcp" -v y="$dg_tcp" 'BEGIN{printf "%.2f×", x/y}') datagram mode, $(awk -v x="$cm_tcp" -v y="$r64_tcp" 'BEGIN{printf "%.2f×", x/y}') relay64k (targets: ≥ 1.5×, ≥ 1.0×)"
