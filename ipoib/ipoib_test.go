@@ -195,10 +195,15 @@ func TestNeighborAging(t *testing.T) {
 		t.Fatalf("counters %v", c)
 	}
 
-	// Nobody has 10.10.0.99.
+	// Nobody has 10.10.0.99. Each packet is in its own read; the transmit loop has
+	// queued one once it reads the next (the fourth, to 10.10.0.2, closes the series).
+	batches := a.Counter("tx_batches")
 	for k := 0; k < 3; k++ {
 		ta.Inject(icmpEcho4("10.10.0.1", "10.10.0.99", uint16(k), nil))
+		waitFor(t, "read", func() bool { return a.Counter("tx_batches") == batches+uint64(k)+1 })
 	}
+	ta.Inject(p)
+	tb.recv(t)
 	waitFor(t, "INCOMPLETE", func() bool {
 		for _, n := range a.Neighbors() {
 			if n.IP == netip.MustParseAddr("10.10.0.99") {
