@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,9 +120,7 @@ type cmTx struct {
 type cmRx struct {
 	id   *ibcm.ID
 	qp   *hca.QP
-	peer uint32 // the peer's UD QPN
-	up   bool
-	last atomic.Int64
+	last atomic.Int64 // clock nanoseconds of the last receive
 }
 
 // cmRxRes is the receive side shared by every RX connection.
@@ -249,13 +249,12 @@ func (i *Interface) onListenCM(id *ibcm.ID, ev *ibcm.Event) {
 	if ev.Type != ibcm.EventReqReceived {
 		return
 	}
-	peer, _, ok := parseCMPrivate(ev.Private)
-	if !ok {
+	if _, _, ok := parseCMPrivate(ev.Private); !ok {
 		i.cnt.inc(cCMRejected)
 		_ = id.SendRej(wire.RejConsumerReject, nil, nil)
 		return
 	}
-	rx, err := i.acceptRx(id, ev.Req, peer)
+	rx, err := i.acceptRx(id, ev.Req)
 	if err != nil {
 		i.cnt.inc(cCMRejected)
 		i.log.Debug("connected mode: refusing a connection", "from", ev.From.SLID, "err", err)
@@ -265,7 +264,7 @@ func (i *Interface) onListenCM(id *ibcm.ID, ev *ibcm.Event) {
 	id.SetHandler(func(id *ibcm.ID, ev *ibcm.Event) { i.onRxCM(rx, ev) })
 }
 
-func (i *Interface) acceptRx(id *ibcm.ID, req *ibcm.ReqParam, peer uint32) (*cmRx, error) {
+func (i *Interface) acceptRx(id *ibcm.ID, req *ibcm.ReqParam) (*cmRx, error) {
 	c := &i.cms
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -284,12 +283,16 @@ func (i *Interface) acceptRx(id *ibcm.ID, req *ibcm.ReqParam, peer uint32) (*cmR
 		return nil, err
 	}
 	psn := rand.Uint32() & 0xFFFFFF
-	if err := i.connectRC(qp, req.PKey, req.Path.MTU, req.Path.DLID, req.Path.SL, req.Path.PacketLifeTime,
-		req.QPN, req.StartingPSN, psn, req.RetryCount, req.RNRRetryCount); err != nil {
+	err = i.initRC(qp, req.PKey)
+	if err == nil {
+		err = i.rtrRTS(qp, req.Path.MTU, req.Path.DLID, req.Path.SL, req.Path.PacketLifeTime,
+			req.QPN, req.StartingPSN, psn, req.RetryCount, req.RNRRetryCount)
+	}
+	if err != nil {
 		_ = qp.Destroy()
 		return nil, err
 	}
-	rx := &cmRx{id: id, qp: qp, peer: peer}
+	rx := &cmRx{id: id, qp: qp}
 	rx.last.Store(i.clk.Now().UnixNano())
 	if err := id.SendRep(ibcm.RepParam{QPN: qp.Num(), StartingPSN: psn, RNRRetryCount: req.RNRRetryCount,
 		SRQ: true, Private: cmPrivate(i.qpn)}); err != nil {
@@ -300,10 +303,10 @@ func (i *Interface) acceptRx(id *ibcm.ID, req *ibcm.ReqParam, peer uint32) (*cmR
 	return rx, nil
 }
 
-// connectRC takes a new RC QP to RTS toward a peer QP (IBA 10.3.1: INIT, RTR, RTS).
-func (i *Interface) connectRC(qp *hca.QP, pkey uint16, mtu uint8, dlid uint16, sl, lifeTime uint8,
-	destQPN, rqPSN, sqPSN uint32, retry, rnrRetry uint8) error {
-	idx := i.port.FindPKey(pkey)
+// initRC takes a new RC QP to INIT on our port, at the table index of pkey (the
+// full-member entry, else the limited one).
+func (i *Interface) initRC(qp *hca.QP, pkey uint16) error {
+	idx := i.port.FindPKey(pkey | 0x8000)
 	if idx < 0 {
 		idx = i.port.FindPKey(pkey & 0x7FFF)
 	}
@@ -311,14 +314,18 @@ func (i *Interface) connectRC(qp *hca.QP, pkey uint16, mtu uint8, dlid uint16, s
 		return fmt.Errorf("P_Key %#04x not in the port's table", pkey)
 	}
 	a := hca.QPAttr{QPState: hca.QPStateInit, PKeyIndex: uint16(idx), PortNum: i.port.Num()}
-	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrAccessFlags); err != nil {
-		return err
-	}
+	return qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrAccessFlags)
+}
+
+// rtrRTS takes an INIT RC QP to RTR and RTS toward the peer's QP destQPN at dlid (IBA
+// 10.3.1), on a path of IB MTU mtu (the port's active MTU at most).
+func (i *Interface) rtrRTS(qp *hca.QP, mtu uint8, dlid uint16, sl, lifeTime uint8,
+	destQPN, rqPSN, sqPSN uint32, retry, rnrRetry uint8) error {
 	pmtu := hca.MTU(mtu)
 	if am := i.port.ActiveMTU(); pmtu == 0 || am < pmtu {
 		pmtu = am
 	}
-	a = hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: pmtu, DestQPNum: destQPN, RQPSN: rqPSN,
+	a := hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: pmtu, DestQPNum: destQPN, RQPSN: rqPSN,
 		AHAttr: hca.AHAttr{DLID: dlid, SL: sl, PortNum: i.port.Num()}}
 	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrAV|hca.QPAttrPathMTU|hca.QPAttrDestQPN|
 		hca.QPAttrRQPSN|hca.QPAttrMaxDestRdAtomic|hca.QPAttrMinRNRTimer); err != nil {
@@ -386,9 +393,6 @@ func (r *cmRxRes) free() {
 func (i *Interface) onRxCM(rx *cmRx, ev *ibcm.Event) {
 	switch ev.Type {
 	case ibcm.EventRTUReceived, ibcm.EventUserEstablished:
-		i.cms.mu.Lock()
-		rx.up = true
-		i.cms.mu.Unlock()
 		i.cnt.inc(cCMRxConnected)
 	case ibcm.EventDReqReceived:
 		_ = rx.id.SendDRep(nil)
@@ -493,20 +497,24 @@ func (i *Interface) cmRepost(r *cmRxRes, slot int) {
 	}
 }
 
-// writeWhole writes one packet at tun.MinOffset of buf to the device, as it came.
+// writeWhole writes one received packet, at tun.MinOffset of buf, to the device.
 func (i *Interface) writeWhole(buf []byte) {
-	var err error
-	if i.txp.off != nil {
-		err = i.txp.off.WriteGSO(buf, tun.MinOffset, tun.GSO{}, nil)
-	} else {
-		_, err = i.dev.Write([][]byte{buf}, tun.MinOffset)
-	}
-	if err != nil {
+	if err := i.writeRaw(buf); err != nil {
 		i.cnt.inc(cDropTunWrite)
 		return
 	}
 	i.cnt.inc(cRxPackets)
 	i.cnt.add(cRxBytes, uint64(len(buf)-tun.MinOffset))
+}
+
+// writeRaw writes the packet at tun.MinOffset of buf to the device as it is (no
+// offload metadata).
+func (i *Interface) writeRaw(buf []byte) error {
+	if i.txp.off != nil {
+		return i.txp.off.WriteGSO(buf, tun.MinOffset, tun.GSO{}, nil)
+	}
+	_, err := i.dev.Write([][]byte{buf}, tun.MinOffset)
+	return err
 }
 
 // ---- The active side: TX connections.
@@ -555,14 +563,7 @@ func (i *Interface) connectTx(tx *cmTx) {
 		i.failTx(tx, err)
 		return
 	}
-	idx := i.findPKey()
-	if idx < 0 {
-		_ = qp.Destroy()
-		i.failTx(tx, errors.New("P_Key not in the port's table"))
-		return
-	}
-	a := hca.QPAttr{QPState: hca.QPStateInit, PKeyIndex: uint16(idx), PortNum: i.port.Num()}
-	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrAccessFlags); err != nil {
+	if err := i.initRC(qp, i.pkey); err != nil {
 		_ = qp.Destroy()
 		i.failTx(tx, err)
 		return
@@ -627,7 +628,8 @@ func (i *Interface) onTxCM(tx *cmTx, path sa.Path, psn uint32, ev *ibcm.Event) {
 			return
 		}
 		rep := ev.Rep
-		if err := i.rtrRTS(tx.qp, path, rep.QPN, rep.StartingPSN, psn, rep.RNRRetryCount); err != nil {
+		if err := i.rtrRTS(tx.qp, path.MTU, path.DLID, path.SL, path.PacketLifeTime,
+			rep.QPN, rep.StartingPSN, psn, cmRetryCount, rep.RNRRetryCount); err != nil {
 			_ = tx.id.SendRej(wire.RejConsumerReject, nil, nil)
 			i.failTx(tx, err)
 			return
@@ -652,24 +654,6 @@ func (i *Interface) onTxCM(tx *cmTx, path sa.Path, psn uint32, ev *ibcm.Event) {
 		_ = tx.id.SendDRep(nil)
 		i.dropTx(tx, false)
 	}
-}
-
-// rtrRTS takes an INIT TX QP to RTR and RTS toward the peer's RX QP.
-func (i *Interface) rtrRTS(qp *hca.QP, path sa.Path, destQPN, rqPSN, sqPSN uint32, rnrRetry uint8) error {
-	pmtu := hca.MTU(path.MTU)
-	if am := i.port.ActiveMTU(); pmtu == 0 || am < pmtu {
-		pmtu = am
-	}
-	a := hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: pmtu, DestQPNum: destQPN, RQPSN: rqPSN,
-		AHAttr: hca.AHAttr{DLID: path.DLID, SL: path.SL, PortNum: i.port.Num()}}
-	if err := qp.Modify(&a, hca.QPAttrState|hca.QPAttrAV|hca.QPAttrPathMTU|hca.QPAttrDestQPN|
-		hca.QPAttrRQPSN|hca.QPAttrMaxDestRdAtomic|hca.QPAttrMinRNRTimer); err != nil {
-		return err
-	}
-	a = hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: sqPSN, Timeout: min(path.PacketLifeTime+1, 31),
-		RetryCnt: cmRetryCount, RNRRetry: rnrRetry}
-	return qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN|hca.QPAttrTimeout|hca.QPAttrRetryCnt|
-		hca.QPAttrRNRRetry|hca.QPAttrMaxQPRdAtomic)
 }
 
 // failTx ends a connection that could not be made or broke (counted cm_failed): what
@@ -724,10 +708,7 @@ func (i *Interface) dropTx(tx *cmTx, forget bool) bool {
 func (i *Interface) closeTx() {
 	c := &i.cms
 	c.mu.Lock()
-	txs := make([]*cmTx, 0, len(c.tx))
-	for _, tx := range c.tx {
-		txs = append(txs, tx)
-	}
+	txs := slices.Collect(maps.Values(c.tx))
 	c.mu.Unlock()
 	for _, tx := range txs {
 		i.dropTx(tx, false)
@@ -947,10 +928,7 @@ func (i *Interface) closeCM() {
 	if c.reap != nil {
 		c.reap.Stop()
 	}
-	rxs := make([]*cmRx, 0, len(c.rx))
-	for _, rx := range c.rx {
-		rxs = append(rxs, rx)
-	}
+	rxs := slices.Collect(maps.Values(c.rx))
 	c.mu.Unlock()
 	for _, rx := range rxs {
 		rx.id.Destroy()

@@ -41,13 +41,7 @@ func (i *Interface) tooBig(pkt []byte, mtu int) {
 	if n == 0 {
 		return
 	}
-	var err error
-	if i.txp.off != nil {
-		err = i.txp.off.WriteGSO(b[:tun.MinOffset+n], tun.MinOffset, tun.GSO{}, nil)
-	} else {
-		_, err = i.dev.Write([][]byte{b[:tun.MinOffset+n]}, tun.MinOffset)
-	}
-	if err == nil {
+	if i.writeRaw(b[:tun.MinOffset+n]) == nil {
 		i.cnt.inc(cTxICMPTooBig)
 	}
 }

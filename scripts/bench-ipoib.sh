@@ -70,6 +70,20 @@ tcp_gbps() {
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf.json"
 }
 
+# start_relay MTU NS:DEV:ADDR NS:DEV:ADDR: cmd/tunrelay between two namespaces (GOMAXPROCS
+# from RELAY_MAXPROCS when set), waiting until the second side has its address.
+start_relay() {
+	if [ -n "$RELAY_MAXPROCS" ]; then
+		GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" -mtu "$1" -a "$2" -b "$3" &
+	else
+		"$work/tunrelay" -mtu "$1" -a "$2" -b "$3" &
+	fi
+	pids+=($!)
+	local ns=${3%%:*} rest=${3#*:}
+	local dev=${rest%%:*} ip=${rest#*:}
+	for _ in $(seq 50); do ip -n "$ns" addr show dev "$dev" 2>/dev/null | grep -q "${ip%/*}" && break; sleep 0.1; done
+}
+
 names=(veth relay pibgw relay64k connected)
 declare -A client server addr
 
@@ -84,13 +98,7 @@ client[veth]=$a server[veth]=$b addr[veth]=10.77.1.2
 # plain TUN relay
 a=bench-relay-a-$tag b=bench-relay-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
-if [ -n "$RELAY_MAXPROCS" ]; then
-	GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" -mtu "$MTU" -a "$a:tr0:10.77.2.1/24" -b "$b:tr1:10.77.2.2/24" &
-else
-	"$work/tunrelay" -mtu "$MTU" -a "$a:tr0:10.77.2.1/24" -b "$b:tr1:10.77.2.2/24" &
-fi
-pids+=($!)
-for _ in $(seq 50); do ip -n "$b" addr show dev tr1 2>/dev/null | grep -q 10.77.2.2 && break; sleep 0.1; done
+start_relay "$MTU" "$a:tr0:10.77.2.1/24" "$b:tr1:10.77.2.2/24"
 client[relay]=$a server[relay]=$b addr[relay]=10.77.2.2
 
 # pibgw datagram mode
@@ -120,13 +128,7 @@ client[pibgw]=$a server[pibgw]=$b addr[pibgw]=10.77.3.2
 # Connected mode (RFC 4755) at MTU 65520, and the relay at the same MTU as its ceiling.
 a=bench-r64-a-$tag b=bench-r64-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
-if [ -n "$RELAY_MAXPROCS" ]; then
-	GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" -mtu 65520 -a "$a:tr2:10.77.4.1/24" -b "$b:tr3:10.77.4.2/24" &
-else
-	"$work/tunrelay" -mtu 65520 -a "$a:tr2:10.77.4.1/24" -b "$b:tr3:10.77.4.2/24" &
-fi
-pids+=($!)
-for _ in $(seq 50); do ip -n "$b" addr show dev tr3 2>/dev/null | grep -q 10.77.4.2 && break; sleep 0.1; done
+start_relay 65520 "$a:tr2:10.77.4.1/24" "$b:tr3:10.77.4.2/24"
 client[relay64k]=$a server[relay64k]=$b addr[relay64k]=10.77.4.2
 
 a=bench-cm-a-$tag b=bench-cm-b-$tag
@@ -166,10 +168,10 @@ relay_rtt=$(echo "${results[1]}" | awk '{print $2}')
 relay_tcp=$(echo "${results[1]}" | awk '{print $3}')
 echo
 echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default})"
-printf '%-8s %14s %12s %14s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "runs"
+printf '%-10s %14s %12s %14s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "runs"
 for r in "${results[@]}"; do
 	set -- $r
-	printf '%-8s %14s %12s %14s %12s  %s\n' "$1" "$2" \
+	printf '%-10s %14s %12s %14s %12s  %s\n' "$1" "$2" \
 		"$(awk -v x="$2" -v y="$relay_rtt" 'BEGIN{printf "%.2f×", x/y}')" "$3" \
 		"$(awk -v x="$3" -v y="$relay_tcp" 'BEGIN{printf "%.2f×", x/y}')" "$4"
 done

@@ -3,9 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,35 +76,9 @@ func TestE2EConnectedMode(t *testing.T) {
 		interfaceTOML("ib2", "pib_2", nsC, "10.10.0.3/24")
 	d := startDaemon(t, "", body, nsA, nsB, nsC)
 
-	pcap := filepath.Join(t.TempDir(), "cm.pcap")
-	if p := os.Getenv("PIBGW_KEEP_CAPTURE"); p != "" {
-		pcap = p
-	}
 	const captureCount = 2000
-	capture := exec.Command(d.Bin, "capture", "-w", pcap, "-c", fmt.Sprint(captureCount), "--control", d.Sock)
-	var capErr syncBuffer
-	capture.Stderr = &capErr
-	if err := capture.Start(); err != nil {
-		t.Fatal(err)
-	}
-	capDone := make(chan error, 1)
-	go func() { capDone <- capture.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-capDone:
-		default:
-			capture.Process.Kill()
-			<-capDone
-		}
-	})
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if fi, err := os.Stat(pcap); err == nil && fi.Size() >= 24 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("capture did not start: %s", capErr.String())
-		}
-	}
+	capture := startCapture(t, d, "cm.pcap", captureCount)
+	pcap := capture.Path
 
 	if out := d.MustPibgw("mode", "ib0", "connected"); out != "ib0: connected mode, mtu 65520\n" {
 		t.Fatalf("pibgw mode ib0 connected: %q", out)
@@ -196,11 +168,8 @@ func TestE2EConnectedMode(t *testing.T) {
 		t.Error("no multicast warning in the log")
 	}
 
-	select {
-	case err := <-capDone:
-		capDone <- err
-	case <-time.After(5 * time.Second):
-		t.Fatalf("pibgw capture did not reach %d packets: %s", captureCount, capErr.String())
+	if _, ended := capture.Wait(5 * time.Second); !ended {
+		t.Fatalf("pibgw capture did not reach %d packets: %s", captureCount, capture.Err.String())
 	}
 	d.StopAndCheckClean(map[string]string{"ib0": nsA, "ib1": nsB, "ib2": nsC})
 

@@ -314,3 +314,55 @@ func interfaceTOML(name, hca, netns string, addrs ...string) string {
 	return fmt.Sprintf("\n[[interfaces]]\nname = %q\nhca = %q\nnetns = %q\naddresses = [%s]\n",
 		name, hca, netns, strings.Join(q, ", "))
 }
+
+// e2eCapture is a running `pibgw capture -w Path -c N` against a test daemon.
+type e2eCapture struct {
+	Path string
+	Err  syncBuffer // its stderr
+	done chan error
+}
+
+// startCapture starts `pibgw capture` of count packets into name in a temporary
+// directory (PIBGW_KEEP_CAPTURE names a file to keep instead) and waits until the
+// daemon has written the pcap header, which it does once the capture is on the cables.
+// The cleanup kills a capture still running.
+func startCapture(t *testing.T, d *e2eDaemon, name string, count int) *e2eCapture {
+	t.Helper()
+	c := &e2eCapture{Path: filepath.Join(t.TempDir(), name), done: make(chan error, 1)}
+	if p := os.Getenv("PIBGW_KEEP_CAPTURE"); p != "" {
+		c.Path = p // to look at it afterwards
+	}
+	cmd := exec.Command(d.Bin, "capture", "-w", c.Path, "-c", fmt.Sprint(count), "--control", d.Sock)
+	cmd.Stderr = &c.Err
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { c.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(c.Path); err == nil && fi.Size() >= 24 {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("capture did not start: %s", c.Err.String())
+		}
+	}
+}
+
+// Wait waits up to timeout for the capture to end; ended is false if it did not.
+func (c *e2eCapture) Wait(timeout time.Duration) (err error, ended bool) {
+	select {
+	case err := <-c.done:
+		c.done <- err
+		return err, true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}

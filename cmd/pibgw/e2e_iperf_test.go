@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -57,35 +55,8 @@ addresses = ["10.10.0.2/24"]
 `, nsA, nsB), nsA, nsB)
 
 	// The capture first, so that it sees A resolve B.
-	pcap := filepath.Join(t.TempDir(), "iperf.pcap")
-	if p := os.Getenv("PIBGW_KEEP_CAPTURE"); p != "" {
-		pcap = p // to look at it afterwards
-	}
-	capture := exec.Command(d.Bin, "capture", "-w", pcap, "-c", fmt.Sprint(captureCount), "--control", d.Sock)
-	var capErr syncBuffer
-	capture.Stderr = &capErr
-	if err := capture.Start(); err != nil {
-		t.Fatal(err)
-	}
-	capDone := make(chan error, 1)
-	go func() { capDone <- capture.Wait() }()
-	t.Cleanup(func() {
-		select {
-		case <-capDone:
-		default:
-			capture.Process.Kill()
-			<-capDone
-		}
-	})
-	// The daemon writes the pcap header once the capture is on the cables.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if fi, err := os.Stat(pcap); err == nil && fi.Size() >= 24 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("capture did not start: %s", capErr.String())
-		}
-	}
+	capture := startCapture(t, d, "iperf.pcap", captureCount)
+	pcap := capture.Path
 
 	if ok, out := pingNS(nsA, "10.10.0.2", 2); !ok {
 		t.Fatalf("ping 10.10.0.2:\n%s", out)
@@ -171,14 +142,10 @@ addresses = ["10.10.0.2/24"]
 		t.Logf("TCP stream A→B intact: %s", sentLine)
 	}
 
-	select {
-	case err := <-capDone:
-		capDone <- err
-		if err != nil || capErr.String() != fmt.Sprintf("%d packets captured to %s\n", captureCount, pcap) {
-			t.Fatalf("pibgw capture: %v %q", err, capErr.String())
-		}
-	case <-time.After(5 * time.Second):
+	if err, ended := capture.Wait(5 * time.Second); !ended {
 		t.Fatalf("pibgw capture did not reach %d packets", captureCount)
+	} else if err != nil || capture.Err.String() != fmt.Sprintf("%d packets captured to %s\n", captureCount, pcap) {
+		t.Fatalf("pibgw capture: %v %q", err, capture.Err.String())
 	}
 	d.StopAndCheckClean(map[string]string{"ib0": nsA, "ib1": nsB})
 

@@ -464,14 +464,7 @@ func (d *Daemon) SetMode(name, mode string) error {
 	if mode != config.ModeDatagram && mode != config.ModeConnected {
 		return fmt.Errorf("mode %q: want %q or %q", mode, config.ModeDatagram, config.ModeConnected)
 	}
-	d.mu.Lock()
-	var n *netif
-	for _, x := range d.ifaces {
-		if x.cfg.Name == name {
-			n = x
-		}
-	}
-	d.mu.Unlock()
+	n := d.lookup(name)
 	if n == nil {
 		return d.unknownInterface(name)
 	}
