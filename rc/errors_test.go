@@ -6,6 +6,7 @@ import (
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/rc"
 )
 
 func drain(cq *hca.CQ) []hca.WC {
@@ -214,5 +215,27 @@ func TestRCMaxRdAtomicLimitsOutstandingReads(t *testing.T) {
 	// Only max_rd_atomic = 2 READ requests may be outstanding.
 	if got := a.port.Counters().Get(hca.CntXmitPkts); got != 2 {
 		t.Fatalf("%d READ requests sent, want 2 (max_rd_atomic)", got)
+	}
+}
+
+// TestRCAckOwedWhenResponderEntersError: the consumer sees a receive completion and
+// takes its QP to ERR before the responder has sent the ACK (rping's client disconnects
+// on its last message that way); the ACK still goes out, so the requester's SEND
+// completes with success instead of retrying into a dead QP until RETRY_EXC_ERR.
+func TestRCAckOwedWhenResponderEntersError(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	_, a, b := connect(t, connOpts{clk: clk, retry: 1, timeout: 10})
+	b.postRecv(t, 7, 0, 64)
+	release := rc.StallDrainer(b.qp)
+	a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 64)}})
+	if wc := waitWC(t, b.rcq, nil); wc.Status != hca.WCSuccess || wc.WRID != 7 {
+		t.Fatalf("receive completion %+v", wc)
+	}
+	if err := b.qp.Modify(&hca.QPAttr{QPState: hca.QPStateErr}, hca.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if wc := waitWC(t, a.scq, clk); wc.Status != hca.WCSuccess || wc.WRID != 1 {
+		t.Fatalf("send completion %v (WRID %d), want success: the responder's owed ACK was lost", wc.Status, wc.WRID)
 	}
 }

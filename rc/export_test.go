@@ -26,3 +26,11 @@ func DebugState(qp *hca.QP) string {
 }
 
 func init() { debugTimeouts = os.Getenv("RC_DEBUG") != "" }
+
+// StallDrainer makes qp's connection behave as if another goroutine were draining it,
+// so what the responder owes stays queued until release is called.
+func StallDrainer(qp *hca.QP) (release func()) {
+	c := getConn(qp)
+	c.running.Store(true)
+	return func() { c.running.Store(false) }
+}

@@ -252,9 +252,40 @@ func (c *conn) flush() {
 	c.req.stopTimer()
 	c.req.flushAll(c.qp)
 	c.mu.Unlock()
+	c.sendOwedAcks()
+}
+
+// sendOwedAcks sends, as the QP enters ERR, the ACK or NAK its responder still owes.
+// The messages it acknowledges have completed here already and the consumer may be
+// reacting to one (rping's client disconnects on the last one); a hardware responder's
+// ACK leaves with the completion, so the requester must hear it rather than retry into
+// a QP in ERR until its SEND fails. Owed read and atomic responses go with the QP (IBA
+// 10.3.1: in ERR nothing more is processed).
+func (c *conn) sendOwedAcks() {
+	p := c.path.Load()
+	b := batchPool.Get().(*batch)
 	c.rmu.Lock()
-	c.resp.out = c.resp.out[:0]
+	r := &c.resp
+	acks := r.out[:0]
+	for _, o := range r.out[r.outHead:] {
+		if o.kind == outAck {
+			acks = append(acks, o)
+		}
+	}
+	r.out, r.outHead = acks, 0
+	if p != nil {
+		r.output(c, p, b)
+	}
+	r.out, r.outHead = r.out[:0], 0
 	c.rmu.Unlock()
+	if b.n > 0 {
+		p.port.Transmit(b.pkts[:b.n])
+	}
+	for i := range b.pkts[:b.n] {
+		b.pkts[i] = nil
+	}
+	b.n = 0
+	batchPool.Put(b)
 }
 
 // fail notes a fatal error (IBA 9.9.2: the QP goes to the Error state); runFail, called

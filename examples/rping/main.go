@@ -188,7 +188,7 @@ func event(ch *rdmacm.EventChannel, want rdmacm.EventType) (*rdmacm.Event, error
 	defer cancel()
 	e, err := ch.GetEvent(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rping: waiting for %v: %w", want, err)
 	}
 	defer e.Ack()
 	if e.Type != want {
