@@ -46,9 +46,14 @@ const (
 	cmRecvMTU = ConnectedMTU + HeaderLen
 	// cmPrivateLen: be32 UD QPN, be32 receive MTU (ipoib_cm.c struct ipoib_cm_data).
 	cmPrivateLen = 8
-	// cmSRQLen receive buffers of 64 KiB are shared by every RX connection (Linux's
-	// ipoib_recvq_size is 256; in process, receives are re-posted as they complete).
-	cmSRQLen = 128
+	// cmSRQLen receive buffers of 64 KiB are shared by every RX connection. Linux posts
+	// ipoib_recvq_size (256) because its HCA fills them while the CPU is elsewhere; here
+	// a message is scattered into a buffer by the goroutine that delivers it, which
+	// writes it to the device and re-posts the buffer before it takes the next, so no
+	// more are outstanding than goroutines deliver to the interface at once. Few buffers
+	// stay in the CPU's cache: measured, 16 instead of 128 made the scatter of a 64 KiB
+	// message 2.3 times cheaper.
+	cmSRQLen = 16
 	// cmRxOff is where a receive lands in its buffer: the header, then the IP packet at
 	// tun.MinOffset, with room for the virtio-net header before it.
 	cmRxOff = tun.MinOffset - HeaderLen
@@ -186,6 +191,15 @@ func (i *Interface) SetMode(m Mode) error {
 		i.log.Warn("enabling connected mode will cause multicast packet drops")
 	} else {
 		i.closeTx()
+	}
+	// ipoib_set_mode turns checksum and TSO offloads off for connected mode (an RC
+	// message is one packet of up to 65520 bytes, whose checksum no per-packet offload
+	// of the HCA can finish) and back on for datagram mode: the kernel then completes
+	// checksums as it copies, not this process.
+	if sw, ok := i.dev.(tun.OffloadSwitcher); ok {
+		if err := sw.SetOffloads(m != Connected); err != nil {
+			i.log.Warn("switching checksum and segmentation offloads", "on", m != Connected, "err", err)
+		}
 	}
 	i.applyMTU()
 	if ls := i.link.Load(); ls.up {

@@ -184,6 +184,38 @@ var _ Offloader = (*Kernel)(nil)
 // wireguard-go agreed on virtio-net headers).
 func (k *Kernel) Offloads() bool { return k.vnet }
 
+// SetOffloads turns the device's checksum and segmentation offloads off or back on
+// (TUNSETOFFLOAD, what `ethtool -K DEV tx off tso off` does to a NIC): off, the kernel
+// completes every checksum itself and hands over nothing larger than the MTU, as Linux's
+// IPoIB does in connected mode. Reads and writes keep their virtio-net header.
+func (k *Kernel) SetOffloads(on bool) error {
+	if !k.vnet {
+		return fmt.Errorf("tun: %s has no offloads to switch", k.name)
+	}
+	sc, err := k.file.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := sc.Control(func(fd uintptr) {
+		if !on {
+			ierr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, 0)
+			return
+		}
+		// wireguard-go's set: TCP always, UDP segmentation where the kernel has it (6.2+).
+		const tcp = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+		if unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tcp|unix.TUN_F_USO4|unix.TUN_F_USO6) != nil {
+			ierr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tcp)
+		}
+	}); err != nil {
+		return err
+	}
+	if ierr != nil {
+		return fmt.Errorf("tun: %s: TUNSETOFFLOAD: %w", k.name, ierr)
+	}
+	return nil
+}
+
 // ReadGSO reads one segment as the kernel queued it: up to 64 KiB of TCP or UDP to be
 // segmented, or one packet, with its virtio-net header decoded. Do not mix with Read.
 func (k *Kernel) ReadGSO(buf []byte, offset int) (int, GSO, error) {

@@ -2,6 +2,7 @@ package tun
 
 import (
 	"bytes"
+	"encoding/binary"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -575,4 +576,87 @@ func TestKernelWatch(t *testing.T) {
 		t.Errorf("Watch after the deletion: %v", err)
 	}
 	done <- nil
+}
+
+// TestKernelSetOffloads: with its offloads off (IPoIB connected mode) the device gets
+// UDP packets with their checksum done by the kernel; back on, CHECKSUM_PARTIAL again.
+func TestKernelSetOffloads(t *testing.T) {
+	needRoot(t)
+	ns := testNetNS(t)
+	k := testKernel(t, KernelConfig{Name: "ib0", MTU: 9000, NetNS: ns, Infiniband: true, Up: true,
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.97.0.1/24")}})
+	if !k.Offloads() {
+		t.Skip("skipping: the kernel TUN has no virtio-net header here")
+	}
+	var conn net.PacketConn
+	if err := InNetNS(ns, func() (err error) {
+		conn, err = net.ListenPacket("udp4", "10.97.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dst := &net.UDPAddr{IP: net.IPv4(10, 97, 0, 9), Port: 5400}
+	payload := bytes.Repeat([]byte("x"), 3000)
+	readUDP := func() ([]byte, GSO) {
+		t.Helper()
+		buf := make([]byte, MinOffset+65535)
+		for range 20 {
+			if _, err := conn.WriteTo(payload, dst); err != nil {
+				t.Fatal(err)
+			}
+			n, g, err := k.ReadGSO(buf, MinOffset)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := buf[MinOffset : MinOffset+n]
+			if len(p) > 28 && p[0]>>4 == 4 && p[9] == 17 && binary.BigEndian.Uint16(p[22:]) == 5400 {
+				return p, g
+			}
+		}
+		t.Fatal("no UDP packet read")
+		return nil, GSO{}
+	}
+	if _, g := readUDP(); !g.NeedsCsum {
+		t.Fatalf("offloads on: metadata %+v, want CHECKSUM_PARTIAL", g)
+	}
+	if err := k.SetOffloads(false); err != nil {
+		t.Fatal(err)
+	}
+	p, g := readUDP()
+	if g.NeedsCsum || g.Type != GSONone {
+		t.Fatalf("offloads off: metadata %+v, want none", g)
+	}
+	if sum := udpSum(p); sum != 0xFFFF {
+		t.Fatalf("offloads off: UDP checksum does not verify (sum %#x)", sum)
+	}
+	if err := k.SetOffloads(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, g := readUDP(); !g.NeedsCsum {
+		t.Fatalf("offloads back on: metadata %+v, want CHECKSUM_PARTIAL", g)
+	}
+}
+
+// udpSum is the ones'-complement sum of an IPv4 UDP packet's pseudo-header and
+// datagram: 0xFFFF when its checksum is right.
+func udpSum(p []byte) uint16 {
+	ihl := int(p[0]&0xF) * 4
+	u := p[ihl:]
+	var s uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			s += uint32(binary.BigEndian.Uint16(b[i:]))
+		}
+		if len(b)%2 == 1 {
+			s += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(p[12:20])
+	s += 17 + uint32(len(u))
+	add(u)
+	for s > 0xFFFF {
+		s = s&0xFFFF + s>>16
+	}
+	return uint16(s)
 }

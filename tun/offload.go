@@ -51,6 +51,12 @@ type Offloader interface {
 	WriteGSO(buf []byte, offset int, g GSO, tail [][]byte) error
 }
 
+// OffloadSwitcher is implemented by devices whose offloads can be turned off and back
+// on while they run.
+type OffloadSwitcher interface {
+	SetOffloads(on bool) error
+}
+
 // virtio_net_hdr (include/uapi/linux/virtio_net.h), 10 bytes, little-endian.
 const (
 	vnetFlagNeedsCsum = 1
