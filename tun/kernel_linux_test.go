@@ -2,10 +2,10 @@ package tun
 
 import (
 	"bytes"
-	"encoding/binary"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
