@@ -15,8 +15,8 @@
 # machine, which drifts over seconds, weighs on all setups alike. ROUNDS=N repeats the
 # iperf3 runs and reports each setup's median. pibgw runs with its default scheduler
 # setting (daemon.max_procs: half the CPUs), the relay with Go's (all CPUs);
-# RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, to compare at equal
-# settings. Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
+# RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, and PIBGW_MAXPROCS=N pibgw
+# with daemon.max_procs = N, to compare at equal settings. Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
 #
 #   sudo bash scripts/bench-ipoib.sh            # PINGS=200 DURATION=10 MTU=2044 ROUNDS=3
 #
@@ -30,6 +30,7 @@ DURATION=${DURATION:-10}
 MTU=${MTU:-2044}
 ROUNDS=${ROUNDS:-3}
 RELAY_MAXPROCS=${RELAY_MAXPROCS:-}
+PIBGW_MAXPROCS=${PIBGW_MAXPROCS:-0}
 tag=$$
 work=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-bench.XXXXXX")
 pids=()
@@ -106,6 +107,7 @@ a=bench-pib-a-$tag b=bench-pib-b-$tag
 cat >"$work/bench.toml" <<TOML
 [daemon]
 log_level = "warn"
+max_procs = $PIBGW_MAXPROCS
 [fabric]
 hca_count = 2
 [[interfaces]]
@@ -167,7 +169,7 @@ done
 relay_rtt=$(echo "${results[1]}" | awk '{print $2}')
 relay_tcp=$(echo "${results[1]}" | awk '{print $3}')
 echo
-echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default})"
+echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default}, pibgw max_procs $PIBGW_MAXPROCS)"
 printf '%-10s %14s %12s %14s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "runs"
 for r in "${results[@]}"; do
 	set -- $r

@@ -26,6 +26,7 @@ TOOLS=(
 	"tshark tshark"
 	"iperf3 iperf3"
 	"ping iputils-ping"
+	"ethtool ethtool"
 )
 # Fuzz targets: package and function.
 FUZZ=(

@@ -95,6 +95,8 @@ func TestE2EConnectedMode(t *testing.T) {
 	if it := d.Show()["ib1"]; it.Mode != "connected" || it.MTU != 65520 {
 		t.Fatalf("show ib1: mode %s, mtu %d", it.Mode, it.MTU)
 	}
+	// ipoib_set_mode turns checksum and TSO offloads off in connected mode.
+	checkOffloads(t, nsA, "ib0", "off")
 
 	// ping -s 60000: whole 60,028-byte packets over the connection.
 	if out, err := runCmd("ip", "netns", "exec", nsA, "ping", "-c", "3", "-s", "60000", "-W", "2", "10.10.0.2"); err != nil ||
@@ -164,6 +166,7 @@ func TestE2EConnectedMode(t *testing.T) {
 	if out, err := runCmd("ip", "-n", nsA, "link", "show", "ib0"); err != nil || !strings.Contains(out, "mtu 2044") {
 		t.Errorf("ip link show ib0 after datagram: %v\n%s", err, out)
 	}
+	checkOffloads(t, nsA, "ib0", "on")
 	if !strings.Contains(d.Logs(), "enabling connected mode will cause multicast packet drops") {
 		t.Error("no multicast warning in the log")
 	}
@@ -207,5 +210,24 @@ func TestE2EConnectedMode(t *testing.T) {
 	}
 	if n := strings.TrimSpace(fabrictest.Tshark(t, pcap, append(args, "-Y", "infiniband.mad.attributeid == 0x0014")...)); n == "" {
 		t.Error("capture has no CM RTU")
+	}
+}
+
+// checkOffloads checks with `ethtool -k` that dev's checksum and TCP segmentation
+// offloads are on or off, as Linux's IPoIB sets them per mode; without ethtool it says so.
+func checkOffloads(t *testing.T, ns, dev, want string) {
+	t.Helper()
+	if _, err := exec.LookPath("ethtool"); err != nil {
+		t.Logf("ethtool is not installed: not checking %s's offloads (scripts/test.sh installs it)", dev)
+		return
+	}
+	out, err := runCmd("ip", "netns", "exec", ns, "ethtool", "-k", dev)
+	if err != nil {
+		t.Fatalf("ethtool -k %s: %v\n%s", dev, err, out)
+	}
+	for _, f := range []string{"tx-checksumming", "tcp-segmentation-offload"} {
+		if !strings.Contains(out, f+": "+want) {
+			t.Errorf("ethtool -k %s: %s is not %s\n%s", dev, f, want, out)
+		}
 	}
 }
