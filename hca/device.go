@@ -60,8 +60,12 @@ type Config struct {
 	MaxMTU       MTU    // default MTU4096
 	// Transports by QP type; ud.Register fills UD, SMI and GSI, rc.Register RC and UC.
 	Transports map[QPType]Transport
-	Clock      clock.Clock
-	Logger     *slog.Logger
+	// Remote makes the device a mirror of a device in another process (remote.go): QP
+	// numbers and multicast membership come from there and every packet goes out
+	// through the ports' links.
+	Remote Remote
+	Clock  clock.Clock
+	Logger *slog.Logger
 }
 
 // DeviceAttr is ibv_device_attr.
@@ -137,6 +141,7 @@ type Device struct {
 	keyGen   uint8
 	counts   objectCounts
 	contexts map[*Context]struct{}
+	watchers []*portWatcher
 
 	ids atomic.Uint32 // object ids for inspection
 }

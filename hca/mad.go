@@ -52,6 +52,25 @@ func (f MADHandlerFunc) HandleMAD(m *MAD) { f(m) }
 // QP1's well-known Q_Key (IBA 13.5.3.1).
 const GSIQKey = 0x80010000
 
+// MADRouter sees every GMP that arrives at QP1 of a port before the class handlers, and
+// takes those that belong to someone else: the daemon hands an attached process the CM
+// MADs of its connections. RouteMAD reports whether it took pk; it runs on the fabric's
+// goroutine, must not block and must not keep pk.
+type MADRouter interface {
+	RouteMAD(p *Port, pk *Packet) bool
+}
+
+type routerBox struct{ r MADRouter }
+
+// SetMADRouter installs r (nil removes it).
+func (p *Port) SetMADRouter(r MADRouter) {
+	if r == nil {
+		p.router.Store(nil)
+		return
+	}
+	p.router.Store(&routerBox{r})
+}
+
 type madTable struct {
 	mu sync.RWMutex
 	h  [256][2]MADHandler // [class][response]
@@ -105,6 +124,11 @@ func (p *Port) receiveMAD(pk *Packet) bool {
 	if dqp == 1 && pk.DETH.QKey() != GSIQKey {
 		p.counters.Inc(CntQKeyViolations)
 		return true
+	}
+	if dqp == 1 {
+		if r := p.router.Load(); r != nil && r.r.RouteMAD(p, pk) {
+			return true
+		}
 	}
 	resp := m.IsResponse() || m.Method() == wire.MethodTrapRepress
 	h := p.madHandler(class, resp)

@@ -115,6 +115,7 @@ type Port struct {
 	mcast map[wire.GID][]*QP
 
 	mads   madTable
+	router atomic.Pointer[routerBox]
 	madPSN atomic.Uint32
 	tid    atomic.Uint64
 
@@ -223,6 +224,7 @@ func (p *Port) updateIf(f func(pi *portInfo) bool) bool {
 	p.info.Store(&pi)
 	p.mu.Unlock()
 	p.raiseChanges(old, &pi)
+	p.dev.portChanged(p.num)
 	return true
 }
 

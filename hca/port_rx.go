@@ -56,10 +56,15 @@ var packetPool = sync.Pool{New: func() any { return new(Packet) }}
 
 // Receive takes packets arriving from the fabric (fabric.Receiver). Every packet that is
 // not delivered increments a named counter; nothing here panics on bad input.
-func (p *Port) Receive(pkts [][]byte) {
+func (p *Port) Receive(pkts [][]byte) { p.ReceiveFrom(pkts, false) }
+
+// ReceiveFrom is Receive for a mirror device's port, which is also given the packets the
+// daemon's port looped back (loopback set): its own multicast is not delivered back to
+// the QP that sent it.
+func (p *Port) ReceiveFrom(pkts [][]byte, loopback bool) {
 	pk := packetPool.Get().(*Packet)
 	for _, b := range pkts {
-		p.receiveOne(pk, b, false)
+		p.receiveOne(pk, b, loopback)
 	}
 	pk.Packet = wire.Packet{}
 	pk.Raw = nil
@@ -160,6 +165,11 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		return
 	} else {
 		qp = p.dev.lookupQP(dqp)
+		if qp != nil && qp.fwd != nil {
+			// A QP of an attached process: it checks the packet itself.
+			qp.fwd.Forward(p, b, loop)
+			return
+		}
 		if qp != nil && qp.port.Load() != p {
 			qp = nil
 		}
@@ -234,7 +244,13 @@ func (p *Port) receiveMulticast(pk *Packet, pi *portInfo) {
 		return
 	}
 	src := pk.DETH.SrcQP()
-	for _, qp := range qps {
+	for i, qp := range qps {
+		if qp.fwd != nil {
+			if !forwardedBefore(qps, i, qp.fwd) {
+				qp.fwd.Forward(p, pk.Raw, pk.Loopback)
+			}
+			continue
+		}
 		// Our own multicast comes back only to the other QPs of this port.
 		if pk.Loopback && qp.num == src {
 			continue

@@ -10,6 +10,7 @@ func (p *Port) Transmit(pkts [][]byte) {
 	c := &p.counters
 	pi := p.info.Load()
 	lb := p.link.Load()
+	remote := p.dev.cfg.Remote != nil
 	start := 0
 	flush := func(end int) {
 		if end > start {
@@ -43,7 +44,12 @@ func (p *Port) Transmit(pkts [][]byte) {
 		switch {
 		case isMulticastLID(dlid):
 			c.Inc(CntMulticastXmitPkts)
-			p.loopback(b)
+			if !remote { // a mirror's daemon loops it back to every local member
+				p.loopback(b)
+			}
+		case remote && dlid != permissiveLID && p.ownsLID(pi, dlid) && p.dev.lookupQP(remoteDQPN(b)) == nil:
+			// To a QP of this port that is not in this process: the daemon loops it back.
+			c.Inc(CntUnicastXmitPkts)
 		case dlid != permissiveLID && p.ownsLID(pi, dlid):
 			c.Inc(CntUnicastXmitPkts)
 			flush(i)

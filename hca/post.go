@@ -409,6 +409,12 @@ func (qp *QP) AttachMcast(gid [16]byte, lid uint16) error {
 	if _, ok := qp.mcGIDs[gid]; ok {
 		return nil
 	}
+	if r := qp.dev.cfg.Remote; r != nil {
+		// The daemon's port must forward the group's packets to this process.
+		if err := r.AttachMcast(p.num, gid, qp.num); err != nil {
+			return errorf(op, ENOMEM, "the daemon refused the attachment: %v", err)
+		}
+	}
 	p.mcMu.Lock()
 	defer p.mcMu.Unlock()
 	if len(p.mcast) >= MaxMcastGroups && p.mcast[gid] == nil {
@@ -436,6 +442,9 @@ func (qp *QP) DetachMcast(gid [16]byte, lid uint16) error {
 	}
 	delete(qp.mcGIDs, gid)
 	qp.port.Load().detach(gid, qp)
+	if r := qp.dev.cfg.Remote; r != nil {
+		r.DetachMcast(qp.port.Load().num, gid, qp.num)
+	}
 	return nil
 }
 
@@ -445,6 +454,9 @@ func (qp *QP) DetachAll() {
 	defer qp.mcMu.Unlock()
 	for gid := range qp.mcGIDs {
 		qp.port.Load().detach(gid, qp)
+		if r := qp.dev.cfg.Remote; r != nil {
+			r.DetachMcast(qp.port.Load().num, gid, qp.num)
+		}
 	}
 	qp.mcGIDs = nil
 }
@@ -452,6 +464,11 @@ func (qp *QP) DetachAll() {
 func (p *Port) detach(gid [16]byte, qp *QP) {
 	p.mcMu.Lock()
 	defer p.mcMu.Unlock()
+	p.detachLocked(gid, qp)
+}
+
+// detachLocked removes qp from group gid; p.mcMu held.
+func (p *Port) detachLocked(gid [16]byte, qp *QP) {
 	var qps []*QP
 	for _, q := range p.mcast[gid] {
 		if q != qp {

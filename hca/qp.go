@@ -23,6 +23,7 @@ type QP struct {
 	csumP  bool // QPInitAttr.IPCsumPartial
 	cap    QPCap
 	tr     Transport
+	fwd    Forwarder // set on a device's entries for QPs of attached processes (remote.go)
 
 	// Read on the packet path without locks.
 	state     atomic.Uint32
@@ -117,11 +118,19 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		}
 		qp.port.Store(special)
 	default:
-		for d.qps.load(d.nextQPN) != nil {
-			d.nextQPN = nextQPN(d.nextQPN)
+		if d.cfg.Remote != nil {
+			// A mirror device's numbers come from the daemon (remote.go); the RPC must
+			// not run under the device lock.
+			d.mu.Unlock()
+			n, err := d.cfg.Remote.AllocQPN()
+			if err != nil {
+				return nil, errorf(op, ENOMEM, "QP number from the daemon: %v", err)
+			}
+			d.mu.Lock()
+			qp.num = n
+		} else {
+			qp.num = d.allocQPNLocked()
 		}
-		qp.num = d.nextQPN
-		d.nextQPN = nextQPN(d.nextQPN)
 		d.qps.store(qp.num, qp)
 	}
 	d.counts.qp++
@@ -141,6 +150,16 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		qp.attr.PortNum = special.num
 	}
 	return qp, nil
+}
+
+// allocQPNLocked returns the next free QP number; d.mu held.
+func (d *Device) allocQPNLocked() uint32 {
+	for d.qps.load(d.nextQPN) != nil {
+		d.nextQPN = nextQPN(d.nextQPN)
+	}
+	n := d.nextQPN
+	d.nextQPN = nextQPN(d.nextQPN)
+	return n
 }
 
 func nextQPN(n uint32) uint32 {
@@ -452,6 +471,9 @@ func (qp *QP) Destroy() error {
 		qp.srq.refs--
 	}
 	d.mu.Unlock()
+	if d.cfg.Remote != nil && qp.num > 1 {
+		d.cfg.Remote.FreeQPN(qp.num)
+	}
 	qp.pd.refs.Add(-1)
 	qp.sendCQ.refs.Add(-1)
 	qp.recvCQ.refs.Add(-1)

@@ -1,7 +1,9 @@
 package rc_test
 
 import (
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/fabric"
@@ -154,12 +156,17 @@ func (s *side) post(t testing.TB, wr hca.SendWR) {
 func waitWC(t testing.TB, cq *hca.CQ, clk *clock.Fake) hca.WC {
 	t.Helper()
 	var wc [1]hca.WC
-	for i := 0; i < 1_000_000; i++ {
+	// Bounded by count on a fake clock; by time on a real one, where completions may come
+	// from another goroutine (attached devices: PIBGW_TEST_ATTACHED=1).
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; i < 1_000_000 || clk == nil && time.Now().Before(deadline); i++ {
 		if cq.Poll(wc[:]) == 1 {
 			return wc[0]
 		}
 		if clk != nil {
 			clk.Advance(50 * 1e6)
+		} else if i > 1000 {
+			runtime.Gosched()
 		}
 	}
 	t.Fatal("no completion")

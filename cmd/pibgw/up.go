@@ -16,6 +16,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/internal/daemon"
@@ -153,14 +154,26 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		return fmt.Errorf("up: %w", err)
 	}
-	srv := &control.Server{Handler: &daemon.Handler{D: d, ControlPath: path}, Logger: log}
+	h := &daemon.Handler{D: d, ControlPath: path}
+	if ap := cfg.Daemon.AttachPath(); ap != "" {
+		aln, err := attach.Listen(ap, cfg.Daemon.AttachMode)
+		if err != nil {
+			d.Close()
+			return fmt.Errorf("up: %w (choose another with daemon.attach, or \"none\")", err)
+		}
+		h.Attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log}
+		h.AttachPath = ap
+		go h.Attach.Serve(aln)
+		defer os.Remove(ap)
+	}
+	srv := &control.Server{Handler: h, Logger: log}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	src := cfg.Source
 	if src == "" {
 		src = "defaults"
 	}
-	log.Info("pibgw up", "config", src, "control", path, "interfaces", len(cfg.Interfaces), "pid", os.Getpid())
+	log.Info("pibgw up", "config", src, "control", path, "attach", h.AttachPath, "interfaces", len(cfg.Interfaces), "pid", os.Getpid())
 	sdNotify("READY=1\nSTATUS=fabric up, control socket " + path)
 	var serveErr error
 	select {
@@ -171,6 +184,9 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	sdNotify("STOPPING=1")
 	srv.Close()
+	if h.Attach != nil {
+		h.Attach.Close() // attached processes see the channel close, then the fabric stops
+	}
 	if err := d.Close(); err != nil {
 		log.Error("shutdown", "err", err)
 	}

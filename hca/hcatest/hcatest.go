@@ -5,8 +5,10 @@ package hcatest
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
@@ -18,6 +20,10 @@ type Fabric struct {
 	Devs   []*hca.Device
 	Switch *fabric.Switch
 	Cables []*fabric.Cable
+	// With Options.Attached (or PIBGW_TEST_ATTACHED=1), Devs are mirrors in attach
+	// sessions and Daemon the devices on the fabric they stand for.
+	Daemon   []*hca.Device
+	Sessions []*attach.Session
 }
 
 // Options tune NewFabric; the zero value is a 4096-byte MTU fabric.
@@ -29,6 +35,8 @@ type Options struct {
 	Wrap func(i int, d fabric.Direction, l fabric.Link) fabric.Link
 	// Clock is the devices' clock (default: real time).
 	Clock clock.Clock
+	// Attached hands out devices used through the attach channel (see AttachedEnv).
+	Attached bool
 }
 
 // NewFabric builds the fabric.
@@ -68,6 +76,9 @@ func NewFabric(tb testing.TB, n int, o Options) *Fabric {
 		f.Switch.SetLFT(uint16(i+1), uint8(i+1))
 		f.Devs = append(f.Devs, d)
 		f.Cables = append(f.Cables, c)
+	}
+	if o.Attached || os.Getenv(AttachedEnv) == "1" {
+		attachAll(tb, f, o)
 	}
 	return f
 }

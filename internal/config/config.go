@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -62,6 +64,25 @@ type Daemon struct {
 	// State is the daemon's state file (its pid and the namespaces it created, locked
 	// for its life); "" is the control socket's path with .state for .sock.
 	State string
+	// Attach is the attach socket through which other processes use the daemon's HCAs
+	// (attach.Dial, pibgw exec); "" is attach.sock next to the control socket, "none"
+	// turns it off.
+	Attach string
+	// AttachMode is the attach socket's permission bits (attach_mode, default 0666: any
+	// local user may attach, as to /dev/infiniband/uverbs*; the daemon polices them).
+	AttachMode os.FileMode
+}
+
+// AttachPath returns the attach socket the daemon serves, "" for none: daemon.attach, or
+// attach.sock in the control socket's directory (/run/pibgw/attach.sock by default).
+func (d Daemon) AttachPath() string {
+	switch d.Attach {
+	case "":
+		return filepath.Join(filepath.Dir(d.Control), "attach.sock")
+	case "none":
+		return ""
+	}
+	return d.Attach
 }
 
 // AutoMaxProcs is max_procs = 0: half the CPUs, at least one. Most of the work a packet

@@ -20,11 +20,13 @@ import (
 // library, reports a value of the wrong type — with the field's full name.
 type file struct {
 	Daemon struct {
-		Control  any `toml:"control"`
-		LogLevel any `toml:"log_level"`
-		Capture  any `toml:"capture"`
-		MaxProcs any `toml:"max_procs"`
-		State    any `toml:"state"`
+		Control    any `toml:"control"`
+		LogLevel   any `toml:"log_level"`
+		Capture    any `toml:"capture"`
+		MaxProcs   any `toml:"max_procs"`
+		State      any `toml:"state"`
+		Attach     any `toml:"attach"`
+		AttachMode any `toml:"attach_mode"`
 	} `toml:"daemon"`
 	Fabric struct {
 		HCACount     any       `toml:"hca_count"`
@@ -284,6 +286,17 @@ func (p *parser) daemon(c *Config, f *file) {
 	c.Daemon.Capture = p.str("daemon.capture", d.Capture, "")
 	c.Daemon.MaxProcs = int(p.intIn("daemon.max_procs", d.MaxProcs, 0, 0, 4096))
 	c.Daemon.State = p.str("daemon.state", d.State, "")
+	c.Daemon.Attach = p.str("daemon.attach", d.Attach, "")
+	if len(c.Daemon.Attach) > 107 {
+		p.errf("daemon.attach", "%q is longer than a unix socket path may be (107 bytes)", c.Daemon.Attach)
+	}
+	mode := p.str("daemon.attach_mode", d.AttachMode, "0666")
+	if m, err := strconv.ParseUint(mode, 8, 32); err != nil || m > 0o777 {
+		p.errf("daemon.attach_mode", "%q: want permission bits in octal, e.g. \"0666\" or \"0660\"", mode)
+		c.Daemon.AttachMode = 0o666
+	} else {
+		c.Daemon.AttachMode = os.FileMode(m)
+	}
 }
 
 func (p *parser) fabric(c *Config, f *file) {

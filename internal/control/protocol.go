@@ -50,6 +50,7 @@ const (
 	VerbDevinfo  = "devinfo"
 	VerbCapture  = "capture"
 	VerbMode     = "mode"
+	VerbPS       = "ps"
 )
 
 // Request is one request. Iface, PKey, Addrs, Count and Snaplen are the verbs'
@@ -78,6 +79,7 @@ type Status struct {
 	Config   string    `json:"config"` // the file, "" for the defaults
 	Started  time.Time `json:"started"`
 	Control  string    `json:"control"`
+	Attach   string    `json:"attach,omitempty"` // the attach socket, "" when off
 }
 
 // Interface is one IPoIB interface (`pibgw show`).

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/ipoib"
@@ -18,6 +19,10 @@ import (
 type Handler struct {
 	D           *Daemon
 	ControlPath string
+	// Attach serves the attach socket (nil when it is off): ps lists its processes.
+	Attach *attach.Server
+	// AttachPath is the attach socket's path, reported by status.
+	AttachPath string
 }
 
 var _ control.Handler = (*Handler)(nil)
@@ -28,7 +33,12 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 	switch req.Verb {
 	case control.VerbStatus:
 		return control.Status{Protocol: control.Protocol, PID: os.Getpid(), Config: d.cfg.Source,
-			Started: d.started, Control: h.ControlPath}, nil
+			Started: d.started, Control: h.ControlPath, Attach: h.AttachPath}, nil
+	case control.VerbPS:
+		if h.Attach == nil {
+			return []attach.SessionInfo{}, nil
+		}
+		return h.Attach.Sessions(), nil
 	case control.VerbShow:
 		return d.Show(req.Iface)
 	case control.VerbNeigh:

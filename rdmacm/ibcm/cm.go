@@ -89,7 +89,21 @@ func (s State) String() string {
 type Options struct {
 	Clock  clock.Clock
 	Logger *slog.Logger
+	// IDPrefix goes into the top IDPrefixBits bits of every local comm ID and SIDR
+	// request ID, so that the daemon can route a port's CM MADs to the process whose CM
+	// they belong to (DESIGN.md "Doors"): the daemon's own CMs use 0, attached processes
+	// the prefix the daemon gives them.
+	IDPrefix uint32
+	// OnListen, if set, is told when a service ID starts (listen true) or stops being
+	// listened on, before a REQ for it can arrive; an error refuses the Listen.
+	OnListen func(serviceID, mask uint64, listen bool) error
 }
+
+// IDPrefixBits is how many top bits of a comm ID are Options.IDPrefix.
+const IDPrefixBits = 12
+
+// IDPrefixOf returns the prefix of a comm ID or SIDR request ID.
+func IDPrefixOf(id uint32) uint32 { return id >> (32 - IDPrefixBits) }
 
 // CM is the communication manager of one port.
 type CM struct {
@@ -100,6 +114,8 @@ type CM struct {
 	mu        sync.Mutex
 	closed    bool
 	nextID    uint32
+	idPrefix  uint32 // the top IDPrefixBits of every ID, in place
+	onListen  func(serviceID, mask uint64, listen bool) error
 	ids       map[uint32]*ID    // by local comm ID (connections) or request ID (SIDR)
 	byRemote  map[remoteKey]*ID // passive IDs by the active side's comm ID and CA GUID
 	listeners map[uint64]*ID    // by service ID
@@ -144,6 +160,8 @@ func New(port Port, o Options) *CM {
 	cm := &CM{
 		port: port, clk: o.Clock, log: o.Logger.With("cm", port.CAGUID()),
 		nextID:    rand.Uint32() | 1,
+		idPrefix:  o.IDPrefix << (32 - IDPrefixBits),
+		onListen:  o.OnListen,
 		ids:       make(map[uint32]*ID),
 		byRemote:  make(map[remoteKey]*ID),
 		listeners: make(map[uint64]*ID),
@@ -263,14 +281,16 @@ func (cm *CM) receive(m *hca.MAD) {
 
 // allocID returns a fresh local comm ID; mu held.
 func (cm *CM) allocID(id *ID) uint32 {
+	const low = 1<<(32-IDPrefixBits) - 1
 	for {
 		cm.nextID++
-		if cm.nextID == 0 {
+		n := cm.idPrefix | cm.nextID&low
+		if n == 0 {
 			continue
 		}
-		if _, busy := cm.ids[cm.nextID]; !busy {
-			cm.ids[cm.nextID] = id
-			return cm.nextID
+		if _, busy := cm.ids[n]; !busy {
+			cm.ids[n] = id
+			return n
 		}
 	}
 }

@@ -180,6 +180,11 @@ func (id *ID) Listen(serviceID, mask uint64) error {
 			return ErrBusy
 		}
 	}
+	if cm.onListen != nil {
+		if err := cm.onListen(serviceID, mask, true); err != nil {
+			return err
+		}
+	}
 	id.service, id.mask, id.state = serviceID, mask, Listen
 	cm.listeners[serviceID] = id
 	return nil
@@ -208,6 +213,9 @@ func (id *ID) Destroy() {
 	switch id.state {
 	case Listen:
 		delete(cm.listeners, id.service)
+		if cm.onListen != nil {
+			cm.onListen(id.service, id.mask, false)
+		}
 	case ReqSent, MRAReqRcvd, RepRcvd, MRARepSent:
 		id.sendRej(wire.RejTimeout, nil, nil, msgFor(id.state))
 	case ReqRcvd, MRAReqSent, RepSent, MRARepRcvd:

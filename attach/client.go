@@ -1,0 +1,411 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/shmring"
+	"github.com/pibgw/pibgw/rc"
+	"github.com/pibgw/pibgw/rdmacm/ibcm"
+	"github.com/pibgw/pibgw/ud"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Session is a process's attachment to a running daemon: the daemon's devices as this
+// process sees them. Verbs on them work as on in-process devices.
+type Session struct {
+	c      conn
+	id     uint32
+	pid    int // the daemon's
+	devs   []*hca.Device
+	log    *slog.Logger
+	clk    clock.Clock
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	tx   *shmring.Ring // this process writes (txMu)
+	rx   *shmring.Ring // the daemon writes
+	txMu sync.Mutex
+
+	nextReq atomic.Uint64
+	wmu     sync.Mutex
+	mu      sync.Mutex
+	pending map[uint64]chan *msg
+	closed  bool
+	done    chan struct{} // closed when the control reader ends
+	err     error         // why it ended
+
+	cmMu sync.Mutex
+	cms  map[*hca.Port]*ibcm.CM
+
+	wg sync.WaitGroup
+}
+
+// Options configures Dial. The zero value is valid.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clock.Clock
+}
+
+// SocketPath returns the attach socket to use for path: path itself, else
+// $PIBGW_ATTACH, else DefaultPath.
+func SocketPath(path string) string {
+	if path != "" {
+		return path
+	}
+	if p := os.Getenv("PIBGW_ATTACH"); p != "" {
+		return p
+	}
+	return DefaultPath
+}
+
+// Dial attaches to the daemon serving path ("" is SocketPath's default) and returns its
+// devices as mirrors in this process.
+func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
+	if o == nil {
+		o = &Options{}
+	}
+	path = SocketPath(path)
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("attach: no pibgw daemon at %s (start one with `pibgw up`, or set PIBGW_ATTACH): %w", path, err)
+		}
+		return nil, fmt.Errorf("attach: %s: %w", path, err)
+	}
+	s := &Session{c: conn{nc.(*net.UnixConn)}, log: o.Logger, clk: o.Clock,
+		pending: make(map[uint64]chan *msg), done: make(chan struct{}), cms: make(map[*hca.Port]*ibcm.CM)}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.clk == nil {
+		s.clk = clock.Real{}
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if err := s.hello(ctx); err != nil {
+		s.c.c.Close()
+		s.cancel()
+		return nil, err
+	}
+	s.wg.Add(2)
+	go s.readLoop()
+	go s.rxLoop()
+	return s, nil
+}
+
+func (s *Session) hello(ctx context.Context) error {
+	if dl, ok := ctx.Deadline(); ok {
+		s.c.c.SetDeadline(dl)
+		defer s.c.c.SetDeadline(time.Time{})
+	}
+	if err := s.c.write(&msg{ID: 1, Op: opHello, Version: Version}); err != nil {
+		return fmt.Errorf("attach: hello: %w", err)
+	}
+	buf, oob := make([]byte, maxMsg), make([]byte, 256)
+	m, fds, err := s.c.read(buf, oob)
+	if err != nil {
+		return fmt.Errorf("attach: hello: %w", err)
+	}
+	if !m.OK {
+		closeAll(fds)
+		return &Error{Op: opHello, Errno: syscall.Errno(m.Errno), Msg: m.Err}
+	}
+	if len(fds) != 6 {
+		closeAll(fds)
+		return fmt.Errorf("attach: hello: %d descriptors, want 6", len(fds))
+	}
+	if s.tx, err = shmring.Open(fds[0], fds[1], fds[2]); err != nil {
+		closeAll(fds[3:])
+		return fmt.Errorf("attach: ring: %w", err)
+	}
+	if s.rx, err = shmring.Open(fds[3], fds[4], fds[5]); err != nil {
+		s.tx.Close()
+		return fmt.Errorf("attach: ring: %w", err)
+	}
+	s.id, s.pid = m.Session, m.PID
+	for i, di := range m.Devices {
+		d, err := s.mirror(i, di)
+		if err != nil {
+			return err
+		}
+		s.devs = append(s.devs, d)
+	}
+	return nil
+}
+
+// mirror builds this process's copy of daemon device i.
+func (s *Session) mirror(i int, di deviceInfo) (*hca.Device, error) {
+	d, err := hca.NewDevice(hca.Config{
+		Name: di.Name, NodeGUID: di.NodeGUID, SysImageGUID: di.SysImageGUID, NumPorts: len(di.Ports),
+		FWVer: di.FWVer, VendorID: di.VendorID, VendorPartID: di.VendorPartID, HWVer: di.HWVer,
+		NodeDesc: di.NodeDesc, MaxMTU: di.MaxMTU, Clock: s.clk, Logger: s.log,
+		Remote: remoteDev{s, i},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("attach: device %s: %w", di.Name, err)
+	}
+	ud.Register(d)
+	rc.Register(d)
+	if len(di.PKeys) != len(di.Ports) {
+		return nil, fmt.Errorf("attach: device %s: %d P_Key tables for %d ports", di.Name, len(di.PKeys), len(di.Ports))
+	}
+	for k, p := range d.Ports() {
+		p.Attach(portLink{s, tag(i, p.Num())})
+		p.Mirror(di.Ports[k], di.PKeys[k])
+	}
+	return d, nil
+}
+
+// Devices are the daemon's devices, as mirrors in this process (ibv_get_device_list).
+func (s *Session) Devices() []*hca.Device { return s.devs }
+
+// Device returns the device called name, or nil.
+func (s *Session) Device(name string) *hca.Device {
+	for _, d := range s.devs {
+		if d.Name() == name {
+			return d
+		}
+	}
+	return nil
+}
+
+// ID is the session's number at the daemon (pibgw ps).
+func (s *Session) ID() uint32 { return s.id }
+
+// DaemonPID is the daemon's process ID.
+func (s *Session) DaemonPID() int { return s.pid }
+
+// Done is closed when the channel to the daemon is gone (Close, or the daemon exited);
+// Err then says why.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is why the session ended, nil while it runs.
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Close detaches: the daemon frees this process's QP numbers, groups and listeners.
+// Objects made on the devices stop working.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cmMu.Lock()
+	cms := s.cms
+	s.cms = map[*hca.Port]*ibcm.CM{}
+	s.cmMu.Unlock()
+	for _, cm := range cms {
+		cm.Close()
+	}
+	s.cancel()
+	s.c.c.Close()
+	s.wg.Wait()
+	s.txMu.Lock()
+	s.tx.Close()
+	s.txMu.Unlock()
+	s.rx.Close()
+	return nil
+}
+
+// readLoop reads replies and events from the control socket.
+func (s *Session) readLoop() {
+	defer s.wg.Done()
+	buf, oob := make([]byte, maxMsg), make([]byte, 256)
+	var err error
+	for {
+		var m *msg
+		var fds []int
+		m, fds, err = s.c.read(buf, oob)
+		closeAll(fds)
+		if err != nil {
+			break
+		}
+		if m.ID == 0 {
+			s.event(m)
+			continue
+		}
+		s.mu.Lock()
+		ch := s.pending[m.ID]
+		delete(s.pending, m.ID)
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	}
+	s.mu.Lock()
+	if !s.closed {
+		s.err = fmt.Errorf("attach: the daemon closed the channel: %w", err)
+		s.log.Warn("attach: channel to the daemon lost", "err", err)
+	} else {
+		s.err = net.ErrClosed
+	}
+	pend := s.pending
+	s.pending = map[uint64]chan *msg{}
+	s.mu.Unlock()
+	for _, ch := range pend {
+		close(ch)
+	}
+	s.cancel()
+	// Without the daemon the ports are down, as if their cables were pulled.
+	for _, d := range s.devs {
+		for _, p := range d.Ports() {
+			p.LinkStateChanged(false)
+		}
+	}
+	close(s.done)
+}
+
+func (s *Session) event(m *msg) {
+	if m.Op != opPort || m.Attr == nil || m.PKeys == nil || m.Dev < 0 || m.Dev >= len(s.devs) {
+		return
+	}
+	if p := s.devs[m.Dev].Port(int(m.Port)); p != nil {
+		p.Mirror(*m.Attr, *m.PKeys)
+	}
+}
+
+// rxLoop hands the packets the daemon writes into the ring to the mirror ports.
+func (s *Session) rxLoop() {
+	defer s.wg.Done()
+	for {
+		err := s.rx.Read(s.ctx, 64, func(t, flags uint16, pkts [][]byte) {
+			dev, pn := untag(t)
+			if dev >= len(s.devs) {
+				return
+			}
+			if p := s.devs[dev].Port(int(pn)); p != nil {
+				p.ReceiveFrom(pkts, flags&flagLoopback != 0)
+			}
+		})
+		if err != nil {
+			return
+		}
+	}
+}
+
+// call sends a request and waits for its reply.
+func (s *Session) call(ctx context.Context, m *msg) (*msg, error) {
+	m.ID = s.nextReq.Add(1) + 1 // 1 was the hello
+	ch := make(chan *msg, 1)
+	s.mu.Lock()
+	if s.closed || s.err != nil {
+		s.mu.Unlock()
+		return nil, &Error{Op: m.Op, Errno: syscall.ENODEV, Msg: "not attached to a daemon any more"}
+	}
+	s.pending[m.ID] = ch
+	s.mu.Unlock()
+	s.wmu.Lock()
+	err := s.c.write(m)
+	s.wmu.Unlock()
+	if err != nil {
+		s.mu.Lock()
+		delete(s.pending, m.ID)
+		s.mu.Unlock()
+		return nil, &Error{Op: m.Op, Errno: syscall.ENODEV, Msg: err.Error()}
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return nil, &Error{Op: m.Op, Errno: syscall.ENODEV, Msg: "the daemon closed the channel"}
+		}
+		if !r.OK {
+			e := syscall.Errno(r.Errno)
+			if e == 0 {
+				e = syscall.EIO
+			}
+			return nil, &Error{Op: m.Op, Errno: e, Msg: r.Err}
+		}
+		return r, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.pending, m.ID)
+		s.mu.Unlock()
+		return nil, ctx.Err()
+	}
+}
+
+// portLink is a mirror port's link: its packets go into the ring to the daemon. When
+// the ring is full the sender waits for the daemon, as a port waits for link credits.
+type portLink struct {
+	s   *Session
+	tag uint16
+}
+
+func (l portLink) Send(pkts [][]byte) {
+	s := l.s
+	s.txMu.Lock()
+	s.tx.Write(s.ctx, pkts, l.tag, 0, true)
+	s.txMu.Unlock()
+}
+
+// remoteDev is hca.Remote for a mirror device: QP numbers and groups at the daemon.
+type remoteDev struct {
+	s   *Session
+	dev int
+}
+
+func (r remoteDev) AllocQPN() (uint32, error) {
+	m, err := r.s.call(context.Background(), &msg{Op: opAllocQPN, Dev: r.dev})
+	if err != nil {
+		return 0, err
+	}
+	return m.QPN, nil
+}
+
+func (r remoteDev) FreeQPN(qpn uint32) {
+	r.s.call(context.Background(), &msg{Op: opFreeQPN, Dev: r.dev, QPN: qpn})
+}
+
+func (r remoteDev) AttachMcast(port uint8, gid wire.GID, qpn uint32) error {
+	_, err := r.s.call(context.Background(), &msg{Op: opMcastAttach, Dev: r.dev, Port: port, GID: gidString(gid), QPN: qpn})
+	return err
+}
+
+func (r remoteDev) DetachMcast(port uint8, gid wire.GID, qpn uint32) {
+	r.s.call(context.Background(), &msg{Op: opMcastDetach, Dev: r.dev, Port: port, GID: gidString(gid), QPN: qpn})
+}
+
+// CM returns the CM of a mirror port, started the first time: its comm IDs carry this
+// session's prefix so that the daemon routes their MADs here, and its listens are
+// registered with the daemon.
+func (s *Session) CM(p *hca.Port) *ibcm.CM {
+	s.cmMu.Lock()
+	defer s.cmMu.Unlock()
+	if cm := s.cms[p]; cm != nil {
+		return cm
+	}
+	dev := -1
+	for i, d := range s.devs {
+		if d == p.Device() {
+			dev = i
+		}
+	}
+	cm := ibcm.New(ibcm.HCAPort(p), ibcm.Options{Clock: s.clk, Logger: s.log, IDPrefix: s.id,
+		OnListen: func(sid, mask uint64, listen bool) error {
+			op := opListen
+			if !listen {
+				op = opUnlisten
+			}
+			_, err := s.call(context.Background(), &msg{Op: op, Dev: dev, Port: p.Num(), SID: sid, Mask: mask})
+			return err
+		}})
+	s.cms[p] = cm
+	return cm
+}

@@ -1,0 +1,494 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/shmring"
+	"github.com/pibgw/pibgw/rdmacm"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// session is the daemon's side of one attached process.
+type session struct {
+	srv   *Server
+	c     conn
+	id    uint32
+	pid   int
+	uid   int
+	since time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	tx   *shmring.Ring // the process writes, the daemon reads
+	rx   *shmring.Ring // the daemon writes (rxMu), the process reads
+	rxMu sync.Mutex
+	// stalled (rxMu): until then packets for a process that stopped reading are dropped.
+	stalled time.Time
+
+	wmu sync.Mutex // control writes
+
+	mu    sync.Mutex
+	qpns  map[int]map[uint32]struct{} // by device index
+	mcast map[mcastKey]struct{}
+	joins map[joinKey]rdmacm.Device
+	dirty map[tagKey]struct{}
+	kick  chan struct{}
+
+	police policeCounters
+}
+
+type mcastKey struct {
+	dev  int
+	port uint8
+	gid  wire.GID
+	qpn  uint32
+}
+
+type joinKey struct {
+	dev  int
+	port uint8
+	gid  wire.GID
+}
+
+type tagKey struct {
+	dev  int
+	port uint8
+}
+
+func newRing() (*shmring.Ring, error) { return shmring.Create(ringSize) }
+
+func (x *session) write(m *msg, fds ...int) error {
+	x.wmu.Lock()
+	defer x.wmu.Unlock()
+	return x.c.write(m, fds...)
+}
+
+// start runs the session's goroutines: the transmit loop and the port-state pusher.
+func (x *session) start() {
+	go x.txLoop()
+	go x.eventLoop()
+}
+
+// close releases the rings.
+func (x *session) close() {
+	if x.tx != nil {
+		x.tx.Close()
+	}
+	if x.rx != nil {
+		x.rxMu.Lock()
+		x.rx.Close()
+		x.rxMu.Unlock()
+	}
+}
+
+// release frees the process's QP numbers, groups and SA joins, then its rings.
+func (x *session) release() {
+	x.mu.Lock()
+	qpns := x.qpns
+	x.qpns = map[int]map[uint32]struct{}{}
+	joins := x.joins
+	x.joins = map[joinKey]rdmacm.Device{}
+	x.mcast = map[mcastKey]struct{}{}
+	x.mu.Unlock()
+	for dev, set := range qpns {
+		for qpn := range set {
+			x.srv.Devices[dev].ReleaseQPN(qpn, x)
+		}
+	}
+	if h := x.srv.Host; h != nil {
+		for k, d := range joins {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			h.LeaveMulticast(ctx, d, k.gid)
+			cancel()
+		}
+	}
+	x.close()
+}
+
+// Forward is hca.Forwarder: a packet for one of the process's QPs goes into its ring.
+// A full ring drops it (counted): the daemon never waits for a process.
+func (x *session) Forward(p *hca.Port, raw []byte, loopback bool) { x.forward(p, raw, loopback) }
+
+func (x *session) forward(p *hca.Port, raw []byte, loopback bool) {
+	dev := x.srv.devIndex(p.Device())
+	if dev < 0 {
+		return
+	}
+	var flags uint16
+	if loopback {
+		flags = flagLoopback
+	}
+	one := [1][]byte{raw}
+	t := tag(dev, p.Num())
+	x.rxMu.Lock()
+	n, err := x.rx.Write(x.ctx, one[:], t, flags, false)
+	if n == 0 && err == nil && time.Now().After(x.stalled) {
+		// IB links are lossless: a full ring holds the sender back, as link credits do,
+		// but only for a switch's head-of-queue lifetime (IBA 18.2.5.4); then the packet
+		// is discarded and, as a stalled VL does, so is everything for the process until
+		// 8 lifetimes have passed: a process that stops reading cannot stall the fabric.
+		ctx, cancel := context.WithTimeout(x.ctx, hoqLife)
+		n, err = x.rx.Write(ctx, one[:], t, flags, true)
+		cancel()
+		if n == 0 {
+			x.stalled = time.Now().Add(8 * hoqLife)
+		}
+	}
+	x.rxMu.Unlock()
+	if n == 0 || err != nil {
+		x.police.inc(cntRxRingFull)
+	} else {
+		x.police.inc(cntRxPackets)
+	}
+}
+
+// hoqLife is how long the daemon waits for room in a process's ring.
+const hoqLife = 20 * time.Millisecond
+
+// txLoop reads the process's packets, copies each out of shared memory, checks it and
+// sends what passes from the daemon's port.
+func (x *session) txLoop() {
+	var bufs [64][maxPacket]byte
+	batch := make([][]byte, 0, len(bufs))
+	for {
+		err := x.tx.Read(x.ctx, len(bufs), func(t uint16, _ uint16, pkts [][]byte) {
+			dev, pn := untag(t)
+			var port *hca.Port
+			if dev < len(x.srv.Devices) {
+				port = x.srv.Devices[dev].Port(int(pn))
+			}
+			batch = batch[:0]
+			for i, b := range pkts {
+				if port == nil || len(b) > maxPacket {
+					x.police.inc(cntMalformed)
+					continue
+				}
+				c := bufs[i][:len(b)]
+				copy(c, b)
+				if x.check(dev, port, c) {
+					batch = append(batch, c)
+				}
+			}
+			if len(batch) > 0 {
+				x.police.add(cntTxPackets, uint64(len(batch)))
+				port.Transmit(batch)
+			}
+		})
+		if err != nil {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, shmring.ErrClosed) {
+				x.srv.log.Warn("attach: process ring", "pid", x.pid, "err", err)
+				x.c.c.Close() // a corrupted ring ends the session
+			}
+			return
+		}
+	}
+}
+
+// maxPacket is the largest packet a port sends: LRH, GRH, BTH and the largest extended
+// headers, a 4096-byte payload, ICRC.
+const maxPacket = 4096 + 128
+
+func (x *session) ownsQPN(dev int, qpn uint32) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	_, ok := x.qpns[dev][qpn]
+	return ok
+}
+
+func (x *session) markDirty(dev int, port uint8) {
+	x.mu.Lock()
+	x.dirty[tagKey{dev, port}] = struct{}{}
+	x.mu.Unlock()
+	select {
+	case x.kick <- struct{}{}:
+	default:
+	}
+}
+
+// eventLoop pushes the state of changed ports to the process (coalesced: the newest
+// state of each port that changed since the last push).
+func (x *session) eventLoop() {
+	for {
+		select {
+		case <-x.ctx.Done():
+			return
+		case <-x.kick:
+		}
+		x.mu.Lock()
+		dirty := slices.Collect(maps.Keys(x.dirty))
+		clear(x.dirty)
+		x.mu.Unlock()
+		for _, k := range dirty {
+			p := x.srv.Devices[k.dev].Port(int(k.port))
+			a, pk := p.Query(), p.PKeys()
+			if err := x.write(&msg{Op: opPort, Dev: k.dev, Port: k.port, Attr: &a, PKeys: &pk}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (x *session) info(listens int) SessionInfo {
+	si := SessionInfo{ID: x.id, PID: x.pid, UID: x.uid, User: userName(x.uid), Since: x.since,
+		Listens: listens, Counters: x.police.snapshot()}
+	x.mu.Lock()
+	for dev, set := range x.qpns {
+		for qpn := range set {
+			si.QPs = append(si.QPs, fmt.Sprintf("%s:%#x", x.srv.Devices[dev].Name(), qpn))
+		}
+	}
+	x.mu.Unlock()
+	slices.Sort(si.QPs)
+	return si
+}
+
+// handle answers one request. Requests that may wait (neighbour resolution, SA queries)
+// run on their own goroutine so the session keeps reading.
+func (x *session) handle(m *msg) {
+	switch m.Op {
+	case opNeighbor, opPath, opJoin, opLeave:
+		go x.reply(m, x.slow(m))
+	default:
+		x.reply(m, x.fast(m))
+	}
+}
+
+func (x *session) reply(req *msg, r *msg) {
+	if r == nil {
+		r = &msg{}
+	}
+	r.ID = req.ID
+	x.write(r)
+}
+
+func fail(op string, e syscall.Errno, format string, a ...any) *msg {
+	return &msg{Op: op, Errno: int(e), Err: fmt.Sprintf(format, a...)}
+}
+
+func (x *session) device(m *msg) (*hca.Device, *msg) {
+	if m.Dev < 0 || m.Dev >= len(x.srv.Devices) {
+		return nil, fail(m.Op, syscall.ENODEV, "no device %d", m.Dev)
+	}
+	return x.srv.Devices[m.Dev], nil
+}
+
+func (x *session) fast(m *msg) *msg {
+	s := x.srv
+	switch m.Op {
+	case opAllocQPN:
+		d, e := x.device(m)
+		if e != nil {
+			return e
+		}
+		qpn, err := d.ReserveQPN(x)
+		if err != nil {
+			return fail(m.Op, syscall.ENOMEM, "%v", err)
+		}
+		x.mu.Lock()
+		if x.qpns[m.Dev] == nil {
+			x.qpns[m.Dev] = make(map[uint32]struct{})
+		}
+		x.qpns[m.Dev][qpn] = struct{}{}
+		x.mu.Unlock()
+		return &msg{OK: true, QPN: qpn}
+	case opFreeQPN:
+		d, e := x.device(m)
+		if e != nil {
+			return e
+		}
+		x.mu.Lock()
+		_, ok := x.qpns[m.Dev][m.QPN]
+		delete(x.qpns[m.Dev], m.QPN)
+		for k := range x.mcast {
+			if k.dev == m.Dev && k.qpn == m.QPN {
+				delete(x.mcast, k)
+			}
+		}
+		x.mu.Unlock()
+		if !ok {
+			return fail(m.Op, syscall.EINVAL, "QP %#x is not this process's", m.QPN)
+		}
+		d.ReleaseQPN(m.QPN, x)
+		return &msg{OK: true}
+	case opMcastAttach, opMcastDetach:
+		d, e := x.device(m)
+		if e != nil {
+			return e
+		}
+		p := d.Port(int(m.Port))
+		gid, err := parseGID(m.GID)
+		if p == nil || err != nil {
+			return fail(m.Op, syscall.EINVAL, "bad port %d or GID %q", m.Port, m.GID)
+		}
+		if !x.ownsQPN(m.Dev, m.QPN) {
+			return fail(m.Op, syscall.EINVAL, "QP %#x is not this process's", m.QPN)
+		}
+		k := mcastKey{m.Dev, m.Port, gid, m.QPN}
+		if m.Op == opMcastDetach {
+			p.DetachRemote(gid, m.QPN, x)
+			x.mu.Lock()
+			delete(x.mcast, k)
+			x.mu.Unlock()
+			return &msg{OK: true}
+		}
+		if err := p.AttachRemote(gid, m.QPN, x); err != nil {
+			return fail(m.Op, syscall.ENOMEM, "%v", err)
+		}
+		x.mu.Lock()
+		x.mcast[k] = struct{}{}
+		x.mu.Unlock()
+		return &msg{OK: true}
+	case opListen, opUnlisten:
+		if _, e := x.device(m); e != nil {
+			return e
+		}
+		k := listenKey{m.Dev, m.Port, m.SID}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if m.Op == opUnlisten {
+			if s.listens[k] == x {
+				delete(s.listens, k)
+			}
+			return &msg{OK: true}
+		}
+		if o := s.listens[k]; o != nil && o != x {
+			return fail(m.Op, syscall.EADDRINUSE, "service ID %#x is listened on by process %d", m.SID, o.pid)
+		}
+		s.listens[k] = x
+		return &msg{OK: true}
+	case opAddr, opDevices, opSource:
+		h := s.Host
+		if h == nil {
+			return fail(m.Op, syscall.ENODEV, "the daemon has no IPoIB interfaces for rdma_cm")
+		}
+		switch m.Op {
+		case opAddr:
+			a, err := netip.ParseAddr(m.Addr)
+			if err != nil {
+				return fail(m.Op, syscall.EINVAL, "bad address %q", m.Addr)
+			}
+			d, err := h.LocalDevice(a)
+			if err != nil {
+				return errMsg(m.Op, err)
+			}
+			return &msg{OK: true, Ports: []portRef{x.ref(d)}}
+		case opDevices:
+			r := &msg{OK: true}
+			for _, d := range h.Devices() {
+				r.Ports = append(r.Ports, x.ref(d))
+			}
+			return r
+		default:
+			a, err := netip.ParseAddr(m.Addr)
+			if err != nil {
+				return fail(m.Op, syscall.EINVAL, "bad address %q", m.Addr)
+			}
+			src, err := h.Source(a)
+			if err != nil {
+				return errMsg(m.Op, err)
+			}
+			return &msg{OK: true, Addr: src.String()}
+		}
+	}
+	return fail(m.Op, syscall.EOPNOTSUPP, "unknown request %q", m.Op)
+}
+
+func (x *session) ref(d rdmacm.Device) portRef {
+	return portRef{Dev: x.srv.devIndex(d.Port.Device()), Port: d.Port.Num(), PKey: d.PKey}
+}
+
+// hostDevice finds the rdma_cm device of the daemon for a port reference.
+func (x *session) hostDevice(m *msg) (rdmacm.Device, error) {
+	for _, d := range x.srv.Host.Devices() {
+		if x.srv.devIndex(d.Port.Device()) == m.Dev && d.Port.Num() == m.Port && (m.PKey == 0 || d.PKey == m.PKey) {
+			return d, nil
+		}
+	}
+	return rdmacm.Device{}, &Error{Op: m.Op, Errno: syscall.ENODEV, Msg: fmt.Sprintf("no IPoIB interface on device %d port %d", m.Dev, m.Port)}
+}
+
+func (x *session) slow(m *msg) *msg {
+	h := x.srv.Host
+	if h == nil {
+		return fail(m.Op, syscall.ENODEV, "the daemon has no IPoIB interfaces for rdma_cm")
+	}
+	ctx, cancel := context.WithTimeout(x.ctx, 30*time.Second)
+	defer cancel()
+	switch m.Op {
+	case opNeighbor:
+		src, err1 := netip.ParseAddr(m.Addr)
+		dst, err2 := netip.ParseAddr(m.Addr2)
+		if err1 != nil || err2 != nil {
+			return fail(m.Op, syscall.EINVAL, "bad addresses %q, %q", m.Addr, m.Addr2)
+		}
+		gid, err := h.Neighbor(ctx, src, dst)
+		if err != nil {
+			return errMsg(m.Op, err)
+		}
+		return &msg{OK: true, GID: gidString(gid)}
+	case opPath:
+		d, err := x.hostDevice(m)
+		if err != nil {
+			return errMsg(m.Op, err)
+		}
+		dgid, err := parseGID(m.GID)
+		if err != nil {
+			return fail(m.Op, syscall.EINVAL, "%v", err)
+		}
+		p, err := h.PathRecord(ctx, d, dgid)
+		if err != nil {
+			return errMsg(m.Op, err)
+		}
+		return &msg{OK: true, Path: &p}
+	case opJoin, opLeave:
+		d, err := x.hostDevice(m)
+		if err != nil {
+			return errMsg(m.Op, err)
+		}
+		mgid, err := parseGID(m.GID)
+		if err != nil {
+			return fail(m.Op, syscall.EINVAL, "%v", err)
+		}
+		k := joinKey{m.Dev, m.Port, mgid}
+		if m.Op == opLeave {
+			x.mu.Lock()
+			delete(x.joins, k)
+			x.mu.Unlock()
+			if err := h.LeaveMulticast(ctx, d, mgid); err != nil {
+				return errMsg(m.Op, err)
+			}
+			return &msg{OK: true}
+		}
+		g, err := h.JoinMulticast(ctx, d, mgid, m.QKey)
+		if err != nil {
+			return errMsg(m.Op, err)
+		}
+		x.mu.Lock()
+		x.joins[k] = d
+		x.mu.Unlock()
+		return &msg{OK: true, Group: &g}
+	}
+	return nil
+}
+
+// errMsg turns an error into a refusal, keeping its errno if it has one.
+func errMsg(op string, err error) *msg {
+	e := syscall.EIO
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		e = en
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		e = syscall.ETIMEDOUT
+	}
+	return &msg{Op: op, Errno: int(e), Err: err.Error()}
+}
