@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/daemon"
@@ -34,11 +35,15 @@ type Options struct {
 	Config string
 	// Logger receives the fabric's logs (default: discarded).
 	Logger *slog.Logger
+	// Attach, if set, is a path where the fabric serves the attach socket, so that other
+	// processes use its HCAs (attach.Dial) as they would a daemon's — no root needed.
+	Attach string
 }
 
 // Fabric is a running in-process fabric.
 type Fabric struct {
-	d *daemon.Daemon
+	d      *daemon.Daemon
+	attach *attach.Server
 }
 
 // Start builds the fabric and brings its interfaces up (every one on a userspace
@@ -69,7 +74,28 @@ func Start(ctx context.Context, o Options) (*Fabric, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Fabric{d: d}, nil
+	f := &Fabric{d: d}
+	if o.Attach != "" {
+		ln, err := attach.Listen(o.Attach, 0o600)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("inproc: %w", err)
+		}
+		f.attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log}
+		go f.attach.Serve(ln)
+	}
+	return f, nil
+}
+
+// Devices are the fabric's HCAs in order (pib_0, pib_1, …).
+func (f *Fabric) Devices() []*hca.Device { return f.d.Fabric.Devs }
+
+// Attached lists the processes attached through Options.Attach.
+func (f *Fabric) Attached() []attach.SessionInfo {
+	if f.attach == nil {
+		return nil
+	}
+	return f.attach.Sessions()
 }
 
 // RDMA is rdma_cm over the fabric's IPoIB interfaces: pass it to rdmacm.CreateID,
@@ -89,5 +115,10 @@ func (f *Fabric) Netstack(name string) (*tun.Netstack, error) {
 // Device is HCA name ("pib_0"), for verbs: Open, AllocPD, CreateCQ, CreateQP….
 func (f *Fabric) Device(name string) *hca.Device { return f.d.Fabric.Device(name) }
 
-// Close takes the fabric down.
-func (f *Fabric) Close() error { return f.d.Close() }
+// Close takes the fabric down (attached processes first see their channel close).
+func (f *Fabric) Close() error {
+	if f.attach != nil {
+		f.attach.Close()
+	}
+	return f.d.Close()
+}

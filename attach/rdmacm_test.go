@@ -1,0 +1,107 @@
+package attach_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"io"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/attach"
+	"github.com/pibgw/pibgw/inproc"
+	"github.com/pibgw/pibgw/rdmacm"
+)
+
+// startFabric runs the default in-process fabric serving an attach socket.
+func startFabric(t *testing.T) (*inproc.Fabric, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "attach.sock")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := inproc.Start(ctx, inproc.Options{Attach: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, path
+}
+
+func dial(t *testing.T, path string) *attach.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := attach.Dial(ctx, path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// Two sessions (as two processes would) connect with rdma_cm over the daemon's IPoIB
+// addresses and move data both ways over the net.Conn adapter.
+func TestRDMACMBetweenSessions(t *testing.T) {
+	f, path := startFabric(t)
+	srv, cli := dial(t, path), dial(t, path)
+	if n := len(f.Attached()); n != 2 {
+		t.Fatalf("%d sessions attached, want 2", n)
+	}
+	l, err := rdmacm.Listen(srv.RDMA(), "10.10.0.2:7471")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const n = 4 << 20
+	data := make([]byte, n)
+	rand.Read(data)
+	got := make(chan [32]byte, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+			got <- [32]byte{}
+			return
+		}
+		defer c.Close()
+		h := sha256.New()
+		io.CopyN(h, c, n)
+		var sum [32]byte
+		copy(sum[:], h.Sum(nil))
+		c.Write([]byte("done"))
+		got <- sum
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := rdmacm.DialFrom(ctx, cli.RDMA(), netip.MustParseAddr("10.10.0.1"), "10.10.0.2:7471")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	ack := make([]byte, 4)
+	if _, err := io.ReadFull(c, ack); err != nil || !bytes.Equal(ack, []byte("done")) {
+		t.Fatalf("ack %q, %v", ack, err)
+	}
+	if sum := <-got; sum != sha256.Sum256(data) {
+		t.Fatal("SHA-256 differs")
+	}
+}
+
+// Connecting to a port nobody listens on is rejected (REJ reason 8).
+func TestRDMACMRejectedBetweenSessions(t *testing.T) {
+	_, path := startFabric(t)
+	cli := dial(t, path)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := rdmacm.DialFrom(ctx, cli.RDMA(), netip.MustParseAddr("10.10.0.1"), "10.10.0.2:9999")
+	if err == nil {
+		t.Fatal("dial to a port nobody listens on succeeded")
+	}
+	t.Log(err)
+}
