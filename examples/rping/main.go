@@ -2,15 +2,21 @@
 // advertises a buffer, the server RDMA READs it, the client advertises a second buffer,
 // the server RDMA WRITEs what it read into it; with -V the client checks the data.
 // Options are rping's: -s / -c, -a ADDR, -I SRC, -p PORT (7174), -C COUNT, -S SIZE
-// (100), -v (print), -V (validate), -d (debug).
+// (100), -v (print), -V (validate), -d (debug); and -attach PATH.
+//
+// With -s or -c the side runs in this process on the HCAs of a running pibgw daemon,
+// attached through its attach socket (-attach PATH; "" is $PIBGW_ATTACH, else
+// /run/pibgw/attach.sock). The addresses are the daemon's IPoIB addresses (by default ib0
+// 10.10.0.1 on pib_0 and ib1 10.10.0.2 on pib_1); no namespace is needed. In two
+// terminals, against `sudo pibgw up`:
+//
+//	go run ./examples/rping -s -a 10.10.0.2 -C 10000 -V
+//	go run ./examples/rping -c -a 10.10.0.2 -I 10.10.0.1 -C 10000 -V -d
 //
 // With neither -s nor -c, both sides run in this process on an in-process fabric (the
 // default configuration: the server on ib1 10.10.0.2, the client on ib0 10.10.0.1):
 //
 //	go run ./examples/rping -C 1000 -V -v
-//
-// Running the two sides as separate processes against `pibgw up` needs the daemon's
-// attach channel, which is not built yet.
 package main
 
 import (
@@ -25,6 +31,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/inproc"
 	"github.com/pibgw/pibgw/rdmacm"
@@ -41,6 +48,7 @@ var (
 	verbose  = flag.Bool("v", false, "display ping data")
 	validate = flag.Bool("V", false, "validate ping data")
 	debug    = flag.Bool("d", false, "debug output")
+	attachTo = flag.String("attach", "", "with -s or -c: the pibgw daemon's attach socket (\"\": $PIBGW_ATTACH, else "+attach.DefaultPath+")")
 )
 
 const msgFmt = "rdma-ping-%d: "
@@ -60,8 +68,18 @@ func main() {
 	if *size < len(fmt.Sprintf(msgFmt, 0))+1 {
 		log.Fatalf("rping: size %d is too small", *size)
 	}
+	saddr, err := parseAddrs()
+	if err != nil {
+		log.Fatal(err)
+	}
+	if *server && *client {
+		log.Fatal("rping: -s and -c exclude each other (neither: both sides in this process)")
+	}
 	if *server || *client {
-		log.Fatal("rping: -s and -c as separate processes need the pibgw daemon's attach channel (not built yet); run with neither for both sides in this process")
+		if err := runAttached(saddr); err != nil {
+			log.Fatal(err)
+		}
+		return
 	}
 	ctx := context.Background()
 	f, err := inproc.Start(ctx, inproc.Options{})
@@ -69,7 +87,6 @@ func main() {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	saddr := netip.AddrPortFrom(netip.MustParseAddr(*addr), uint16(*port))
 	ready := make(chan error, 1)
 	done := make(chan error, 1)
 	go func() { done <- runServer(f.RDMA(), saddr, ready) }()
@@ -83,9 +100,60 @@ func main() {
 	if err := <-done; err != nil {
 		log.Fatal(err)
 	}
+	report(start)
+}
+
+func parseAddrs() (netip.AddrPort, error) {
+	a, err := netip.ParseAddr(*addr)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("rping: -a: %w", err)
+	}
+	if _, err := netip.ParseAddr(*src); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("rping: -I: %w", err)
+	}
+	return netip.AddrPortFrom(a, uint16(*port)), nil
+}
+
+// report prints, with -d, how fast the iterations went.
+func report(start time.Time) {
 	if *debug {
 		el := time.Since(start)
-		log.Printf("%d iterations in %v: %.0f/s", *count, el, float64(*count)/el.Seconds())
+		log.Printf("%d iterations in %v: %.0f/s", *count, el.Round(time.Microsecond), float64(*count)/el.Seconds())
+	}
+}
+
+// runAttached runs one side (-s or -c) on the devices of the daemon serving the attach
+// socket: the session's RDMA host stands where the in-process fabric's does.
+func runAttached(saddr netip.AddrPort) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	s, err := attach.Dial(ctx, *attachTo, nil)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if *debug {
+		log.Printf("rping: attached to pibgw (pid %d) as session %d", s.DaemonPID(), s.ID())
+	}
+	done := make(chan error, 1)
+	go func() {
+		if *server {
+			ready := make(chan error, 1)
+			done <- runServer(s.RDMA(), saddr, ready)
+			return
+		}
+		start := time.Now()
+		err := runClient(s.RDMA(), netip.MustParseAddr(*src), saddr)
+		if err == nil {
+			report(start)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-s.Done():
+		return fmt.Errorf("rping: the pibgw daemon went away: %v", s.Err())
 	}
 }
 
@@ -183,8 +251,13 @@ func (s *side) recv() (addr uint64, rkey, n uint32, err error) {
 	return
 }
 
+// event waits up to 30 s for the next event, which must be want; a server waiting for
+// its client (-s) waits as long as it takes.
 func event(ch *rdmacm.EventChannel, want rdmacm.EventType) (*rdmacm.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if want == rdmacm.EventConnectRequest && *server {
+		ctx, cancel = context.WithCancel(context.Background())
+	}
 	defer cancel()
 	e, err := ch.GetEvent(ctx)
 	if err != nil {
@@ -211,6 +284,9 @@ func runServer(h rdmacm.Host, a netip.AddrPort, ready chan<- error) error {
 		return err
 	}
 	defer l.Destroy()
+	if *debug {
+		log.Printf("rping: listening on %v", a)
+	}
 	e, err := event(ch, rdmacm.EventConnectRequest)
 	if err != nil {
 		return err
@@ -237,12 +313,18 @@ func runServer(h rdmacm.Host, a netip.AddrPort, ready chan<- error) error {
 		if err != nil {
 			return err
 		}
+		if int(n) > len(buf) {
+			return fmt.Errorf("rping: the client's buffer has %d bytes, more than -S %d", n, len(buf))
+		}
 		sge[0].Length = n
 		if _, err := s.qp.PostSend([]hca.SendWR{{Opcode: hca.WRRDMARead, SendFlags: hca.SendSignaled, SGL: sge, RemoteAddr: raddr, RKey: rkey}}); err != nil {
 			return err
 		}
 		if _, err := s.wait(hca.WCRDMARead); err != nil {
 			return err
+		}
+		if *server && *verbose {
+			fmt.Printf("server ping data: %s\n", bytes.TrimRight(buf[:n], "\x00"))
 		}
 		if err := s.send(); err != nil { // go ahead
 			return err
@@ -251,6 +333,9 @@ func runServer(h rdmacm.Host, a netip.AddrPort, ready chan<- error) error {
 		raddr, rkey, n, err = s.recv()
 		if err != nil {
 			return err
+		}
+		if int(n) > len(buf) {
+			return fmt.Errorf("rping: the client's buffer has %d bytes, more than -S %d", n, len(buf))
 		}
 		sge[0].Length = n
 		if _, err := s.qp.PostSend([]hca.SendWR{{Opcode: hca.WRRDMAWrite, SendFlags: hca.SendSignaled, SGL: sge, RemoteAddr: raddr, RKey: rkey}}); err != nil {

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/pibgw/pibgw/examples/internal/extest"
 	"github.com/pibgw/pibgw/inproc"
 )
 
@@ -32,4 +35,26 @@ func TestRping(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRpingProcesses runs the server and the client as two processes attached to an
+// in-process fabric's attach socket: rping -s, and rping -c validating every iteration.
+func TestRpingProcesses(t *testing.T) {
+	n := "2000"
+	if testing.Short() {
+		n = "200"
+	}
+	f, path := extest.Fabric(t)
+	bin := extest.Build(t)
+	srv := extest.Start(t, path, bin, "-s", "-a", "10.10.0.2", "-C", n, "-V", "-d")
+	extest.WaitListening(t, f, srv)
+	cli := extest.Start(t, path, bin, "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", n, "-V", "-d")
+	cli.MustSucceed(t, 60*time.Second)
+	srv.MustSucceed(t, 10*time.Second)
+	t.Logf("client: %s", strings.TrimSpace(cli.Stderr.String()))
+	if !strings.Contains(cli.Stderr.String(), n+" iterations in") {
+		t.Errorf("client's -d report missing:\n%s", cli.Stderr.String())
+	}
+	// Both processes exited: the fabric freed their sessions.
+	extest.WaitFor(t, 5*time.Second, nil, func() bool { return len(f.Attached()) == 0 })
 }
