@@ -135,6 +135,8 @@ func serve(l net.Listener, max int) (int64, error) {
 	for i := 0; max < 0 || i < max; i++ {
 		c, err := l.Accept()
 		if err != nil {
+			mu.Lock()
+			defer mu.Unlock()
 			return total, err
 		}
 		wg.Add(1)
