@@ -39,6 +39,7 @@ type requester struct {
 	ring        []swqe
 	head, next  int // oldest incomplete; next to send from
 	tail, count int
+	depth       int    // max_send_wr; the ring has one slot more
 	nextPSN     uint32 // first PSN of the next posted WQE
 	ackedPSN    uint32 // last PSN acknowledged (cumulative)
 	rdAtomicOut int
@@ -67,7 +68,10 @@ func (r *requester) init(sqPSN uint32, depth int) {
 	if depth < 1 {
 		depth = 1
 	}
-	r.ring = make([]swqe, depth)
+	// One slot more than the queue holds: a full queue's tail then never lands on next,
+	// which would make "next == tail" (nothing left to send) true while every WQE waits.
+	r.ring = make([]swqe, depth+1)
+	r.depth = depth
 	r.nextPSN = sqPSN
 	r.ackedPSN = psnAdd(sqPSN, psnMask) // sqPSN - 1
 }
@@ -85,8 +89,8 @@ func (r *requester) post(c *conn, p *path, wr *hca.SendWR) error {
 	if r.ring == nil || p == nil {
 		return hca.Errorf("post_send", hca.EINVAL, "QP %#x has no send queue state", c.qp.Num())
 	}
-	if r.count == len(r.ring) {
-		return hca.Errorf("post_send", hca.ENOMEM, "send queue full (%d WRs)", len(r.ring))
+	if r.count == r.depth {
+		return hca.Errorf("post_send", hca.ENOMEM, "send queue full (%d WRs)", r.depth)
 	}
 	if c.uc && (wr.Opcode == hca.WRRDMARead || wr.Opcode == hca.WRAtomicCmpAndSwp || wr.Opcode == hca.WRAtomicFetchAndAdd) {
 		return hca.Errorf("post_send", hca.EINVAL, "%s is not valid on a UC QP", wr.Opcode)
