@@ -34,8 +34,9 @@ type Session struct {
 	cancel context.CancelFunc
 
 	tx   *shmring.Ring // this process writes (txMu)
-	rx   *shmring.Ring // the daemon writes
+	rx   *shmring.Ring // the daemon writes; rxMu serialises the takers
 	txMu sync.Mutex
+	rxMu sync.Mutex
 
 	nextReq atomic.Uint64
 	wmu     sync.Mutex
@@ -281,22 +282,42 @@ func (s *Session) event(m *msg) {
 	}
 }
 
-// rxLoop hands the packets the daemon writes into the ring to the mirror ports.
+// rxLoop hands the packets the daemon writes into the ring to the mirror ports when
+// nobody polls for them (completion handlers, events, programs that sleep on a channel).
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
 	for {
-		err := s.rx.Read(s.ctx, 64, func(t, flags uint16, pkts [][]byte) {
-			dev, pn := untag(t)
-			if dev >= len(s.devs) {
-				return
-			}
-			if p := s.devs[dev].Port(int(pn)); p != nil {
-				p.ReceiveFrom(pkts, flags&flagLoopback != 0)
-			}
-		})
+		if err := s.rx.Wait(s.ctx, 0); err != nil {
+			return
+		}
+		s.rxMu.Lock()
+		_, err := s.rx.TryRead(64, s.deliver)
+		s.rxMu.Unlock()
 		if err != nil {
 			return
 		}
+	}
+}
+
+// pollRx is the mirror devices' Remote.Poll: an empty CQ poll takes in what the daemon
+// sent, unless the receive goroutine is at it already.
+func (s *Session) pollRx() bool {
+	if !s.rxMu.TryLock() {
+		return false
+	}
+	got, _ := s.rx.TryRead(64, s.deliver)
+	s.rxMu.Unlock()
+	return got
+}
+
+// deliver hands a run of packets for one port to it.
+func (s *Session) deliver(t, flags uint16, pkts [][]byte) {
+	dev, pn := untag(t)
+	if dev >= len(s.devs) {
+		return
+	}
+	if p := s.devs[dev].Port(int(pn)); p != nil {
+		p.ReceiveFrom(pkts, flags&flagLoopback != 0)
 	}
 }
 
@@ -377,6 +398,8 @@ func (r remoteDev) AttachMcast(port uint8, gid wire.GID, qpn uint32) error {
 	_, err := r.s.call(context.Background(), &msg{Op: opMcastAttach, Dev: r.dev, Port: port, GID: gidString(gid), QPN: qpn})
 	return err
 }
+
+func (r remoteDev) Poll() bool { return r.s.pollRx() }
 
 func (r remoteDev) DetachMcast(port uint8, gid wire.GID, qpn uint32) {
 	r.s.call(context.Background(), &msg{Op: opMcastDetach, Dev: r.dev, Port: port, GID: gidString(gid), QPN: qpn})

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -242,12 +243,19 @@ func (e *end) send(id uint64, n int, qpn uint32) error {
 // echo sends back every message received, until the QP fails.
 func (e *end) echo(lid uint16, qpn uint32) {
 	var wcs [32]hca.WC
+	idle := 0
 	for {
 		n := e.cq.Poll(wcs[:])
 		if n == 0 {
-			time.Sleep(time.Microsecond)
+			// Spin a while (a ping-pong's next message is microseconds away), then sleep.
+			if idle++; idle < 20000 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(100 * time.Microsecond)
+			}
 			continue
 		}
+		idle = 0
 		for _, wc := range wcs[:n] {
 			if wc.Status != hca.WCSuccess {
 				return

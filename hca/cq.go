@@ -79,7 +79,13 @@ func (cq *CQ) CQE() int {
 func (cq *CQ) Poll(wcs []WC) int {
 	// A consumer spinning on an empty CQ must not contend with the producers' lock.
 	if cq.queued.Load() == 0 {
-		return 0
+		// A mirror device's packets wait in the channel from the daemon: an empty poll
+		// takes them in itself, as a driver's poll_cq reads the hardware's queue, instead
+		// of waiting for the channel's goroutine to be scheduled.
+		r := cq.ctx.dev.cfg.Remote
+		if r == nil || !r.Poll() || cq.queued.Load() == 0 {
+			return 0
+		}
 	}
 	cq.mu.Lock()
 	n := 0

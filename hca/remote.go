@@ -34,6 +34,9 @@ type Remote interface {
 	// left multicast group gid on port.
 	AttachMcast(port uint8, gid wire.GID, qpn uint32) error
 	DetachMcast(port uint8, gid wire.GID, qpn uint32)
+	// Poll takes in, without waiting, the packets the daemon has sent this process; it
+	// reports whether there were any. An empty CQ.Poll calls it.
+	Poll() bool
 }
 
 // ReserveQPN allocates a QP number for a QP that lives elsewhere: packets to it go to f.
