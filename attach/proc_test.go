@@ -186,8 +186,9 @@ func newEnd(d *hca.Device, typ hca.QPType, size int) (*end, error) {
 	return e, err
 }
 
-// connect brings the QP to RTS toward the peer (RC: timeout 10 ≈ 4 ms, 3 retries, so a
-// dead peer is noticed quickly; UD: an AH toward it).
+// connect brings the QP to RTS toward the peer (RC: timeout 12 ≈ 17 ms, 7 retries, so a
+// dead peer is noticed within a fraction of a second, a loaded machine's delays are not
+// taken for one; UD: an AH toward it).
 func (e *end) connect(lid uint16, qpn uint32) error {
 	if e.qp.Type() == hca.QPTypeUD {
 		a := hca.QPAttr{QPState: hca.QPStateInit, PortNum: 1, QKey: testQKey}
@@ -214,7 +215,7 @@ func (e *end) connect(lid uint16, qpn uint32) error {
 		hca.QPAttrMaxDestRdAtomic|hca.QPAttrMinRNRTimer); err != nil {
 		return err
 	}
-	a = hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: 1, Timeout: 10, RetryCnt: 3, RNRRetry: 7, MaxRdAtomic: 16}
+	a = hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: 1, Timeout: 12, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16}
 	return e.qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN|hca.QPAttrTimeout|hca.QPAttrRetryCnt|hca.QPAttrRNRRetry|hca.QPAttrMaxQPRdAtomic)
 }
 
