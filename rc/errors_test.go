@@ -4,25 +4,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/rc"
 )
 
-func drain(cq *hca.CQ) []hca.WC {
-	var out []hca.WC
-	var wcs [16]hca.WC
-	for n := cq.Poll(wcs[:]); n > 0; n = cq.Poll(wcs[:]) {
-		out = append(out, wcs[:n]...)
-	}
-	return out
-}
-
 func TestRCRetryExceededOnUnpluggedLink(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
+	clk := newFakeClock()
 	const retry = 3
 	f, a, b := connect(t, connOpts{clk: clk, retry: retry, timeout: 10})
 	f.Cables[0].SetUp(false)
+	f.Settle(t) // an attached port learns from the daemon that its link went down
 	for i := 0; i < 3; i++ {
 		a.post(t, hca.SendWR{WRID: uint64(i), Opcode: hca.WRRDMAWrite, SendFlags: hca.SendSignaled,
 			SGL: []hca.SGE{a.sge(0, 100)}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()})
@@ -30,7 +21,7 @@ func TestRCRetryExceededOnUnpluggedLink(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		clk.Advance(time.Second)
 	}
-	wcs := drain(a.scq)
+	wcs := drain(t, f, a.scq, 3)
 	if len(wcs) != 3 || wcs[0].Status != hca.WCRetryExcErr || wcs[1].Status != hca.WCWRFlushErr || wcs[2].Status != hca.WCWRFlushErr {
 		t.Fatalf("completions %+v; want RETRY_EXC_ERR then two WR_FLUSH_ERR", wcs)
 	}
@@ -48,38 +39,38 @@ func TestRCRetryExceededOnUnpluggedLink(t *testing.T) {
 }
 
 func TestRCRNRRetryExceeded(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
-	_, a, b := connect(t, connOpts{clk: clk, rnrRetry: 3, minRNR: 1})
+	clk := newFakeClock()
+	f, a, b := connect(t, connOpts{clk: clk, rnrRetry: 3, minRNR: 1})
 	a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 10)}})
 	for i := 0; i < 10; i++ {
 		clk.Advance(10 * time.Millisecond)
 	}
-	wcs := drain(a.scq)
+	wcs := drain(t, f, a.scq, 1)
 	if len(wcs) != 1 || wcs[0].Status != hca.WCRNRRetryExcErr {
 		t.Fatalf("completions %+v; want RNR_RETRY_EXC_ERR", wcs)
 	}
 	// The QP is in ERR now: a new WR is flushed.
 	a.post(t, hca.SendWR{WRID: 2, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 10)}})
-	if wcs := drain(a.scq); len(wcs) != 1 || wcs[0].Status != hca.WCWRFlushErr {
+	if wcs := drain(t, f, a.scq, 1); len(wcs) != 1 || wcs[0].Status != hca.WCWRFlushErr {
 		t.Fatalf("completions %+v; want WR_FLUSH_ERR", wcs)
 	}
 	if a.qp.State() != hca.QPStateErr || b.qp.State() != hca.QPStateRTS {
 		t.Fatalf("states %s/%s, want ERR/RTS", a.qp.State(), b.qp.State())
 	}
-	// 1 try + 3 RNR retries reached the responder.
+	// 1 try + 3 RNR retries reached the responder (drain let the fabric settle).
 	if got := b.port.Counters().Get(hca.CntRcvPkts); got != 4 {
 		t.Fatalf("responder received %d packets, want 4", got)
 	}
 }
 
 func TestRCRNRRecoversWhenReceivePosted(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
-	_, a, b := connect(t, connOpts{clk: clk, rnrRetry: 7, minRNR: 1})
+	clk := newFakeClock()
+	f, a, b := connect(t, connOpts{clk: clk, rnrRetry: 7, minRNR: 1})
 	a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 10)}})
 	for i := 0; i < 20; i++ {
 		clk.Advance(time.Millisecond)
 	}
-	noWC(t, a.scq) // rnr_retry 7: retries forever
+	noWC(t, f, a.scq) // rnr_retry 7: retries forever
 	b.postRecv(t, 5, 0, 64)
 	if wc := waitWC(t, a.scq, clk); wc.Status != hca.WCSuccess {
 		t.Fatal(wc.Status)
@@ -109,7 +100,7 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, a, b := connect(t, connOpts{})
+			f, a, b := connect(t, connOpts{})
 			pd2, _ := b.ctx.AllocPD()
 			other, err := pd2.RegMR(make([]byte, 64), hca.AccessLocalWrite|hca.AccessRemoteWrite)
 			if err != nil {
@@ -120,7 +111,7 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 			wr.WRID, wr.SendFlags = 1, hca.SendSignaled
 			a.post(t, wr)
 			a.post(t, hca.SendWR{WRID: 2, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 8)}})
-			wcs := drain(a.scq)
+			wcs := drain(t, f, a.scq, 2)
 			if len(wcs) != 2 || wcs[0].Status != hca.WCRemAccessErr || wcs[1].Status != hca.WCWRFlushErr {
 				t.Fatalf("requester completions %+v; want REM_ACCESS_ERR, WR_FLUSH_ERR", wcs)
 			}
@@ -128,7 +119,7 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 				t.Fatalf("states %s/%s, want ERR on both sides (IBA class C error)", a.qp.State(), b.qp.State())
 			}
 			// The responder's receive WQE is flushed.
-			if r := drain(b.rcq); len(r) != 1 || r[0].Status != hca.WCWRFlushErr || r[0].WRID != 77 {
+			if r := drain(t, f, b.rcq, 1); len(r) != 1 || r[0].Status != hca.WCWRFlushErr || r[0].WRID != 77 {
 				t.Fatalf("responder completions %+v", r)
 			}
 		})
@@ -153,7 +144,7 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 }
 
 func TestRCLocalProtectionError(t *testing.T) {
-	_, a, b := connect(t, connOpts{})
+	f, a, b := connect(t, connOpts{})
 	b.postRecv(t, 1, 0, 64)
 	a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{{Addr: a.mr.Addr(), Length: 8, LKey: a.mr.LKey() + 0x100}}})
 	if wc := waitWC(t, a.scq, nil); wc.Status != hca.WCLocProtErr {
@@ -162,7 +153,7 @@ func TestRCLocalProtectionError(t *testing.T) {
 	if a.qp.State() != hca.QPStateErr {
 		t.Fatalf("state %s", a.qp.State())
 	}
-	noWC(t, b.rcq)
+	noWC(t, f, b.rcq)
 }
 
 func TestRCReceiveBufferTooSmall(t *testing.T) {
@@ -178,7 +169,7 @@ func TestRCReceiveBufferTooSmall(t *testing.T) {
 }
 
 func TestRCSQDrainEvent(t *testing.T) {
-	_, a, b := connect(t, connOpts{})
+	f, a, b := connect(t, connOpts{})
 	b.postRecv(t, 1, 0, 64)
 	a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 8)}})
 	if err := a.qp.Modify(&hca.QPAttr{QPState: hca.QPStateSQD, EnSQDAsyncNotify: true}, hca.QPAttrState|hca.QPAttrEnSQDAsyncNotify); err != nil {
@@ -196,7 +187,7 @@ func TestRCSQDrainEvent(t *testing.T) {
 	b.postRecv(t, 2, 0, 64)
 	a.post(t, hca.SendWR{WRID: 2, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 8)}})
 	waitWC(t, a.scq, nil)
-	noWC(t, a.scq)
+	noWC(t, f, a.scq)
 	if err := a.qp.Modify(&hca.QPAttr{QPState: hca.QPStateRTS}, hca.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +197,7 @@ func TestRCSQDrainEvent(t *testing.T) {
 }
 
 func TestRCMaxRdAtomicLimitsOutstandingReads(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
+	clk := newFakeClock()
 	f, a, b := connect(t, connOpts{clk: clk, rdAtomic: 2})
 	f.Cables[1].SetUp(false) // responses never come back
 	for i := 0; i < 5; i++ {
@@ -223,7 +214,7 @@ func TestRCMaxRdAtomicLimitsOutstandingReads(t *testing.T) {
 // on its last message that way); the ACK still goes out, so the requester's SEND
 // completes with success instead of retrying into a dead QP until RETRY_EXC_ERR.
 func TestRCAckOwedWhenResponderEntersError(t *testing.T) {
-	clk := clock.NewFake(time.Unix(0, 0))
+	clk := newFakeClock()
 	_, a, b := connect(t, connOpts{clk: clk, retry: 1, timeout: 10})
 	b.postRecv(t, 7, 0, 64)
 	release := rc.StallDrainer(b.qp)

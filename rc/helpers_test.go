@@ -76,6 +76,9 @@ func connect(t testing.TB, o connOpts) (*hcatest.Fabric, *side, *side) {
 	t.Helper()
 	o.defaults()
 	f := hcatest.NewFabric(t, 2, hcatest.Options{Register: rc.Register, Clock: o.clk, Wrap: o.wrap})
+	if c, ok := o.clk.(*fakeClock); ok {
+		c.settle = func() { f.Settle(t) }
+	}
 	a := newSide(t, f.Devs[0], o)
 	b := newSide(t, f.Devs[1], o)
 	bring(t, a, b, o)
@@ -152,8 +155,41 @@ func (s *side) post(t testing.TB, wr hca.SendWR) {
 	}
 }
 
+// fakeClock is a fake clock for a fabric whose delivery may be asynchronous (attached
+// devices): before time moves, and after every timer that fires, it lets the fabric settle
+// (hcatest.Fabric.Settle), so that the packets in flight arrive before the next timer
+// fires, as in process, where they arrive inside the call that sent them. Without that,
+// a retransmit timer would fire on an ACK that is merely on its way.
+type fakeClock struct {
+	*clock.Fake
+	settle func() // set by connect
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{Fake: clock.NewFake(time.Unix(0, 0))} }
+
+// Settle waits until nothing is in flight.
+func (c *fakeClock) Settle() {
+	if c.settle != nil {
+		c.settle()
+	}
+}
+
+// Advance settles, then moves time forward.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.Settle()
+	c.Fake.Advance(d)
+}
+
+// AfterFunc arms a timer whose function, run inside Advance, is followed by a Settle.
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return c.Fake.AfterFunc(d, func() {
+		f()
+		c.Settle()
+	})
+}
+
 // waitWC polls cq until a completion arrives, advancing a fake clock if given.
-func waitWC(t testing.TB, cq *hca.CQ, clk *clock.Fake) hca.WC {
+func waitWC(t testing.TB, cq *hca.CQ, clk *fakeClock) hca.WC {
 	t.Helper()
 	var wc [1]hca.WC
 	// Bounded by count on a fake clock; by time on a real one, where completions may come
@@ -164,7 +200,12 @@ func waitWC(t testing.TB, cq *hca.CQ, clk *clock.Fake) hca.WC {
 			return wc[0]
 		}
 		if clk != nil {
-			clk.Advance(50 * 1e6)
+			// Time moves only if nothing in flight brings the completion.
+			clk.Settle()
+			if cq.Poll(wc[:]) == 1 {
+				return wc[0]
+			}
+			clk.Advance(50 * time.Millisecond)
 		} else if i > 1000 {
 			runtime.Gosched()
 		}
@@ -173,10 +214,30 @@ func waitWC(t testing.TB, cq *hca.CQ, clk *clock.Fake) hca.WC {
 	return hca.WC{}
 }
 
-func noWC(t testing.TB, cq *hca.CQ) {
+// noWC checks that cq has no completion once nothing is in flight any more.
+func noWC(t testing.TB, f *hcatest.Fabric, cq *hca.CQ) {
 	t.Helper()
+	f.Settle(t)
 	var wc [1]hca.WC
 	if cq.Poll(wc[:]) != 0 {
 		t.Fatalf("unexpected completion %+v", wc[0])
 	}
+}
+
+// drain returns every completion in cq: waiting (attached devices complete on the
+// goroutines that read the rings) until there are at least want, then, once nothing is in
+// flight, the rest, so that the caller sees extra completions too.
+func drain(t testing.TB, f *hcatest.Fabric, cq *hca.CQ, want int) []hca.WC {
+	t.Helper()
+	var out []hca.WC
+	var wcs [16]hca.WC
+	poll := func() {
+		for n := cq.Poll(wcs[:]); n > 0; n = cq.Poll(wcs[:]) {
+			out = append(out, wcs[:n]...)
+		}
+	}
+	hcatest.Eventually(func() bool { poll(); return len(out) >= want })
+	f.Settle(t)
+	poll()
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/hca/hcatest"
 )
 
 func fill(b []byte, seed uint64) {
@@ -26,7 +27,15 @@ func TestRCEveryOpcode(t *testing.T) {
 	}
 	for _, mtu := range []hca.MTU{hca.MTU256, hca.MTU4096} {
 		for _, typ := range []hca.QPType{hca.QPTypeRC, hca.QPTypeUC} {
-			_, a, b := connect(t, connOpts{typ: typ, mtu: mtu, bufLen: 2*(16<<20) + 8192})
+			o := connOpts{typ: typ, mtu: mtu, bufLen: 2*(16<<20) + 8192}
+			if hcatest.AttachedFromEnv() {
+				// Attached, the responses cross two rings and the daemon: a 16 MiB READ
+				// can outlast timeout 14's 67 ms (under the race detector it does), and
+				// the READ responses between the first and the last do not restart the
+				// requester's ACK timer. 4.3 s.
+				o.timeout = 20
+			}
+			f, a, b := connect(t, o)
 			half := len(a.buf) / 2
 			ops := []hca.WROpcode{hca.WRSend, hca.WRSendWithImm, hca.WRSendWithInv, hca.WRRDMAWrite, hca.WRRDMAWriteWithImm, hca.WRRDMARead}
 			if typ == hca.QPTypeUC {
@@ -60,6 +69,7 @@ func TestRCEveryOpcode(t *testing.T) {
 								fill(dst, seed+1)
 								clear(src)
 							}
+							f.Sync() // attached, b's side reads and writes these buffers in b's "process"
 							a.post(t, wr)
 							swc := waitWC(t, a.scq, nil)
 							if swc.Status != hca.WCSuccess || swc.WRID != seed || swc.Opcode != hca.WCOpcodeOf(op) {
@@ -72,7 +82,7 @@ func TestRCEveryOpcode(t *testing.T) {
 								if !bytes.Equal(src, dst) {
 									t.Fatal("READ data differs")
 								}
-								noWC(t, b.rcq)
+								noWC(t, f, b.rcq)
 								return
 							}
 							if needRecv {
@@ -96,7 +106,9 @@ func TestRCEveryOpcode(t *testing.T) {
 									t.Fatalf("imm/inv %#x", rwc.ImmData)
 								}
 							} else {
-								noWC(t, b.rcq)
+								// Also waits for a UC WRITE's data: its sender completes when
+								// the packets leave, before they arrive (attached devices).
+								noWC(t, f, b.rcq)
 							}
 							if !bytes.Equal(src, dst) {
 								t.Fatal("data differs")
@@ -124,10 +136,11 @@ func TestRCInlineSend(t *testing.T) {
 }
 
 func TestRCAtomics(t *testing.T) {
-	_, a, b := connect(t, connOpts{})
+	f, a, b := connect(t, connOpts{})
 	target := 4096
 	binary.LittleEndian.PutUint64(b.buf[target:], 10)
 	post := func(op hca.WROpcode, cmpAdd, swap uint64) uint64 {
+		f.Sync() // attached, b's "process" operates on its buffer
 		a.post(t, hca.SendWR{WRID: 9, Opcode: op, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 8)},
 			RemoteAddr: b.mr.Addr() + uint64(target), RKey: b.mr.RKey(), CompareAdd: cmpAdd, Swap: swap})
 		wc := waitWC(t, a.scq, nil)
@@ -145,6 +158,7 @@ func TestRCAtomics(t *testing.T) {
 	if got := post(hca.WRAtomicCmpAndSwp, 15, 1000); got != 15 {
 		t.Fatalf("CMP_SWAP (match) returned %d", got)
 	}
+	f.Sync()
 	if v := binary.LittleEndian.Uint64(b.buf[target:]); v != 1000 {
 		t.Fatalf("remote value %d, want 1000", v)
 	}

@@ -13,6 +13,9 @@ import (
 // reaches the response handler on the near port with the TID intact.
 func TestMADLayerRequestResponse(t *testing.T) {
 	f := hcatest.NewFabric(t, 2, hcatest.Options{})
+	if f.Attached() {
+		t.Skip("attached: the daemon owns QP0 and QP1 — it refuses SMPs and GMPs other than CM from a process, and its own agents take the GMPs that arrive")
+	}
 	a, b := f.Devs[0].Port(1), f.Devs[1].Port(1)
 	for _, class := range []uint8{wire.MgmtClassPerfMgt, wire.MgmtClassSubnLID} {
 		var gotReq, gotResp *hca.MADAddr

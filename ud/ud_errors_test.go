@@ -24,7 +24,7 @@ func pair(t *testing.T) (*hcatest.Fabric, *endpoint, *endpoint) {
 }
 
 func TestUDWrongQKeyDroppedAndCounted(t *testing.T) {
-	_, a, b := pair(t)
+	f, a, b := pair(t)
 	b.postRecv(t, 1, 0, 8192)
 	wr := sendWR(a, a.ah(t, 2, false, [16]byte{}), b, 16)
 	wr.RemoteQKey = 0x2222
@@ -34,8 +34,8 @@ func TestUDWrongQKeyDroppedAndCounted(t *testing.T) {
 	if wc := poll1(t, a.scq); wc.Status != hca.WCSuccess {
 		t.Fatalf("UD send of a wrong Q_Key still completes successfully at the sender, got %s", wc.Status)
 	}
-	pollNone(t, b.rcq)
-	if got := b.port.Counters().Get(hca.CntQKeyViolations); got != 1 {
+	pollNone(t, f, b.rcq)
+	if got := counter(t, f, b.port, hca.CntQKeyViolations, 1); got != 1 {
 		t.Fatalf("qkey_violations = %d, want 1", got)
 	}
 	if got := b.port.Query().QKeyViolCntr; got != 1 {
@@ -45,10 +45,17 @@ func TestUDWrongQKeyDroppedAndCounted(t *testing.T) {
 
 func TestUDPKeyMismatchDroppedAndCounted(t *testing.T) {
 	f, a, b := pair(t)
-	// b's QP moves to P_Key index 1 = 0x8001; a sends with index 0 = 0xFFFF.
-	if err := b.port.SetPKey(1, 0x8001); err != nil {
-		t.Fatal(err)
+	// P_Key tables are the subnet manager's: it sets them on the ports at the ends of
+	// the cables, and attached devices follow their daemon's ports.
+	setPKey := func(i int, pkey uint16) {
+		t.Helper()
+		if err := f.OnSwitch(i).Port(1).SetPKey(1, pkey); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// b's QP moves to P_Key index 1 = 0x8001; a sends with index 0 = 0xFFFF.
+	setPKey(1, 0x8001)
+	f.Settle(t)
 	if err := b.qp.Modify(&hca.QPAttr{QPState: hca.QPStateSQD}, hca.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +67,8 @@ func TestUDPKeyMismatchDroppedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll1(t, a.scq)
-	pollNone(t, b.rcq)
-	if got := b.port.Counters().Get(hca.CntPKeyViolations); got != 1 {
+	pollNone(t, f, b.rcq)
+	if got := counter(t, f, b.port, hca.CntPKeyViolations, 1); got != 1 {
 		t.Fatalf("pkey_violations = %d, want 1", got)
 	}
 	if got := b.port.Query().BadPKeyCntr; got != 1 {
@@ -79,12 +86,9 @@ func TestUDPKeyMismatchDroppedAndCounted(t *testing.T) {
 		{0x0001, 0x8001, true},
 		{0x8002, 0x8001, false},
 	} {
-		if err := a.port.SetPKey(1, tc.send); err != nil {
-			t.Fatal(err)
-		}
-		if err := b.port.SetPKey(1, tc.recv); err != nil {
-			t.Fatal(err)
-		}
+		setPKey(0, tc.send)
+		setPKey(1, tc.recv)
+		f.Settle(t)
 		for _, e := range []*endpoint{a} {
 			if err := e.qp.Modify(&hca.QPAttr{QPState: hca.QPStateSQD}, hca.QPAttrState); err != nil {
 				t.Fatal(err)
@@ -101,6 +105,7 @@ func TestUDPKeyMismatchDroppedAndCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 		poll1(t, a.scq)
+		f.Settle(t) // delivered or dropped by now
 		var wc [1]hca.WC
 		got := b.rcq.Poll(wc[:]) == 1
 		if got != tc.deliver {
@@ -112,11 +117,10 @@ func TestUDPKeyMismatchDroppedAndCounted(t *testing.T) {
 			t.Errorf("P_Key %#04x → %#04x drop not counted", tc.send, tc.recv)
 		}
 	}
-	_ = f
 }
 
 func TestUDLKeyOfAnotherPD(t *testing.T) {
-	_, a, b := pair(t)
+	f, a, b := pair(t)
 	otherPD, err := a.ctx.AllocPD()
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +138,7 @@ func TestUDLKeyOfAnotherPD(t *testing.T) {
 	if wc := poll1(t, a.scq); wc.Status != hca.WCLocProtErr || wc.WRID != 7 {
 		t.Fatalf("WC = %+v, want IBV_WC_LOC_PROT_ERR", wc)
 	}
-	pollNone(t, b.rcq)
+	pollNone(t, f, b.rcq)
 	if s := a.qp.State(); s != hca.QPStateSQE {
 		t.Fatalf("sender QP state %s, want SQE", s)
 	}
@@ -180,10 +184,7 @@ func TestUDReceiveIntoMRWithoutLocalWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll1(t, a.scq)
-	var wcs [4]hca.WC
-	if n := b.rcq.Poll(wcs[:]); n != 2 {
-		t.Fatalf("polled %d completions, want 2", n)
-	}
+	wcs := pollN(t, f, b.rcq, 2)
 	if wc := wcs[0]; wc.Status != hca.WCLocProtErr || wc.WRID != 1 {
 		t.Fatalf("WC = %+v, want IBV_WC_LOC_PROT_ERR for WR 1", wc)
 	}
@@ -196,12 +197,12 @@ func TestUDReceiveIntoMRWithoutLocalWrite(t *testing.T) {
 }
 
 func TestUDNoReceiveWQEDroppedAndCounted(t *testing.T) {
-	_, a, b := pair(t)
+	f, a, b := pair(t)
 	if _, err := a.qp.PostSend([]hca.SendWR{sendWR(a, a.ah(t, 2, false, [16]byte{}), b, 16)}); err != nil {
 		t.Fatal(err)
 	}
 	poll1(t, a.scq)
-	if got := b.port.Counters().Get(hca.CntDropNoRecvWQE); got != 1 {
+	if got := counter(t, f, b.port, hca.CntDropNoRecvWQE, 1); got != 1 {
 		t.Fatalf("drop_no_recv_wqe = %d, want 1", got)
 	}
 }
@@ -426,9 +427,8 @@ func TestSRQLimitEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var wcs [4]hca.WC
-	if n := b.rcq.Poll(wcs[:]); n != 2 || wcs[0].WRID != 0 || wcs[1].WRID != 1 || wcs[0].QPNum != qp.Num() {
-		t.Fatalf("SRQ WCs %d %+v", n, wcs[:n])
+	if wcs := pollN(t, f, b.rcq, 2); wcs[0].WRID != 0 || wcs[1].WRID != 1 || wcs[0].QPNum != qp.Num() {
+		t.Fatalf("SRQ WCs %+v", wcs)
 	}
 	select {
 	case ev := <-b.ctx.Events():

@@ -77,8 +77,27 @@ func NewFabric(tb testing.TB, n int, o Options) *Fabric {
 		f.Devs = append(f.Devs, d)
 		f.Cables = append(f.Cables, c)
 	}
-	if o.Attached || os.Getenv(AttachedEnv) == "1" {
+	if o.Attached || AttachedFromEnv() {
 		attachAll(tb, f, o)
 	}
 	return f
 }
+
+// Attached reports whether f's devices are mirrors in attach sessions.
+func (f *Fabric) Attached() bool { return f.Sessions != nil }
+
+// OnSwitch is HCA i as the switch sees it: the daemon's device when f is attached, whose
+// port is the one at the end of the cable (the subnet manager sets its P_Keys, it checks
+// the ICRC of what arrives, it forwards multicast only to processes attached to the
+// group), else f.Devs[i].
+func (f *Fabric) OnSwitch(i int) *hca.Device {
+	if f.Daemon != nil {
+		return f.Daemon[i]
+	}
+	return f.Devs[i]
+}
+
+// AttachedFromEnv reports whether NewFabric hands out attached devices even without
+// Options.Attached (PIBGW_TEST_ATTACHED=1), for tests that must choose their parameters
+// before they build the fabric.
+func AttachedFromEnv() bool { return os.Getenv(AttachedEnv) == "1" }
