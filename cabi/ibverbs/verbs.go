@@ -1,0 +1,1056 @@
+//go:build pibgw_cabi
+
+// Command ibverbs is pibgw's libibverbs.so.1: built with -buildmode=c-shared (see
+// scripts/build-libs.sh), it stands in for rdma-core's library so that unmodified
+// libibverbs programs (ibv_devinfo, the pingpongs, perftest) run their verbs on the
+// HCAs of a pibgw daemon through the attach channel, with no kernel module.
+//
+// The C side (pib.c, misc.c) has the API with rdma-core's structure layouts and symbol
+// versions; it calls the pibgo_* functions here, which run the verbs on the attach
+// session's mirror devices (package hca). C memory holds no Go pointers: every object a
+// program sees carries the handle of its Go object from the tables below.
+//
+// The build tag keeps the package out of ordinary builds, which need neither cgo nor
+// rdma-core's headers.
+package main
+
+/*
+#cgo CFLAGS: -O2 -Wall -Wno-unused-parameter -Wno-unused-function
+#include "pib.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pibgw/pibgw/attach"
+	"github.com/pibgw/pibgw/hca"
+)
+
+func main() {}
+
+// ---- handles --------------------------------------------------------------------------
+
+var nextHandle atomic.Uint64
+
+type table[T any] struct {
+	mu sync.RWMutex
+	m  map[uint64]T
+}
+
+func (t *table[T]) add(v T) uint64 {
+	h := nextHandle.Add(1)
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = make(map[uint64]T)
+	}
+	t.m[h] = v
+	t.mu.Unlock()
+	return h
+}
+
+func (t *table[T]) get(h C.uint64_t) (T, bool) {
+	t.mu.RLock()
+	v, ok := t.m[uint64(h)]
+	t.mu.RUnlock()
+	return v, ok
+}
+
+func (t *table[T]) del(h C.uint64_t) {
+	t.mu.Lock()
+	delete(t.m, uint64(h))
+	t.mu.Unlock()
+}
+
+type ctxObj struct {
+	ctx  *hca.Context
+	dev  *hca.Device
+	fd   int
+	stop chan struct{}
+	done chan struct{}
+
+	mu     sync.Mutex
+	events []hca.AsyncEvent
+}
+
+type chanObj struct {
+	ch   *hca.CompChannel
+	fd   int
+	stop chan struct{}
+	done chan struct{}
+
+	mu    sync.Mutex
+	queue []*hca.CQ
+}
+
+type qpObj struct {
+	qp    *hca.QP
+	mu    sync.Mutex
+	wrs   []hca.SendWR
+	rwrs  []hca.RecvWR
+	mcast int // groups attached: destroy_qp is EBUSY until they are detached
+}
+
+type srqObj struct {
+	srq  *hca.SRQ
+	mu   sync.Mutex
+	rwrs []hca.RecvWR
+}
+
+var (
+	ctxs  table[*ctxObj]
+	pds   table[*hca.PD]
+	mrs   table[*hca.MR]
+	chans table[*chanObj]
+	cqs   table[*hca.CQ]
+	qps   table[*qpObj]
+	srqs  table[*srqObj]
+	ahs   table[*hca.AH]
+
+	// The C objects of CQs, QPs and SRQs, for completion and async events.
+	ptrMu  sync.Mutex
+	cqPtr  = map[*hca.CQ]unsafe.Pointer{}
+	qpPtr  = map[*hca.QP]unsafe.Pointer{}
+	srqPtr = map[*hca.SRQ]unsafe.Pointer{}
+)
+
+// errno is the errno value of a verbs error (EINVAL for any other error).
+func errno(err error) C.int {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return C.int(e)
+	}
+	return C.int(syscall.EINVAL)
+}
+
+const einval = C.int(syscall.EINVAL)
+
+// signal makes an eventfd readable (one more pending event).
+func signal(fd int) {
+	var one = [8]byte{1}
+	for {
+		_, err := unix.Write(fd, one[:])
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// ---- the session ----------------------------------------------------------------------
+
+var (
+	sessOnce sync.Once
+	sess     *attach.Session
+	sessErr  error
+)
+
+// pibgo_init attaches to the daemon (once) and returns the number of devices, or a
+// negative errno.
+//
+//export pibgo_init
+func pibgo_init() C.int {
+	sessOnce.Do(func() {
+		level := slog.LevelWarn
+		if os.Getenv("PIBGW_DEBUG") != "" {
+			level = slog.LevelDebug
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		sess, sessErr = attach.Dial(ctx, "", &attach.Options{Logger: log})
+		if sessErr != nil {
+			fmt.Fprintf(os.Stderr, "libibverbs (pibgw): cannot attach to the pibgw daemon at %s: %v\n", attach.SocketPath(""), sessErr)
+		}
+	})
+	if sessErr != nil {
+		return -C.int(syscall.ENODEV)
+	}
+	return C.int(len(sess.Devices()))
+}
+
+//export pibgo_device_info
+func pibgo_device_info(i C.int, name *C.char, size C.int, guid *C.uint64_t) {
+	d := sess.Devices()[i]
+	b := unsafe.Slice((*byte)(unsafe.Pointer(name)), int(size))
+	n := copy(b[:len(b)-1], d.Name())
+	b[n] = 0
+	*guid = C.uint64_t(d.Query().NodeGUID)
+}
+
+// ---- contexts -------------------------------------------------------------------------
+
+//export pibgo_open
+func pibgo_open(i C.int, fd C.int, perr *C.int) C.uint64_t {
+	devs := sess.Devices()
+	if int(i) < 0 || int(i) >= len(devs) {
+		*perr = C.int(syscall.ENODEV)
+		return 0
+	}
+	o := &ctxObj{dev: devs[i], fd: int(fd), stop: make(chan struct{}), done: make(chan struct{})}
+	o.ctx = o.dev.Open()
+	go o.forward()
+	return C.uint64_t(ctxs.add(o))
+}
+
+// forward queues the context's async events and signals each on the async fd.
+func (o *ctxObj) forward() {
+	defer close(o.done)
+	for {
+		select {
+		case ev := <-o.ctx.Events():
+			o.mu.Lock()
+			o.events = append(o.events, ev)
+			o.mu.Unlock()
+			signal(o.fd)
+		case <-o.stop:
+			return
+		}
+	}
+}
+
+//export pibgo_close
+func pibgo_close(h C.uint64_t) {
+	o, ok := ctxs.get(h)
+	if !ok {
+		return
+	}
+	close(o.stop)
+	<-o.done
+	o.ctx.Close()
+	ctxs.del(h)
+}
+
+//export pibgo_get_async_event
+func pibgo_get_async_event(h C.uint64_t, out *C.struct_pib_async) C.int {
+	o, ok := ctxs.get(h)
+	if !ok {
+		return einval
+	}
+	o.mu.Lock()
+	if len(o.events) == 0 {
+		o.mu.Unlock()
+		return C.int(syscall.EAGAIN)
+	}
+	ev := o.events[0]
+	o.events = o.events[1:]
+	o.mu.Unlock()
+	out._type = C.uint32_t(ev.Type)
+	out.port = C.uint32_t(ev.Port)
+	out.element = nil
+	ptrMu.Lock()
+	defer ptrMu.Unlock()
+	var p unsafe.Pointer
+	var found bool
+	switch {
+	case ev.QP != nil:
+		p, found = qpPtr[ev.QP]
+	case ev.CQ != nil:
+		p, found = cqPtr[ev.CQ]
+	case ev.SRQ != nil:
+		p, found = srqPtr[ev.SRQ]
+	default:
+		return 0
+	}
+	if !found {
+		return C.int(syscall.ENOENT) // its object is gone
+	}
+	out.element = p
+	return 0
+}
+
+func ctxDev(h C.uint64_t) (*ctxObj, bool) { return ctxs.get(h) }
+
+//export pibgo_query_device
+func pibgo_query_device(h C.uint64_t, a *C.struct_ibv_device_attr) C.int {
+	o, ok := ctxDev(h)
+	if !ok {
+		return einval
+	}
+	d := o.dev.Query()
+	fw := unsafe.Slice((*byte)(unsafe.Pointer(&a.fw_ver[0])), len(a.fw_ver))
+	fw[copy(fw[:len(fw)-1], d.FWVer)] = 0
+	a.node_guid = C.__be64(bits.ReverseBytes64(d.NodeGUID))
+	a.sys_image_guid = C.__be64(bits.ReverseBytes64(d.SysImageGUID))
+	a.max_mr_size = C.uint64_t(d.MaxMRSize)
+	a.page_size_cap = C.uint64_t(d.PageSizeCap)
+	a.vendor_id = C.uint32_t(d.VendorID)
+	a.vendor_part_id = C.uint32_t(d.VendorPartID)
+	a.hw_ver = C.uint32_t(d.HWVer)
+	a.max_qp = C.int(d.MaxQP)
+	a.max_qp_wr = C.int(d.MaxQPWR)
+	a.device_cap_flags = C.uint(d.DeviceCapFlags)
+	a.max_sge = C.int(d.MaxSGE)
+	a.max_sge_rd = C.int(d.MaxSGERd)
+	a.max_cq = C.int(d.MaxCQ)
+	a.max_cqe = C.int(d.MaxCQE)
+	a.max_mr = C.int(d.MaxMR)
+	a.max_pd = C.int(d.MaxPD)
+	a.max_qp_rd_atom = C.int(d.MaxQPRdAtom)
+	a.max_ee_rd_atom = C.int(d.MaxEECRdAtom)
+	a.max_res_rd_atom = C.int(d.MaxResRdAtom)
+	a.max_qp_init_rd_atom = C.int(d.MaxQPInitRdAtom)
+	a.max_ee_init_rd_atom = C.int(d.MaxEEInitRdAtom)
+	a.atomic_cap = C.enum_ibv_atomic_cap(d.AtomicCap)
+	a.max_ee = C.int(d.MaxEE)
+	a.max_rdd = C.int(d.MaxRDD)
+	a.max_mw = C.int(d.MaxMW)
+	a.max_raw_ipv6_qp = C.int(d.MaxRawIPv6QP)
+	a.max_raw_ethy_qp = C.int(d.MaxRawEthyQP)
+	a.max_mcast_grp = C.int(d.MaxMcastGrp)
+	a.max_mcast_qp_attach = C.int(d.MaxMcastQPAttach)
+	a.max_total_mcast_qp_attach = C.int(d.MaxTotalMcastQPAttach)
+	a.max_ah = C.int(d.MaxAH)
+	a.max_fmr = C.int(d.MaxFMR)
+	a.max_map_per_fmr = C.int(d.MaxMapPerFMR)
+	a.max_srq = C.int(d.MaxSRQ)
+	a.max_srq_wr = C.int(d.MaxSRQWR)
+	a.max_srq_sge = C.int(d.MaxSRQSGE)
+	a.max_pkeys = C.uint16_t(d.MaxPKeys)
+	a.local_ca_ack_delay = C.uint8_t(d.LocalCAAckDelay)
+	a.phys_port_cnt = C.uint8_t(d.PhysPortCnt)
+	return 0
+}
+
+func port(h C.uint64_t, n C.int) *hca.Port {
+	o, ok := ctxDev(h)
+	if !ok {
+		return nil
+	}
+	return o.dev.Port(int(n))
+}
+
+//export pibgo_query_port
+func pibgo_query_port(h C.uint64_t, n C.int, a *C.struct_ibv_port_attr) C.int {
+	p := port(h, n)
+	if p == nil {
+		return einval
+	}
+	pa := p.Query()
+	a.state = C.enum_ibv_port_state(pa.State)
+	a.max_mtu = C.enum_ibv_mtu(pa.MaxMTU)
+	a.active_mtu = C.enum_ibv_mtu(pa.ActiveMTU)
+	a.gid_tbl_len = C.int(pa.GIDTblLen)
+	a.port_cap_flags = C.uint32_t(pa.PortCapFlags)
+	a.max_msg_sz = C.uint32_t(pa.MaxMsgSz)
+	a.bad_pkey_cntr = C.uint32_t(pa.BadPKeyCntr)
+	a.qkey_viol_cntr = C.uint32_t(pa.QKeyViolCntr)
+	a.pkey_tbl_len = C.uint16_t(pa.PKeyTblLen)
+	a.lid = C.uint16_t(pa.LID)
+	a.sm_lid = C.uint16_t(pa.SMLID)
+	a.lmc = C.uint8_t(pa.LMC)
+	a.max_vl_num = C.uint8_t(pa.MaxVLNum)
+	a.sm_sl = C.uint8_t(pa.SMSL)
+	a.subnet_timeout = C.uint8_t(pa.SubnetTimeout)
+	a.init_type_reply = C.uint8_t(pa.InitTypeReply)
+	a.active_width = C.uint8_t(pa.ActiveWidth)
+	a.active_speed = C.uint8_t(pa.ActiveSpeed)
+	a.phys_state = C.uint8_t(pa.PhysState)
+	switch pa.LinkLayer {
+	case "InfiniBand":
+		a.link_layer = C.IBV_LINK_LAYER_INFINIBAND
+	case "Ethernet":
+		a.link_layer = C.IBV_LINK_LAYER_ETHERNET
+	default:
+		a.link_layer = C.IBV_LINK_LAYER_UNSPECIFIED
+	}
+	return 0
+}
+
+//export pibgo_query_gid
+func pibgo_query_gid(h C.uint64_t, n C.int, index C.int, raw *C.uint8_t) C.int {
+	p := port(h, n)
+	if p == nil || index < 0 || int(index) >= hca.GIDTableLen {
+		return einval
+	}
+	g, _ := p.GID(int(index)) // an empty entry reads as zeros
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(raw)), 16), g[:])
+	return 0
+}
+
+//export pibgo_query_pkey
+func pibgo_query_pkey(h C.uint64_t, n C.int, index C.int, out *C.uint16_t) C.int {
+	p := port(h, n)
+	if p == nil {
+		return einval
+	}
+	k, ok := p.PKey(int(index))
+	if !ok {
+		return einval
+	}
+	*out = C.uint16_t(k)
+	return 0
+}
+
+// ---- PD, MR ---------------------------------------------------------------------------
+
+//export pibgo_alloc_pd
+func pibgo_alloc_pd(h C.uint64_t, perr *C.int) C.uint64_t {
+	o, ok := ctxs.get(h)
+	if !ok {
+		*perr = einval
+		return 0
+	}
+	pd, err := o.ctx.AllocPD()
+	if err != nil {
+		*perr = errno(err)
+		return 0
+	}
+	return C.uint64_t(pds.add(pd))
+}
+
+//export pibgo_dealloc_pd
+func pibgo_dealloc_pd(h C.uint64_t) C.int {
+	pd, ok := pds.get(h)
+	if !ok {
+		return einval
+	}
+	if err := pd.Dealloc(); err != nil {
+		return errno(err)
+	}
+	pds.del(h)
+	return 0
+}
+
+// Access flags the HCA may ignore (hints), and those it does not have.
+const (
+	accessHints       = C.IBV_ACCESS_HUGETLB | C.IBV_ACCESS_RELAXED_ORDERING
+	accessUnsupported = C.IBV_ACCESS_ON_DEMAND
+)
+
+//export pibgo_reg_mr
+func pibgo_reg_mr(h C.uint64_t, addr unsafe.Pointer, length C.size_t, access C.uint, lkey, rkey *C.uint32_t, perr *C.int) C.uint64_t {
+	pd, ok := pds.get(h)
+	if !ok {
+		*perr = einval
+		return 0
+	}
+	if access&accessUnsupported != 0 {
+		*perr = C.int(syscall.EOPNOTSUPP)
+		return 0
+	}
+	if addr == nil || length == 0 {
+		*perr = einval
+		return 0
+	}
+	buf := unsafe.Slice((*byte)(addr), int(length))
+	mr, err := pd.RegMR(buf, hca.AccessFlags(access&^accessHints))
+	if err != nil {
+		*perr = errno(err)
+		return 0
+	}
+	*lkey = C.uint32_t(mr.LKey())
+	*rkey = C.uint32_t(mr.RKey())
+	return C.uint64_t(mrs.add(mr))
+}
+
+//export pibgo_dereg_mr
+func pibgo_dereg_mr(h C.uint64_t) C.int {
+	mr, ok := mrs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := mr.Dereg(); err != nil {
+		return errno(err)
+	}
+	mrs.del(h)
+	return 0
+}
+
+// ---- completion channels and CQs ------------------------------------------------------
+
+//export pibgo_create_channel
+func pibgo_create_channel(h C.uint64_t, fd C.int) C.uint64_t {
+	o, ok := ctxs.get(h)
+	if !ok {
+		return 0
+	}
+	c := &chanObj{ch: o.ctx.CreateCompChannel(), fd: int(fd), stop: make(chan struct{}), done: make(chan struct{})}
+	go c.forward()
+	return C.uint64_t(chans.add(c))
+}
+
+// forward queues the channel's CQ events and signals each on the channel's fd.
+func (c *chanObj) forward() {
+	defer close(c.done)
+	for {
+		select {
+		case cq := <-c.ch.Events():
+			c.mu.Lock()
+			c.queue = append(c.queue, cq)
+			c.mu.Unlock()
+			signal(c.fd)
+		case <-c.stop:
+			return
+		}
+	}
+}
+
+//export pibgo_destroy_channel
+func pibgo_destroy_channel(h C.uint64_t) {
+	c, ok := chans.get(h)
+	if !ok {
+		return
+	}
+	close(c.stop)
+	<-c.done
+	chans.del(h)
+}
+
+//export pibgo_get_cq_event
+func pibgo_get_cq_event(h C.uint64_t) unsafe.Pointer {
+	c, ok := chans.get(h)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	cq := c.queue[0]
+	c.queue = c.queue[1:]
+	c.mu.Unlock()
+	ptrMu.Lock()
+	p := cqPtr[cq] // nil if the CQ is gone
+	ptrMu.Unlock()
+	return p
+}
+
+//export pibgo_create_cq
+func pibgo_create_cq(h C.uint64_t, cqe C.int, ch C.uint64_t, cptr unsafe.Pointer, actual, perr *C.int) C.uint64_t {
+	o, ok := ctxs.get(h)
+	if !ok {
+		*perr = einval
+		return 0
+	}
+	var channel *hca.CompChannel
+	if ch != 0 {
+		c, ok := chans.get(ch)
+		if !ok {
+			*perr = einval
+			return 0
+		}
+		channel = c.ch
+	}
+	cq, err := o.ctx.CreateCQ(int(cqe), channel)
+	if err != nil {
+		*perr = errno(err)
+		return 0
+	}
+	*actual = C.int(cq.CQE())
+	ptrMu.Lock()
+	cqPtr[cq] = cptr
+	ptrMu.Unlock()
+	return C.uint64_t(cqs.add(cq))
+}
+
+//export pibgo_destroy_cq
+func pibgo_destroy_cq(h C.uint64_t) C.int {
+	cq, ok := cqs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := cq.Destroy(); err != nil {
+		return errno(err)
+	}
+	cqs.del(h)
+	ptrMu.Lock()
+	delete(cqPtr, cq)
+	ptrMu.Unlock()
+	return 0
+}
+
+//export pibgo_resize_cq
+func pibgo_resize_cq(h C.uint64_t, cqe C.int, actual *C.int) C.int {
+	cq, ok := cqs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := cq.Resize(int(cqe)); err != nil {
+		return errno(err)
+	}
+	*actual = C.int(cq.CQE())
+	return 0
+}
+
+//export pibgo_moderate_cq
+func pibgo_moderate_cq(h C.uint64_t, count, periodUS C.uint16_t) C.int {
+	cq, ok := cqs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := cq.Moderate(int(count), time.Duration(periodUS)*time.Microsecond); err != nil {
+		return errno(err)
+	}
+	return 0
+}
+
+//export pibgo_req_notify_cq
+func pibgo_req_notify_cq(h C.uint64_t, solicited C.int) C.int {
+	cq, ok := cqs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := cq.ReqNotify(solicited != 0); err != nil {
+		return errno(err)
+	}
+	return 0
+}
+
+//export pibgo_ack_cq_events
+func pibgo_ack_cq_events(h C.uint64_t, n C.uint) {
+	if cq, ok := cqs.get(h); ok {
+		cq.AckEvents(int(n))
+	}
+}
+
+//export pibgo_poll_cq
+func pibgo_poll_cq(h C.uint64_t, n C.int, wc *C.struct_ibv_wc) C.int {
+	cq, ok := cqs.get(h)
+	if !ok {
+		return -einval
+	}
+	out := unsafe.Slice(wc, int(n))
+	var buf [16]hca.WC
+	total := 0
+	for total < len(out) {
+		k := min(len(buf), len(out)-total)
+		got := cq.Poll(buf[:k])
+		for i := 0; i < got; i++ {
+			w, c := &buf[i], &out[total+i]
+			c.wr_id = C.uint64_t(w.WRID)
+			c.status = C.enum_ibv_wc_status(w.Status)
+			c.opcode = C.enum_ibv_wc_opcode(w.Opcode)
+			c.vendor_err = C.uint32_t(w.VendorErr)
+			c.byte_len = C.uint32_t(w.ByteLen)
+			imm := w.ImmData
+			if w.WCFlags&hca.WCWithImm != 0 {
+				imm = bits.ReverseBytes32(imm) // imm_data is big-endian (__be32)
+			}
+			*(*uint32)(unsafe.Pointer(&c.anon0[0])) = imm
+			c.qp_num = C.uint32_t(w.QPNum)
+			c.src_qp = C.uint32_t(w.SrcQP)
+			c.wc_flags = C.uint(w.WCFlags &^ hca.WCIPCsumPartial)
+			c.pkey_index = C.uint16_t(w.PKeyIndex)
+			c.slid = C.uint16_t(w.SLID)
+			c.sl = C.uint8_t(w.SL)
+			c.dlid_path_bits = C.uint8_t(w.DLIDPathBits)
+		}
+		total += got
+		if got < k {
+			break
+		}
+	}
+	return C.int(total)
+}
+
+// ---- SRQs -----------------------------------------------------------------------------
+
+//export pibgo_create_srq
+func pibgo_create_srq(h C.uint64_t, a *C.struct_ibv_srq_attr, cptr unsafe.Pointer, perr *C.int) C.uint64_t {
+	pd, ok := pds.get(h)
+	if !ok {
+		*perr = einval
+		return 0
+	}
+	srq, err := pd.CreateSRQ(hca.SRQInitAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)})
+	if err != nil {
+		*perr = errno(err)
+		return 0
+	}
+	q := srq.Query()
+	a.max_wr, a.max_sge = C.uint32_t(q.MaxWR), C.uint32_t(q.MaxSGE)
+	ptrMu.Lock()
+	srqPtr[srq] = cptr
+	ptrMu.Unlock()
+	return C.uint64_t(srqs.add(&srqObj{srq: srq}))
+}
+
+//export pibgo_modify_srq
+func pibgo_modify_srq(h C.uint64_t, a *C.struct_ibv_srq_attr, mask C.int) C.int {
+	o, ok := srqs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := o.srq.Modify(uint32(a.max_wr), uint32(a.srq_limit), hca.SRQAttrMask(mask)); err != nil {
+		return errno(err)
+	}
+	return 0
+}
+
+//export pibgo_query_srq
+func pibgo_query_srq(h C.uint64_t, a *C.struct_ibv_srq_attr) C.int {
+	o, ok := srqs.get(h)
+	if !ok {
+		return einval
+	}
+	q := o.srq.Query()
+	a.max_wr, a.max_sge, a.srq_limit = C.uint32_t(q.MaxWR), C.uint32_t(q.MaxSGE), C.uint32_t(q.SRQLimit)
+	return 0
+}
+
+//export pibgo_destroy_srq
+func pibgo_destroy_srq(h C.uint64_t) C.int {
+	o, ok := srqs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := o.srq.Destroy(); err != nil {
+		return errno(err)
+	}
+	srqs.del(h)
+	ptrMu.Lock()
+	delete(srqPtr, o.srq)
+	ptrMu.Unlock()
+	return 0
+}
+
+// postRecv posts the C list of receive WRs wr with post, setting *bad on failure. Each
+// SGL points at the program's SGEs (struct ibv_sge and hca.SGE have one layout), which
+// the receive queue copies at post.
+func postRecv(scratch *[]hca.RecvWR, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr, post func([]hca.RecvWR) (int, error)) C.int {
+	r := (*scratch)[:0]
+	for w := wr; w != nil; w = w.next {
+		rw := hca.RecvWR{WRID: uint64(w.wr_id)}
+		if w.num_sge > 0 {
+			rw.SGL = unsafe.Slice((*hca.SGE)(unsafe.Pointer(w.sg_list)), int(w.num_sge))
+		}
+		r = append(r, rw)
+	}
+	n, err := post(r)
+	clear(r) // no C pointers kept past the call
+	*scratch = r[:0]
+	if err != nil {
+		for ; n > 0; n-- {
+			wr = wr.next
+		}
+		*bad = wr
+		return errno(err)
+	}
+	return 0
+}
+
+var _ [unsafe.Sizeof(hca.SGE{}) - unsafe.Sizeof(C.struct_ibv_sge{})]byte // same size
+var _ [unsafe.Sizeof(C.struct_ibv_sge{}) - unsafe.Sizeof(hca.SGE{})]byte
+
+//export pibgo_post_srq_recv
+func pibgo_post_srq_recv(h C.uint64_t, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+	o, ok := srqs.get(h)
+	if !ok {
+		*bad = wr
+		return einval
+	}
+	if wr == nil {
+		return 0
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return postRecv(&o.rwrs, wr, bad, o.srq.PostRecv)
+}
+
+// ---- QPs ------------------------------------------------------------------------------
+
+//export pibgo_create_qp
+func pibgo_create_qp(a *C.struct_pib_qp_create, cptr unsafe.Pointer, perr *C.int) C.uint64_t {
+	pd, ok := pds.get(a.pd)
+	if !ok {
+		*perr = einval
+		return 0
+	}
+	send, ok1 := cqs.get(a.send_cq)
+	recv, ok2 := cqs.get(a.recv_cq)
+	if !ok1 || !ok2 {
+		*perr = einval
+		return 0
+	}
+	init := hca.QPInitAttr{
+		SendCQ: send, RecvCQ: recv, QPType: hca.QPType(a.qp_type), SQSigAll: a.sq_sig_all != 0,
+		Cap: hca.QPCap{
+			MaxSendWR: uint32(a.cap.max_send_wr), MaxRecvWR: uint32(a.cap.max_recv_wr),
+			MaxSendSGE: uint32(a.cap.max_send_sge), MaxRecvSGE: uint32(a.cap.max_recv_sge),
+			MaxInlineData: uint32(a.cap.max_inline_data),
+		},
+	}
+	switch init.QPType {
+	case hca.QPTypeRC, hca.QPTypeUC, hca.QPTypeUD:
+	case C.IBV_QPT_RAW_PACKET, C.IBV_QPT_XRC_SEND, C.IBV_QPT_XRC_RECV, C.IBV_QPT_DRIVER:
+		*perr = C.int(syscall.EOPNOTSUPP)
+		return 0
+	default:
+		*perr = einval
+		return 0
+	}
+	if a.srq != 0 {
+		s, ok := srqs.get(a.srq)
+		if !ok {
+			*perr = einval
+			return 0
+		}
+		init.SRQ = s.srq
+	}
+	qp, err := pd.CreateQP(init)
+	if err != nil {
+		*perr = errno(err)
+		return 0
+	}
+	c := qp.Cap()
+	a.cap.max_send_wr, a.cap.max_recv_wr = C.uint32_t(c.MaxSendWR), C.uint32_t(c.MaxRecvWR)
+	a.cap.max_send_sge, a.cap.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
+	a.cap.max_inline_data = C.uint32_t(c.MaxInlineData)
+	a.qp_num = C.uint32_t(qp.Num())
+	ptrMu.Lock()
+	qpPtr[qp] = cptr
+	ptrMu.Unlock()
+	return C.uint64_t(qps.add(&qpObj{qp: qp}))
+}
+
+func ahAttrFromC(a *C.struct_ibv_ah_attr) hca.AHAttr {
+	r := hca.AHAttr{
+		DLID: uint16(a.dlid), SL: uint8(a.sl), SrcPathBits: uint8(a.src_path_bits),
+		StaticRate: uint8(a.static_rate), IsGlobal: a.is_global != 0, PortNum: uint8(a.port_num),
+	}
+	r.GRH.DGID = *(*[16]byte)(unsafe.Pointer(&a.grh.dgid))
+	r.GRH.FlowLabel = uint32(a.grh.flow_label)
+	r.GRH.SGIDIndex = uint8(a.grh.sgid_index)
+	r.GRH.HopLimit = uint8(a.grh.hop_limit)
+	r.GRH.TrafficClass = uint8(a.grh.traffic_class)
+	return r
+}
+
+func ahAttrToC(r *hca.AHAttr, a *C.struct_ibv_ah_attr) {
+	a.dlid, a.sl, a.src_path_bits = C.uint16_t(r.DLID), C.uint8_t(r.SL), C.uint8_t(r.SrcPathBits)
+	a.static_rate, a.port_num = C.uint8_t(r.StaticRate), C.uint8_t(r.PortNum)
+	a.is_global = 0
+	if r.IsGlobal {
+		a.is_global = 1
+	}
+	*(*[16]byte)(unsafe.Pointer(&a.grh.dgid)) = r.GRH.DGID
+	a.grh.flow_label = C.uint32_t(r.GRH.FlowLabel)
+	a.grh.sgid_index = C.uint8_t(r.GRH.SGIDIndex)
+	a.grh.hop_limit = C.uint8_t(r.GRH.HopLimit)
+	a.grh.traffic_class = C.uint8_t(r.GRH.TrafficClass)
+}
+
+//export pibgo_modify_qp
+func pibgo_modify_qp(h C.uint64_t, a *C.struct_ibv_qp_attr, mask C.int) C.int {
+	o, ok := qps.get(h)
+	if !ok {
+		return einval
+	}
+	if mask&^C.int(hca.QPAttrDestQPN<<1-1) != 0 {
+		return C.int(syscall.EOPNOTSUPP) // IBV_QP_RATE_LIMIT: no packet pacing here
+	}
+	attr := hca.QPAttr{
+		QPState: hca.QPState(a.qp_state), CurQPState: hca.QPState(a.cur_qp_state),
+		PathMTU: hca.MTU(a.path_mtu), PathMigState: uint8(a.path_mig_state), QKey: uint32(a.qkey),
+		RQPSN: uint32(a.rq_psn), SQPSN: uint32(a.sq_psn), DestQPNum: uint32(a.dest_qp_num),
+		QPAccessFlags: hca.AccessFlags(a.qp_access_flags),
+		Cap: hca.QPCap{
+			MaxSendWR: uint32(a.cap.max_send_wr), MaxRecvWR: uint32(a.cap.max_recv_wr),
+			MaxSendSGE: uint32(a.cap.max_send_sge), MaxRecvSGE: uint32(a.cap.max_recv_sge),
+			MaxInlineData: uint32(a.cap.max_inline_data),
+		},
+		AHAttr: ahAttrFromC(&a.ah_attr), AltAHAttr: ahAttrFromC(&a.alt_ah_attr),
+		PKeyIndex: uint16(a.pkey_index), AltPKeyIndex: uint16(a.alt_pkey_index),
+		EnSQDAsyncNotify: a.en_sqd_async_notify != 0, SQDraining: a.sq_draining != 0,
+		MaxRdAtomic: uint8(a.max_rd_atomic), MaxDestRdAtomic: uint8(a.max_dest_rd_atomic),
+		MinRNRTimer: uint8(a.min_rnr_timer), PortNum: uint8(a.port_num), Timeout: uint8(a.timeout),
+		RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
+		AltTimeout: uint8(a.alt_timeout),
+	}
+	if err := o.qp.Modify(&attr, hca.QPAttrMask(mask)); err != nil {
+		return errno(err)
+	}
+	return 0
+}
+
+//export pibgo_query_qp
+func pibgo_query_qp(h C.uint64_t, a *C.struct_ibv_qp_attr, init *C.struct_ibv_qp_init_attr) C.int {
+	o, ok := qps.get(h)
+	if !ok {
+		return einval
+	}
+	q, ia := o.qp.Query()
+	a.qp_state, a.cur_qp_state = C.enum_ibv_qp_state(q.QPState), C.enum_ibv_qp_state(q.QPState)
+	a.path_mtu, a.path_mig_state = C.enum_ibv_mtu(q.PathMTU), C.enum_ibv_mig_state(q.PathMigState)
+	a.qkey, a.rq_psn, a.sq_psn, a.dest_qp_num = C.uint32_t(q.QKey), C.uint32_t(q.RQPSN), C.uint32_t(q.SQPSN), C.uint32_t(q.DestQPNum)
+	a.qp_access_flags = C.uint(q.QPAccessFlags)
+	c := ia.Cap
+	a.cap.max_send_wr, a.cap.max_recv_wr = C.uint32_t(c.MaxSendWR), C.uint32_t(c.MaxRecvWR)
+	a.cap.max_send_sge, a.cap.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
+	a.cap.max_inline_data = C.uint32_t(c.MaxInlineData)
+	init.cap = a.cap
+	init.sq_sig_all = 0
+	if ia.SQSigAll {
+		init.sq_sig_all = 1
+	}
+	ahAttrToC(&q.AHAttr, &a.ah_attr)
+	ahAttrToC(&q.AltAHAttr, &a.alt_ah_attr)
+	a.pkey_index, a.alt_pkey_index = C.uint16_t(q.PKeyIndex), C.uint16_t(q.AltPKeyIndex)
+	if q.EnSQDAsyncNotify {
+		a.en_sqd_async_notify = 1
+	}
+	if q.SQDraining {
+		a.sq_draining = 1
+	}
+	a.max_rd_atomic, a.max_dest_rd_atomic = C.uint8_t(q.MaxRdAtomic), C.uint8_t(q.MaxDestRdAtomic)
+	a.min_rnr_timer, a.port_num, a.timeout = C.uint8_t(q.MinRNRTimer), C.uint8_t(q.PortNum), C.uint8_t(q.Timeout)
+	a.retry_cnt, a.rnr_retry = C.uint8_t(q.RetryCnt), C.uint8_t(q.RNRRetry)
+	a.alt_port_num, a.alt_timeout = C.uint8_t(q.AltPortNum), C.uint8_t(q.AltTimeout)
+	return 0
+}
+
+//export pibgo_destroy_qp
+func pibgo_destroy_qp(h C.uint64_t) C.int {
+	o, ok := qps.get(h)
+	if !ok {
+		return einval
+	}
+	o.mu.Lock()
+	busy := o.mcast > 0
+	o.mu.Unlock()
+	if busy {
+		return C.int(syscall.EBUSY) // as the kernel's uverbs: detach the groups first
+	}
+	if err := o.qp.Destroy(); err != nil {
+		return errno(err)
+	}
+	qps.del(h)
+	ptrMu.Lock()
+	delete(qpPtr, o.qp)
+	ptrMu.Unlock()
+	return 0
+}
+
+//export pibgo_mcast
+func pibgo_mcast(h C.uint64_t, gid *C.uint8_t, lid C.uint16_t, attach C.int) C.int {
+	o, ok := qps.get(h)
+	if !ok {
+		return einval
+	}
+	g := *(*[16]byte)(unsafe.Pointer(gid))
+	var err error
+	if attach != 0 {
+		err = o.qp.AttachMcast(g, uint16(lid))
+	} else {
+		err = o.qp.DetachMcast(g, uint16(lid))
+	}
+	if err != nil {
+		return errno(err)
+	}
+	o.mu.Lock()
+	if attach != 0 {
+		o.mcast++
+	} else if o.mcast > 0 {
+		o.mcast--
+	}
+	o.mu.Unlock()
+	return 0
+}
+
+//export pibgo_post_send
+func pibgo_post_send(h C.uint64_t, s *C.struct_pib_swr, n C.int, posted *C.int) C.int {
+	*posted = 0
+	o, ok := qps.get(h)
+	if !ok {
+		return einval
+	}
+	in := unsafe.Slice(s, int(n))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	wrs := o.wrs[:0]
+	for i := range in {
+		w := &in[i]
+		wr := hca.SendWR{
+			WRID: uint64(w.wr_id), Opcode: hca.WROpcode(w.opcode), SendFlags: hca.SendFlags(w.flags),
+			RemoteAddr: uint64(w.remote_addr), RKey: uint32(w.rkey),
+			CompareAdd: uint64(w.compare_add), Swap: uint64(w.swap),
+			RemoteQPN: uint32(w.remote_qpn), RemoteQKey: uint32(w.remote_qkey),
+		}
+		switch wr.Opcode {
+		case hca.WRSendWithInv, hca.WRLocalInv:
+			wr.InvalidateRKey = uint32(w.imm)
+		default:
+			wr.ImmData = uint32(w.imm)
+		}
+		if w.num_sge > 0 {
+			wr.SGL = unsafe.Slice((*hca.SGE)(unsafe.Pointer(w.sg)), int(w.num_sge))
+		}
+		if w.ah != 0 {
+			ah, ok := ahs.get(w.ah)
+			if !ok {
+				o.wrs = wrs[:0]
+				*posted = C.int(i)
+				return einval
+			}
+			wr.AH = ah
+		}
+		wrs = append(wrs, wr)
+	}
+	k, err := o.qp.PostSend(wrs)
+	clear(wrs) // no C pointers kept past the call
+	o.wrs = wrs[:0]
+	if err != nil {
+		*posted = C.int(k)
+		return errno(err)
+	}
+	*posted = C.int(k)
+	return 0
+}
+
+//export pibgo_post_recv
+func pibgo_post_recv(h C.uint64_t, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr) C.int {
+	o, ok := qps.get(h)
+	if !ok {
+		*bad = wr
+		return einval
+	}
+	if wr == nil {
+		return 0
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return postRecv(&o.rwrs, wr, bad, o.qp.PostRecv)
+}
+
+// ---- AHs ------------------------------------------------------------------------------
+
+//export pibgo_create_ah
+func pibgo_create_ah(h C.uint64_t, a *C.struct_ibv_ah_attr, perr *C.int) C.uint64_t {
+	pd, ok := pds.get(h)
+	if !ok {
+		*perr = einval
+		return 0
+	}
+	ah, err := pd.CreateAH(ahAttrFromC(a))
+	if err != nil {
+		*perr = errno(err)
+		return 0
+	}
+	return C.uint64_t(ahs.add(ah))
+}
+
+//export pibgo_destroy_ah
+func pibgo_destroy_ah(h C.uint64_t) C.int {
+	ah, ok := ahs.get(h)
+	if !ok {
+		return einval
+	}
+	if err := ah.Destroy(); err != nil {
+		return errno(err)
+	}
+	ahs.del(h)
+	return 0
+}

@@ -1,0 +1,254 @@
+package cabi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/inproc"
+)
+
+var (
+	libOnce sync.Once
+	libDir  string
+	libErr  error
+	libSkip string
+)
+
+// TestMain removes the libraries' build directory at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if libDir != "" {
+		os.RemoveAll(filepath.Dir(libDir))
+	}
+	os.Exit(code)
+}
+
+// buildLibs builds the C libraries once per test binary with scripts/build-libs.sh, or
+// skips the test when the tools it needs are missing.
+func buildLibs(t *testing.T) string {
+	t.Helper()
+	libOnce.Do(func() {
+		if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+			libSkip = "rdma-core's headers are missing (Debian: libibverbs-dev; scripts/test.sh installs it as root)"
+			return
+		}
+		if _, err := exec.LookPath("gcc"); err != nil {
+			libSkip = "gcc is missing (cgo)"
+			return
+		}
+		tmp, err := os.MkdirTemp("", "pibgw-cabi-")
+		if err != nil {
+			libErr = err
+			return
+		}
+		libDir = filepath.Join(tmp, "lib")
+		cmd := exec.Command("bash", "../scripts/build-libs.sh", libDir)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			libErr = fmt.Errorf("build-libs.sh: %v\n%s", err, out)
+		}
+	})
+	if libSkip != "" {
+		t.Skip(libSkip)
+	}
+	if libErr != nil {
+		t.Fatal(libErr)
+	}
+	return libDir
+}
+
+func requireTools(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (Debian: ibverbs-utils, perftest; scripts/test.sh installs them as root)", tool)
+		}
+	}
+}
+
+// fabric is an in-process fabric serving the attach socket, and the environment that
+// runs programs on it with pibgw's libibverbs.
+type fabric struct {
+	f   *inproc.Fabric
+	env []string
+}
+
+func startFabric(t *testing.T) *fabric {
+	t.Helper()
+	lib := buildLibs(t)
+	sock := filepath.Join(t.TempDir(), "attach.sock")
+	f, err := inproc.Start(context.Background(), inproc.Options{Attach: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+lib, "PIBGW_ATTACH="+sock)
+	return &fabric{f: f, env: env}
+}
+
+func (fb *fabric) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = fb.env
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// run runs a program to the end and returns its output; a non-zero exit fails the test.
+func (fb *fabric) run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := fb.command(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// pair runs a server (args) and its client (args + localhost) as two processes and
+// returns their outputs; both must exit 0.
+func (fb *fabric) pair(t *testing.T, server, client []string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var sout, cout bytes.Buffer
+	s := fb.command(ctx, server[0], server[1:]...)
+	s.Stdout, s.Stderr = &sout, &sout
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The clients retry their connection for a while, but give the server a head start.
+	time.Sleep(300 * time.Millisecond)
+	c := fb.command(ctx, client[0], client[1:]...)
+	c.Stdout, c.Stderr = &cout, &cout
+	cerr := c.Run()
+	if cerr != nil {
+		s.Process.Kill()
+	}
+	serr := s.Wait()
+	if cerr != nil || serr != nil {
+		t.Fatalf("%v: server: %v, client: %v\nserver output:\n%s\nclient output:\n%s",
+			server, serr, cerr, sout.String(), cout.String())
+	}
+	return sout.String(), cout.String()
+}
+
+// freePort is a TCP port on the loopback address nobody listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
+
+// gidStr is devinfo.c's format of an InfiniBand GID: eight groups of four hex digits.
+func gidStr(g [16]byte) string {
+	var parts []string
+	for i := 0; i < 16; i += 2 {
+		parts = append(parts, fmt.Sprintf("%02x%02x", g[i], g[i+1]))
+	}
+	return strings.Join(parts, ":")
+}
+
+func guidStr(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48&0xffff, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}
+
+// TestIbvDevinfo runs rdma-core's ibv_devinfo (and -v, -l, -d) on the fabric's devices:
+// the names, GUIDs, port states and LIDs are the fabric's.
+func TestIbvDevinfo(t *testing.T) {
+	requireTools(t, "ibv_devinfo")
+	fb := startFabric(t)
+	for _, args := range [][]string{nil, {"-v"}} {
+		out := fb.run(t, "ibv_devinfo", args...)
+		for _, d := range fb.f.Devices() {
+			a := d.Query()
+			for _, want := range []string{
+				"hca_id:\t" + d.Name() + "\n",
+				"\tnode_guid:\t\t\t" + guidStr(a.NodeGUID) + "\n",
+				"\tsys_image_guid:\t\t\t" + guidStr(a.SysImageGUID) + "\n",
+				fmt.Sprintf("\tphys_port_cnt:\t\t\t%d\n", a.PhysPortCnt),
+			} {
+				if !strings.Contains(out, want) {
+					t.Errorf("ibv_devinfo %v: no %q in\n%s", args, want, out)
+				}
+			}
+			for _, p := range d.Ports() {
+				pa := p.Query()
+				for _, want := range []string{
+					fmt.Sprintf("\t\t\tstate:\t\t\t%s (%d)\n", pa.State, pa.State),
+					fmt.Sprintf("\t\t\tport_lid:\t\t%d\n", pa.LID),
+					fmt.Sprintf("\t\t\tsm_lid:\t\t\t%d\n", pa.SMLID),
+					"\t\t\tlink_layer:\t\tInfiniBand\n",
+				} {
+					if !strings.Contains(out, want) {
+						t.Errorf("ibv_devinfo %v: %s: no %q in\n%s", args, d.Name(), want, out)
+					}
+				}
+				if len(args) > 0 { // -v: the GID table, GID[0] = fe80::GUID
+					g, _ := p.GID(0)
+					want := "GID[  0]:\t\t" + gidStr(g)
+					if !strings.Contains(out, want) {
+						t.Errorf("ibv_devinfo -v: %s: no %q in\n%s", d.Name(), want, out)
+					}
+				}
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	out := fb.run(t, "ibv_devinfo", "-l")
+	if !strings.Contains(out, "2 HCAs found:\n\tpib_0\n\tpib_1\n") {
+		t.Errorf("ibv_devinfo -l:\n%s", out)
+	}
+	out = fb.run(t, "ibv_devinfo", "-d", "pib_1")
+	if strings.Contains(out, "pib_0") || !strings.Contains(out, "hca_id:\tpib_1") {
+		t.Errorf("ibv_devinfo -d pib_1:\n%s", out)
+	}
+}
+
+var pingpongReport = regexp.MustCompile(`(?m)^(\d+) bytes in [\d.]+ seconds = [\d.]+ Mbit/sec\n(\d+) iters in [\d.]+ seconds = [\d.]+ usec/iter$`)
+
+// TestPingpongs runs rdma-core's ibv_{rc,uc,ud,srq}_pingpong, server and client as two
+// processes on the fabric's two HCAs, polling and with -e, with the default size and 64
+// KiB. Each checks its own data path (a completion error or a wrong completion count
+// ends it with status 1).
+func TestPingpongs(t *testing.T) {
+	progs := []string{"ibv_rc_pingpong", "ibv_uc_pingpong", "ibv_ud_pingpong", "ibv_srq_pingpong"}
+	requireTools(t, progs...)
+	fb := startFabric(t)
+	for _, prog := range progs {
+		for _, extra := range [][]string{nil, {"-e"}, {"-s", "65536"}, {"-e", "-s", "65536"}} {
+			if prog == "ibv_ud_pingpong" && len(extra) > 0 && extra[len(extra)-1] == "65536" {
+				extra = append(extra[:len(extra)-1:len(extra)-1], "2048") // UD messages fit the MTU
+			}
+			name := strings.TrimPrefix(prog, "ibv_") + strings.Join(extra, "")
+			t.Run(name, func(t *testing.T) {
+				port := freePort(t)
+				args := append([]string{"-p", port, "-g", "0", "-n", "200"}, extra...)
+				server := append([]string{prog, "-d", "pib_1"}, args...)
+				client := append(append([]string{prog, "-d", "pib_0"}, args...), "127.0.0.1")
+				sout, cout := fb.pair(t, server, client)
+				for side, out := range map[string]string{"server": sout, "client": cout} {
+					m := pingpongReport.FindStringSubmatch(out)
+					if m == nil || m[2] != "200" {
+						t.Errorf("%s: no report of 200 iterations:\n%s", side, out)
+					}
+				}
+			})
+		}
+	}
+}
