@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/hca/hcatest"
 	"github.com/pibgw/pibgw/rc"
 )
 
@@ -130,7 +131,8 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 		if wc := waitWC(t, a.scq, nil); wc.Status != hca.WCRemAccessErr {
 			t.Fatalf("WC %s, want REM_ACCESS_ERR", wc.Status)
 		}
-		if b.qp.State() != hca.QPStateErr {
+		// The responder enters ERR once its NAK is out: attached, on b's goroutine.
+		if !hcatest.Eventually(func() bool { return b.qp.State() == hca.QPStateErr }) {
 			t.Fatalf("responder state %s", b.qp.State())
 		}
 	})
