@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/shmring"
@@ -39,8 +37,6 @@ type Session struct {
 	rx   *shmring.Ring // the daemon writes; rxMu serialises the takers
 	txMu sync.Mutex
 	rxMu sync.Mutex
-	// idlePolls counts empty polls (rxMu's TryLock holder only).
-	idlePolls uint32
 
 	nextReq atomic.Uint64
 	wmu     sync.Mutex
@@ -291,7 +287,7 @@ func (s *Session) event(m *msg) {
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
 	for {
-		if err := s.rx.Wait(s.ctx, 0); err != nil {
+		if err := s.rx.Wait(s.ctx, rxSpin); err != nil {
 			return
 		}
 		s.rxMu.Lock()
@@ -311,19 +307,8 @@ func (s *Session) pollRx() bool {
 	}
 	got, _ := s.rx.TryRead(64, s.deliver)
 	s.rxMu.Unlock()
-	if !got {
-		// A program spinning on an empty CQ holds a CPU the daemon needs to move its
-		// packets (its peer's reply among them): give the CPU up to whoever is runnable
-		// — the daemon, just woken by a doorbell — now and then.
-		if s.idlePolls++; s.idlePolls%yieldEvery == 0 {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-		}
-	}
 	return got
 }
-
-// yieldEvery is how many empty polls pass between two sched_yield calls.
-const yieldEvery = 16
 
 // deliver hands a run of packets for one port to it.
 func (s *Session) deliver(t, flags uint16, pkts [][]byte) {
@@ -447,3 +432,8 @@ func (s *Session) CM(p *hca.Port) *ibcm.CM {
 	s.cms[p] = cm
 	return cm
 }
+
+// rxSpin is how many times the receive goroutine re-checks the ring before it sleeps:
+// a passive process (an RDMA WRITE target polls nothing) then answers a burst without
+// a wake-up per packet.
+var rxSpin = 4000

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -64,9 +65,15 @@ func startHelper(tb testing.TB, role string, env ...string) *proc {
 	}
 	p := &proc{cmd: cmd, in: in, out: bufio.NewScanner(out)}
 	tb.Cleanup(func() {
-		p.in.Close()
-		p.cmd.Process.Kill()
-		p.cmd.Wait()
+		p.in.Close() // the helper's signal to finish
+		done := make(chan struct{})
+		go func() { p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			p.cmd.Process.Kill()
+			<-done
+		}
 	})
 	return p
 }
@@ -99,6 +106,12 @@ func num(m map[string]string, k string) uint64 {
 
 // helperDaemon serves an in-process fabric on $PIBGW_ATTACH until stdin closes.
 func helperDaemon() {
+	if path := os.Getenv("PIBGW_DAEMON_CPUPROFILE"); path != "" {
+		pf, err := os.Create(path)
+		if err == nil && pprof.StartCPUProfile(pf) == nil {
+			defer func() { pprof.StopCPUProfile(); pf.Close() }()
+		}
+	}
 	f, err := inproc.Start(context.Background(), inproc.Options{Attach: os.Getenv("PIBGW_ATTACH")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
