@@ -252,3 +252,49 @@ func TestPingpongs(t *testing.T) {
 		}
 	}
 }
+
+var (
+	bwReport  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
+	latReport = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)`)
+)
+
+// TestPerftest runs perftest's bandwidth and latency tests (RC, and UD for the send
+// tests), server and client as two processes, without --use_old_post_send; each must exit
+// 0 and print its result line.
+func TestPerftest(t *testing.T) {
+	tests := []struct {
+		prog string
+		args []string
+	}{
+		{"ib_write_bw", []string{"-s", "65536", "-n", "500"}},
+		{"ib_read_bw", []string{"-s", "65536", "-n", "500"}},
+		{"ib_send_bw", []string{"-s", "65536", "-n", "500"}},
+		{"ib_send_bw", []string{"-c", "UD", "-n", "500"}},
+		{"ib_atomic_bw", []string{"-n", "500"}},
+		{"ib_write_lat", []string{"-n", "500"}},
+		{"ib_send_lat", []string{"-n", "500"}},
+		{"ib_send_lat", []string{"-c", "UD", "-n", "500"}},
+		{"ib_read_lat", []string{"-n", "500"}},
+	}
+	for _, tc := range tests {
+		requireTools(t, tc.prog)
+	}
+	fb := startFabric(t)
+	for _, tc := range tests {
+		t.Run(tc.prog+strings.Join(tc.args, ""), func(t *testing.T) {
+			args := append([]string{"-p", freePort(t)}, tc.args...)
+			server := append([]string{tc.prog, "-d", "pib_1"}, args...)
+			client := append(append([]string{tc.prog, "-d", "pib_0"}, args...), "127.0.0.1")
+			_, cout := fb.pair(t, server, client)
+			re := bwReport
+			if strings.HasSuffix(tc.prog, "_lat") {
+				re = latReport
+			}
+			m := re.FindStringSubmatch(cout)
+			if m == nil || m[2] != "500" {
+				t.Fatalf("no result line for 500 iterations:\n%s", cout)
+			}
+			t.Logf("%s %v: %s", tc.prog, tc.args, strings.TrimSpace(m[0]))
+		})
+	}
+}
