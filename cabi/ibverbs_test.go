@@ -298,3 +298,36 @@ func TestPerftest(t *testing.T) {
 		})
 	}
 }
+
+// TestVerbsCheck compiles testdata/verbs_check.c against rdma-core's headers and library
+// (as any program is built) and runs it on pibgw's: misuse gets rdma-core's errno or
+// completion status, the ibv_wr_* API, ibv_cq_ex, completion channels and async events
+// work (the program prints "ok NAME" per check). The fabric is unaffected: a pingpong
+// runs afterwards, and the process's session is gone.
+func TestVerbsCheck(t *testing.T) {
+	requireTools(t, "gcc", "ibv_rc_pingpong")
+	fb := startFabric(t)
+	bin := filepath.Join(t.TempDir(), "verbs_check")
+	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, "testdata/verbs_check.c", "-libverbs").CombinedOutput(); err != nil {
+		t.Skipf("cannot build testdata/verbs_check.c against rdma-core's libibverbs: %v\n%s", err, out)
+	}
+	out := fb.run(t, bin)
+	for _, check := range []string{"reg_mr_bad_access", "post_send_reset_EINVAL", "modify_qp_bad_transition_EINVAL",
+		"destroy_cq_busy_EBUSY", "dealloc_pd_busy_EBUSY", "unsupported_EOPNOTSUPP", "wr_api", "bad_lkey_LOC_PROT_ERR",
+		"qp_error_state", "bad_rkey_REM_ACCESS_ERR", "comp_channel", "cq_event", "async_event", "cq_ex",
+		"mcast_destroy_EBUSY", "teardown"} {
+		if !strings.Contains(out, "ok "+check+"\n") {
+			t.Errorf("check %s did not pass:\n%s", check, out)
+		}
+	}
+	port := freePort(t)
+	fb.pair(t, []string{"ibv_rc_pingpong", "-d", "pib_1", "-p", port, "-n", "100"},
+		[]string{"ibv_rc_pingpong", "-d", "pib_0", "-p", port, "-n", "100", "127.0.0.1"})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(fb.f.Attached()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := len(fb.f.Attached()); n > 0 {
+		t.Errorf("%d sessions still attached after the programs exited", n)
+	}
+}

@@ -1,0 +1,362 @@
+// verbs_check: a libibverbs program for pibgw's libibverbs.so.1 tests. In one process it
+// connects an RC QP on pib_0 to one on pib_1 and checks, printing "ok NAME" per check and
+// exiting 1 at the first failure:
+//   - misuse gets the errno or completion status rdma-core documents: a bad lkey, a bad
+//     rkey, posting in the wrong state, a wrong state transition, destroying objects that
+//     are in use, unsupported extended verbs (EOPNOTSUPP);
+//   - the ibv_wr_* send API (RDMA WRITE, SEND with inline data, atomics) and ibv_cq_ex
+//     polling move the right bytes;
+//   - completion channels (also non-blocking) and async events (SRQ limit) work.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define CHECK(cond, ...)                                                        \
+	do {                                                                    \
+		if (!(cond)) {                                                  \
+			fprintf(stderr, "FAIL line %d: ", __LINE__);            \
+			fprintf(stderr, __VA_ARGS__);                           \
+			fprintf(stderr, "\n");                                  \
+			exit(1);                                                \
+		}                                                               \
+	} while (0)
+#define OK(name) printf("ok %s\n", name)
+
+struct side {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	char *buf;
+	uint16_t lid;
+};
+
+#define BUF 8192
+
+static struct ibv_context *open_dev(const char *name)
+{
+	int n;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	CHECK(l && n >= 2, "ibv_get_device_list: %d devices", n);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(l[i]), name)) {
+			struct ibv_context *c = ibv_open_device(l[i]);
+			ibv_free_device_list(l);
+			CHECK(c, "ibv_open_device(%s): %m", name);
+			return c;
+		}
+	CHECK(0, "no device %s", name);
+	return NULL;
+}
+
+static void setup(struct side *s, const char *dev, struct ibv_cq *cq)
+{
+	struct ibv_port_attr pa;
+	s->ctx = open_dev(dev);
+	CHECK(ibv_query_port(s->ctx, 1, &pa) == 0, "query_port");
+	CHECK(pa.state == IBV_PORT_ACTIVE, "port not active");
+	s->lid = pa.lid;
+	s->pd = ibv_alloc_pd(s->ctx);
+	CHECK(s->pd, "alloc_pd");
+	s->buf = aligned_alloc(4096, BUF);
+	memset(s->buf, 0, BUF);
+	s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+	CHECK(s->mr, "reg_mr: %m");
+	s->cq = cq ? cq : ibv_create_cq(s->ctx, 64, NULL, NULL, 0);
+	CHECK(s->cq, "create_cq");
+}
+
+static struct ibv_qp *make_qp(struct side *s, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq, int ex)
+{
+	if (ex) {
+		struct ibv_qp_init_attr_ex a = {
+			.send_cq = scq, .recv_cq = rcq, .srq = srq,
+			.cap = {.max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64},
+			.qp_type = IBV_QPT_RC,
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+			.pd = s->pd,
+			.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND |
+					  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_RDMA_READ,
+		};
+		struct ibv_qp *qp = ibv_create_qp_ex(s->ctx, &a);
+		CHECK(qp, "create_qp_ex: %m");
+		return qp;
+	}
+	struct ibv_qp_init_attr a = {
+		.send_cq = scq, .recv_cq = rcq, .srq = srq,
+		.cap = {.max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2, .max_recv_sge = 2, .max_inline_data = 64},
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp *qp = ibv_create_qp(s->pd, &a);
+	CHECK(qp, "create_qp: %m");
+	return qp;
+}
+
+static void connect_qp(struct ibv_qp *qp, uint16_t dlid, uint32_t dqpn)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
+				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC};
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0, "INIT");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dqpn;
+	a.rq_psn = 0;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 1;
+	a.ah_attr.dlid = dlid;
+	a.ah_attr.port_num = 1;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0, "RTR: %m");
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = 0;
+	a.max_rd_atomic = 4;
+	CHECK(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+					    IBV_QP_MAX_QP_RD_ATOMIC) == 0, "RTS: %m");
+}
+
+static struct ibv_wc wait_wc(struct ibv_cq *cq)
+{
+	struct ibv_wc wc;
+	for (long i = 0; i < 200000000L; i++) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		CHECK(n >= 0, "poll_cq");
+		if (n == 1)
+			return wc;
+	}
+	CHECK(0, "no completion");
+	return wc;
+}
+
+int main(void)
+{
+	struct side a = {0}, b = {0};
+	setup(&a, "pib_0", NULL);
+	setup(&b, "pib_1", NULL);
+
+	// Misuse before anything is connected.
+	char tmp[64];
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, tmp, sizeof(tmp), IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
+	      "reg_mr REMOTE_WRITE without LOCAL_WRITE: errno %d", errno);
+	OK("reg_mr_bad_access");
+
+	a.qp = make_qp(&a, a.cq, a.cq, NULL, 1);
+	b.qp = make_qp(&b, b.cq, b.cq, NULL, 0);
+
+	struct ibv_sge sge = {.addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey};
+	struct ibv_send_wr swr = {.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED};
+	struct ibv_send_wr *bad = NULL;
+	CHECK(ibv_post_send(a.qp, &swr, &bad) == EINVAL && bad == &swr, "post_send in RESET");
+	OK("post_send_reset_EINVAL");
+
+	struct ibv_qp_attr qa = {.qp_state = IBV_QPS_RTS};
+	CHECK(ibv_modify_qp(a.qp, &qa, IBV_QP_STATE) == EINVAL, "RESET->RTS");
+	OK("modify_qp_bad_transition_EINVAL");
+
+	CHECK(ibv_destroy_cq(a.cq) == EBUSY, "destroy_cq in use");
+	OK("destroy_cq_busy_EBUSY");
+	CHECK(ibv_dealloc_pd(a.pd) == EBUSY, "dealloc_pd in use");
+	OK("dealloc_pd_busy_EBUSY");
+
+	struct ibv_qp_init_attr_ex xa = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RC, .cap = {.max_send_wr = 1, .max_recv_wr = 1},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS, .pd = a.pd,
+					 .create_flags = IBV_QP_CREATE_SCATTER_FCS};
+	errno = 0;
+	CHECK(!ibv_create_qp_ex(a.ctx, &xa) && errno == EOPNOTSUPP, "create_qp_ex create_flags: errno %d", errno);
+	struct ibv_cq_init_attr_ex ca = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
+	errno = 0;
+	CHECK(!ibv_create_cq_ex(a.ctx, &ca) && errno == EOPNOTSUPP, "create_cq_ex timestamps: errno %d", errno);
+	errno = 0;
+	CHECK(!ibv_alloc_mw(a.pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "alloc_mw: errno %d", errno);
+	struct ibv_xrcd_init_attr xi = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT};
+	errno = 0;
+	CHECK(!ibv_open_xrcd(a.ctx, &xi) && errno == EOPNOTSUPP, "open_xrcd: errno %d", errno);
+	struct ibv_qp_init_attr ra = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RAW_PACKET, .cap = {.max_send_wr = 1}};
+	errno = 0;
+	CHECK(!ibv_create_qp(a.pd, &ra) && errno == EOPNOTSUPP, "create_qp RAW_PACKET: errno %d", errno);
+	OK("unsupported_EOPNOTSUPP");
+
+	connect_qp(a.qp, b.lid, b.qp->qp_num);
+	connect_qp(b.qp, a.lid, a.qp->qp_num);
+	OK("connect");
+
+	// The ibv_wr_* API: an RDMA WRITE of 4 KiB, a SEND with inline data, a fetch-and-add.
+	struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(a.qp);
+	for (int i = 0; i < 4096; i++)
+		a.buf[i] = (char)(i * 7 + 1);
+	struct ibv_sge rsge = {.addr = (uintptr_t)(b.buf + 4096), .length = 64, .lkey = b.mr->lkey};
+	struct ibv_recv_wr rwr = {.wr_id = 100, .sg_list = &rsge, .num_sge = 1};
+	struct ibv_recv_wr *rbad;
+	CHECK(ibv_post_recv(b.qp, &rwr, &rbad) == 0, "post_recv");
+	uint64_t *counter = (uint64_t *)(b.buf + 8000);
+	*counter = 40;
+	char msg[] = "inline hello";
+	ibv_wr_start(qx);
+	qx->wr_id = 11;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_rdma_write(qx, b.mr->rkey, (uintptr_t)b.buf);
+	ibv_wr_set_sge(qx, a.mr->lkey, (uintptr_t)a.buf, 4096);
+	qx->wr_id = 12;
+	qx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	ibv_wr_send(qx);
+	ibv_wr_set_inline_data(qx, msg, sizeof(msg));
+	memset(msg, 'X', sizeof(msg)); // inline data is copied when it is set
+	qx->wr_id = 13;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_atomic_fetch_add(qx, b.mr->rkey, (uintptr_t)counter, 2);
+	ibv_wr_set_sge(qx, a.mr->lkey, (uintptr_t)(a.buf + 4096), 8);
+	CHECK(ibv_wr_complete(qx) == 0, "wr_complete");
+	for (int i = 11; i <= 13; i++) {
+		struct ibv_wc wc = wait_wc(a.cq);
+		CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == (uint64_t)i, "wr %d: status %s wr_id %llu", i,
+		      ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id);
+	}
+	struct ibv_wc wc = wait_wc(b.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 100 && wc.opcode == IBV_WC_RECV && wc.byte_len == sizeof(msg),
+	      "recv: %s len %u", ibv_wc_status_str(wc.status), wc.byte_len);
+	CHECK(!memcmp(b.buf, a.buf, 4096), "RDMA WRITE data");
+	CHECK(!strcmp(b.buf + 4096, "inline hello"), "inline SEND data: %s", b.buf + 4096);
+	CHECK(*(uint64_t *)(a.buf + 4096) == 40 && *counter == 42, "fetch-and-add: old %llu new %llu",
+	      (unsigned long long)*(uint64_t *)(a.buf + 4096), (unsigned long long)*counter);
+	OK("wr_api");
+
+	// A bad lkey completes with LOC_PROT_ERR; the QP then flushes.
+	struct ibv_sge bsge = {.addr = (uintptr_t)a.buf, .length = 8, .lkey = a.mr->lkey + 0x1000};
+	struct ibv_send_wr bw = {.wr_id = 21, .sg_list = &bsge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				 .send_flags = IBV_SEND_SIGNALED, .wr.rdma = {.remote_addr = (uintptr_t)b.buf, .rkey = b.mr->rkey}};
+	CHECK(ibv_post_send(a.qp, &bw, &bad) == 0, "post bad lkey");
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 21 && wc.status == IBV_WC_LOC_PROT_ERR, "bad lkey: %s", ibv_wc_status_str(wc.status));
+	OK("bad_lkey_LOC_PROT_ERR");
+	struct ibv_qp_init_attr qi;
+	CHECK(ibv_query_qp(a.qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_ERR, "QP state %d after error", qa.qp_state);
+	OK("qp_error_state");
+
+	// A bad rkey: REM_ACCESS_ERR on a fresh pair.
+	ibv_destroy_qp(a.qp);
+	ibv_destroy_qp(b.qp);
+	a.qp = make_qp(&a, a.cq, a.cq, NULL, 0);
+	b.qp = make_qp(&b, b.cq, b.cq, NULL, 0);
+	connect_qp(a.qp, b.lid, b.qp->qp_num);
+	connect_qp(b.qp, a.lid, a.qp->qp_num);
+	bsge.lkey = a.mr->lkey;
+	bw.wr_id = 22;
+	bw.wr.rdma.rkey = b.mr->rkey ^ 0x100;
+	CHECK(ibv_post_send(a.qp, &bw, &bad) == 0, "post bad rkey");
+	wc = wait_wc(a.cq);
+	CHECK(wc.wr_id == 22 && wc.status == IBV_WC_REM_ACCESS_ERR, "bad rkey: %s", ibv_wc_status_str(wc.status));
+	OK("bad_rkey_REM_ACCESS_ERR");
+
+	// Completion channels: a CQ in use keeps its channel; a non-blocking channel says EAGAIN.
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(b.ctx);
+	CHECK(ch, "create_comp_channel");
+	struct ibv_cq *ecq = ibv_create_cq(b.ctx, 16, (void *)0x1234, ch, 0);
+	CHECK(ecq, "create_cq with channel");
+	CHECK(ibv_destroy_comp_channel(ch) == EBUSY, "destroy_comp_channel in use");
+	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+	struct ibv_cq *ev_cq;
+	void *ev_ctx;
+	errno = 0;
+	CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == -1 && errno == EAGAIN, "get_cq_event nonblocking: errno %d", errno);
+	OK("comp_channel");
+
+	// Async events: an SRQ whose limit is crossed raises SRQ_LIMIT_REACHED on async_fd;
+	// its QP and CQ are the channel's.
+	struct ibv_srq_init_attr si = {.attr = {.max_wr = 16, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(b.pd, &si);
+	CHECK(srq, "create_srq: %m");
+	struct ibv_qp *sq = make_qp(&b, ecq, ecq, srq, 0);
+	struct ibv_qp *aq = make_qp(&a, a.cq, a.cq, NULL, 0);
+	connect_qp(sq, a.lid, aq->qp_num);
+	connect_qp(aq, b.lid, sq->qp_num);
+	for (int i = 0; i < 4; i++) {
+		struct ibv_sge s = {.addr = (uintptr_t)(b.buf + 64 * i), .length = 64, .lkey = b.mr->lkey};
+		struct ibv_recv_wr r = {.wr_id = 200 + i, .sg_list = &s, .num_sge = 1};
+		CHECK(ibv_post_srq_recv(srq, &r, &rbad) == 0, "post_srq_recv");
+	}
+	struct ibv_srq_attr sa = {.srq_limit = 4}; // fires when fewer than 4 are left
+	CHECK(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT) == 0, "modify_srq limit");
+	CHECK(ibv_destroy_srq(srq) == EBUSY, "destroy_srq in use");
+	CHECK(ibv_req_notify_cq(ecq, 0) == 0, "req_notify_cq");
+	swr.wr_id = 31;
+	sge.addr = (uintptr_t)a.buf;
+	sge.lkey = a.mr->lkey;
+	CHECK(ibv_post_send(aq, &swr, &bad) == 0, "post send to SRQ QP");
+	wc = wait_wc(a.cq);
+	CHECK(wc.status == IBV_WC_SUCCESS, "send: %s", ibv_wc_status_str(wc.status));
+	struct pollfd pfd = {.fd = ch->fd, .events = POLLIN};
+	CHECK(poll(&pfd, 1, 10000) == 1, "completion channel not readable");
+	CHECK(ibv_get_cq_event(ch, &ev_cq, &ev_ctx) == 0 && ev_cq == ecq && ev_ctx == (void *)0x1234, "get_cq_event");
+	ibv_ack_cq_events(ev_cq, 1);
+	wc = wait_wc(ecq);
+	CHECK(wc.status == IBV_WC_SUCCESS && wc.wr_id == 200 && wc.qp_num == sq->qp_num, "SRQ recv: %s", ibv_wc_status_str(wc.status));
+	OK("cq_event");
+	pfd.fd = b.ctx->async_fd;
+	CHECK(poll(&pfd, 1, 10000) == 1, "async fd not readable");
+	struct ibv_async_event ae;
+	CHECK(ibv_get_async_event(b.ctx, &ae) == 0, "get_async_event");
+	CHECK(ae.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && ae.element.srq == srq, "async event %s",
+	      ibv_event_type_str(ae.event_type));
+	ibv_ack_async_event(&ae);
+	OK("async_event");
+
+	// ibv_cq_ex polling.
+	struct ibv_cq_init_attr_ex cx = {.cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS};
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(a.ctx, &cx);
+	CHECK(cqx, "create_cq_ex: %m");
+	struct ibv_qp *xq = make_qp(&a, ibv_cq_ex_to_cq(cqx), ibv_cq_ex_to_cq(cqx), NULL, 0);
+	struct ibv_qp *yq = make_qp(&b, b.cq, b.cq, NULL, 0);
+	connect_qp(xq, b.lid, yq->qp_num);
+	connect_qp(yq, a.lid, xq->qp_num);
+	bw.wr_id = 41;
+	bw.wr.rdma.rkey = b.mr->rkey;
+	CHECK(ibv_post_send(xq, &bw, &bad) == 0, "post");
+	struct ibv_poll_cq_attr pa = {0};
+	int rc;
+	while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT)
+		;
+	CHECK(rc == 0 && cqx->wr_id == 41 && cqx->status == IBV_WC_SUCCESS && ibv_wc_read_opcode(cqx) == IBV_WC_RDMA_WRITE &&
+		      ibv_wc_read_qp_num(cqx) == xq->qp_num, "cq_ex poll");
+	CHECK(ibv_next_poll(cqx) == ENOENT, "next_poll");
+	ibv_end_poll(cqx);
+	OK("cq_ex");
+
+	// A UD QP attached to a multicast group cannot be destroyed until it detaches.
+	struct ibv_qp_init_attr ua = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *uq = ibv_create_qp(a.pd, &ua);
+	CHECK(uq, "create_qp UD: %m");
+	struct ibv_qp_attr uattr = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111};
+	CHECK(ibv_modify_qp(uq, &uattr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0, "UD INIT");
+	union ibv_gid mgid = {.raw = {0xff, 0x12, 0x40, 0x1b, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0x12, 0x34, 0x56, 0x78}};
+	CHECK(ibv_attach_mcast(uq, &mgid, 0xc001) == 0, "attach_mcast");
+	CHECK(ibv_destroy_qp(uq) == EBUSY, "destroy_qp with a group");
+	CHECK(ibv_detach_mcast(uq, &mgid, 0xc001) == 0, "detach_mcast");
+	CHECK(ibv_destroy_qp(uq) == 0, "destroy_qp after detach");
+	OK("mcast_destroy_EBUSY");
+
+	// Teardown in order: each destroy succeeds once what used the object is gone.
+	CHECK(ibv_destroy_qp(xq) == 0 && ibv_destroy_qp(yq) == 0 && ibv_destroy_qp(sq) == 0 && ibv_destroy_qp(aq) == 0, "destroy_qp");
+	CHECK(ibv_destroy_qp(a.qp) == 0 && ibv_destroy_qp(b.qp) == 0, "destroy_qp");
+	CHECK(ibv_destroy_srq(srq) == 0, "destroy_srq");
+	CHECK(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)) == 0 && ibv_destroy_cq(ecq) == 0, "destroy_cq");
+	CHECK(ibv_destroy_comp_channel(ch) == 0, "destroy_comp_channel");
+	CHECK(ibv_dereg_mr(a.mr) == 0 && ibv_dereg_mr(b.mr) == 0, "dereg_mr");
+	CHECK(ibv_destroy_cq(a.cq) == 0 && ibv_destroy_cq(b.cq) == 0, "destroy_cq");
+	CHECK(ibv_dealloc_pd(a.pd) == 0 && ibv_dealloc_pd(b.pd) == 0, "dealloc_pd");
+	CHECK(ibv_close_device(a.ctx) == 0 && ibv_close_device(b.ctx) == 0, "close_device");
+	OK("teardown");
+	return 0;
+}
