@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/attach"
+)
+
+// TestE2EIbverbs runs unmodified rdma-core and perftest programs through `pibgw exec`
+// against `pibgw up`, as root: ibv_devinfo prints what `pibgw devinfo` prints;
+// ibv_rc_pingpong, ib_write_bw and ib_send_lat run server (root) and client (user
+// nobody) as two processes; none is left attached afterwards.
+func TestE2EIbverbs(t *testing.T) {
+	requireE2E(t, "gcc", "ibv_devinfo", "ibv_rc_pingpong", "ib_write_bw", "ib_send_lat")
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("the test runs clients as user nobody: %v", err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+
+	libDir := t.TempDir()
+	openToAll(t, libDir)
+	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
+		t.Fatalf("build-libs.sh: %v\n%s", err, out)
+	}
+	nsA, nsB := e2eNetNS("iva"), e2eNetNS("ivb")
+	body := interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24")
+	d := startDaemon(t, "", body, nsA, nsB)
+	openToAll(t, filepath.Dir(d.Bin))
+	openToAll(t, filepath.Dir(d.Sock))
+
+	pexec := func(asNobody bool, args ...string) *exec.Cmd {
+		cmd := exec.Command(d.Bin, append([]string{"exec", "--control", d.Sock, "--"}, args...)...)
+		cmd.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir)
+		cmd.Dir = "/"
+		if asNobody {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+		}
+		return cmd
+	}
+
+	// ibv_devinfo against the daemon: tab for tab what pibgw devinfo prints.
+	want := d.MustPibgw("devinfo")
+	for _, nob := range []bool{false, true} {
+		out, err := pexec(nob, "ibv_devinfo").CombinedOutput()
+		if err != nil {
+			t.Fatalf("pibgw exec -- ibv_devinfo (nobody %v): %v\n%s", nob, err, out)
+		}
+		if string(out) != want {
+			t.Errorf("ibv_devinfo (nobody %v):\n%s\npibgw devinfo:\n%s", nob, out, want)
+		}
+	}
+
+	pair := func(server, client []string) string {
+		t.Helper()
+		var sout, cout bytes.Buffer
+		s := pexec(false, server...)
+		s.Stdout, s.Stderr = &sout, &sout
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+		c := pexec(true, client...)
+		c.Stdout, c.Stderr = &cout, &cout
+		done := make(chan error, 1)
+		go func() { done <- c.Run() }()
+		var cerr error
+		select {
+		case cerr = <-done:
+		case <-time.After(90 * time.Second):
+			c.Process.Kill()
+			cerr = <-done
+		}
+		if cerr != nil {
+			s.Process.Kill()
+		}
+		serr := s.Wait()
+		if cerr != nil || serr != nil {
+			t.Fatalf("%v: server: %v, client (nobody): %v\nserver:\n%s\nclient:\n%s", server, serr, cerr, sout.String(), cout.String())
+		}
+		return cout.String()
+	}
+	out := pair([]string{"ibv_rc_pingpong", "-d", "pib_1", "-p", "18631", "-g", "0"},
+		[]string{"ibv_rc_pingpong", "-d", "pib_0", "-p", "18631", "-g", "0", "127.0.0.1"})
+	if m := rcReportRE.FindStringSubmatch(out); m == nil || m[2] != "1000" {
+		t.Errorf("ibv_rc_pingpong client: no report of 1000 iterations:\n%s", out)
+	}
+	for _, prog := range []string{"ib_write_bw", "ib_send_lat"} {
+		out := pair([]string{prog, "-d", "pib_1", "-p", "18632", "-n", "500"},
+			[]string{prog, "-d", "pib_0", "-p", "18632", "-n", "500", "127.0.0.1"})
+		if !strings.Contains(out, " 500 ") {
+			t.Errorf("%s client: no result for 500 iterations:\n%s", prog, out)
+		}
+	}
+	waitPS(t, d, nil, "no attached process", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
+}
