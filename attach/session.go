@@ -152,8 +152,10 @@ func (x *session) forward(p *hca.Port, raw []byte, loopback bool) {
 	}
 }
 
-// hoqLife is how long the daemon waits for room in a process's ring.
-const hoqLife = 20 * time.Millisecond
+// hoqLife is how long the daemon waits for room in a process's ring: OpenSM's default
+// head-of-queue lifetime for switch ports toward channel adapters
+// (leaf_head_of_queue_lifetime 0x10: 4.096 µs × 2^16 ≈ 268 ms).
+const hoqLife = 268 * time.Millisecond
 
 // txLoop reads the process's packets, copies each out of shared memory, checks it and
 // sends what passes from the daemon's port.
