@@ -406,6 +406,12 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 		}
 		w.recvd++
 		r.retryLeft, r.rnrLeft = r.retryCnt, r.rnrRetry // forward progress
+		if r.timerOn && pk.AETH == nil {
+			// A First or Middle response acknowledges nothing, but shows the READ is being
+			// answered: the transport timer runs from it (IBA 9.7.6.1.3), lazily — the
+			// expiry moves its own deadline on.
+			r.deadline = c.clk.Now().Add(r.timeout)
+		}
 		if w.recvd == w.npkts {
 			w.done = true
 		}

@@ -42,6 +42,7 @@ const (
 // responder is the receive side of a connection (IBA 9.7.5.2).
 type responder struct {
 	ePSN     uint32
+	ucSkip   bool // UC: a PSN gap was seen, drop until a First or Only (IBA 9.8.3)
 	msn      uint32
 	minRNR   uint8
 	access   hca.AccessFlags
@@ -138,12 +139,18 @@ func (r *responder) request(c *conn, pk *hca.Packet) {
 // first or only packet (IBA 9.8.3).
 func (r *responder) ucRequest(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32, d int32) {
 	if d != 0 {
+		// IBA 9.8.3: a PSN gap ends the message in progress; the responder drops
+		// packets until the next First or Only starts a new one.
 		r.inSend, r.sendOff, r.inWrite = false, 0, false
-		r.ePSN = psn
+		r.ucSkip = true
+	}
+	if r.ucSkip {
+		r.ePSN = psnAdd(psn, 1)
 		if !isFirstOrOnly(op) {
-			r.ePSN = psnAdd(psn, 1)
 			return
 		}
+		r.ucSkip = false
+		r.ePSN = psn
 	}
 	r.execute(c, pk, op, psn)
 }
