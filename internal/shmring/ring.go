@@ -38,6 +38,7 @@ const (
 	offClosed    = 16  // u32, nonzero once either side called Close
 	offHead      = 128 // u64 producer index: bytes ever published
 	offProdWait  = 136 // u32, 1 while the producer waits for space
+	offProdWant  = 144 // u64, the tail the waiting producer wants before it is woken
 	offTail      = 256 // u64 consumer index: bytes ever released
 	offConsSleep = 264 // u32, 1 while the consumer sleeps on the data doorbell
 )
@@ -86,6 +87,14 @@ var (
 	pollBackstop = 50 // ms
 )
 
+// spinPause is called on iteration i of a spin: now and then it lets another goroutine
+// run on this processor (the one it waits for may be queued behind it).
+func spinPause(i int) {
+	if i&spinYield == spinYield {
+		runtime.Gosched()
+	}
+}
+
 // one is what ringing a doorbell adds to the eventfd.
 var one = [8]byte{1}
 
@@ -108,11 +117,13 @@ type Ring struct {
 	head      *atomic.Uint64
 	tail      *atomic.Uint64
 	prodWait  *atomic.Uint32
+	prodWant  *atomic.Uint64
 	consSleep *atomic.Uint32
 	shClosed  *atomic.Uint32
 
 	closed atomic.Bool  // Close was called in this process
 	ops    atomic.Int64 // Read, Write and wake-ups in progress; Close waits for 0
+	spin   atomic.Int64 // SetSpin
 
 	_ [64]byte
 	// Producer state.
@@ -282,9 +293,11 @@ func newRing(mem []byte, memfd int, bell [2]int, head, tail uint64) *Ring {
 		ctail: tail,
 	}
 	r.mask = r.size - 1
+	r.spin.Store(int64(spinIters))
 	r.head = (*atomic.Uint64)(unsafe.Pointer(&mem[offHead]))
 	r.tail = (*atomic.Uint64)(unsafe.Pointer(&mem[offTail]))
 	r.prodWait = (*atomic.Uint32)(unsafe.Pointer(&mem[offProdWait]))
+	r.prodWant = (*atomic.Uint64)(unsafe.Pointer(&mem[offProdWant]))
 	r.consSleep = (*atomic.Uint32)(unsafe.Pointer(&mem[offConsSleep]))
 	r.shClosed = (*atomic.Uint32)(unsafe.Pointer(&mem[offClosed]))
 	r.ppfd[0] = unix.PollFd{Fd: int32(bell[bellSpace]), Events: unix.POLLIN}
@@ -304,6 +317,12 @@ func newRing(mem []byte, memfd int, bell [2]int, head, tail uint64) *Ring {
 func (r *Ring) Fds() (mem, data, space int) {
 	return r.memfd, r.bell[bellData], r.bell[bellSpace]
 }
+
+// SetSpin sets how many times Read and a waiting Write re-check the ring before they
+// sleep on a doorbell (default 5000, about 10 µs; see the package comment). 0 sleeps at
+// once: the better choice where the two processes compete for processors with other
+// work, or to spend no processor time waiting. It may be called at any time.
+func (r *Ring) SetSpin(iters int) { r.spin.Store(int64(max(iters, 0))) }
 
 // Size is the size of the data area in bytes.
 func (r *Ring) Size() int { return int(r.size) }
@@ -502,8 +521,13 @@ func (r *Ring) publish(head uint64) {
 	}
 }
 
-// waitSpace waits until need bytes are free after head.
+// waitSpace waits until need bytes are free after head. Spinning, it takes them as soon
+// as they are free; asleep, it asks to be woken when a quarter of the ring is (or need,
+// if more), so that a consumer that releases a little at a time does not wake it for
+// each record. That costs the records nothing: the consumer reaches them only after it
+// has drained three quarters of the ring.
 func (r *Ring) waitSpace(ctx context.Context, head, need uint64) error {
+	limit := int(r.spin.Load())
 	for spin := 0; ; spin++ {
 		if r.closed.Load() || r.shClosed.Load() != 0 {
 			return ErrClosed
@@ -514,15 +538,14 @@ func (r *Ring) waitSpace(ctx context.Context, head, need uint64) error {
 		if head+need-r.ptail <= r.size {
 			return nil
 		}
-		if spin < spinIters {
-			if spin&spinYield == spinYield {
-				runtime.Gosched()
-			}
+		if spin < limit {
+			spinPause(spin)
 			continue
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		r.prodWant.Store(head + max(need, r.size/4) - r.size) // free >= that iff tail >= want
 		r.prodWait.Store(1)
 		if !r.loadTail(head) {
 			r.prodWait.Store(0)
@@ -565,6 +588,7 @@ func (r *Ring) Read(ctx context.Context, max int, fn func(tag, flags uint16, pkt
 	if max < 1 {
 		max = 1
 	}
+	limit := int(r.spin.Load())
 	for spin := 0; ; spin++ {
 		if r.corrupt {
 			return ErrCorrupt
@@ -579,10 +603,8 @@ func (r *Ring) Read(ctx context.Context, max int, fn func(tag, flags uint16, pkt
 		if r.closed.Load() || peerClosed {
 			return ErrClosed
 		}
-		if spin < spinIters {
-			if spin&spinYield == spinYield {
-				runtime.Gosched()
-			}
+		if spin < limit {
+			spinPause(spin)
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -668,7 +690,9 @@ func (r *Ring) deliver(head uint64, max int, fn func(tag, flags uint16, pkts [][
 func (r *Ring) release(pos uint64) {
 	r.ctail = pos
 	r.tail.Store(pos) // a full barrier before the flag is read
-	if r.prodWait.Load() != 0 && r.prodWait.CompareAndSwap(1, 0) {
+	// The producer stores want before the flag. Once the consumer has released all it
+	// was given, tail is the producer's published head and want (at most head) is met.
+	if r.prodWait.Load() != 0 && int64(pos-r.prodWant.Load()) >= 0 && r.prodWait.CompareAndSwap(1, 0) {
 		r.ring(bellSpace)
 	}
 }

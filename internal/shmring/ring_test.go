@@ -23,6 +23,7 @@ const (
 	helperEnv = "SHMRING_TEST_HELPER"
 	modeEnv   = "SHMRING_TEST_WAIT" // "blocking" or "netpoll": defaultWait in the child
 	spinEnv   = "SHMRING_TEST_SPIN" // spinIters in the child
+	countEnv  = "SHMRING_TEST_N"    // how many records a sink helper reads
 )
 
 func TestMain(m *testing.M) {
@@ -46,11 +47,8 @@ func TestMain(m *testing.M) {
 }
 
 func runHelper(name string) error {
-	switch name {
-	case "sockecho":
-		return sockEcho(&sock{f: os.NewFile(3, "sock"), fd: 3})
-	case "sockecho-blocking":
-		return sockEcho(&sock{fd: 3})
+	if ok, err := runSockHelper(name); ok {
+		return err
 	}
 	a, err := Open(3, 4, 5)
 	if err != nil {
@@ -67,6 +65,12 @@ func runHelper(name string) error {
 		return exchange(a, b)
 	case "echo":
 		return echo(a, b)
+	case "sink":
+		n, err := strconv.Atoi(os.Getenv(countEnv))
+		if err != nil {
+			return fmt.Errorf("%s: %w", countEnv, err)
+		}
+		return ringSink(a, b, n)
 	}
 	return fmt.Errorf("unknown helper %q", name)
 }
