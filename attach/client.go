@@ -37,6 +37,8 @@ type Session struct {
 	rx   *shmring.Ring // the daemon writes; rxMu serialises the takers
 	txMu sync.Mutex
 	rxMu sync.Mutex
+	// lastPoll is when the program last polled a CQ of this session (nanotime).
+	lastPoll atomic.Int64
 
 	nextReq atomic.Uint64
 	wmu     sync.Mutex
@@ -287,8 +289,18 @@ func (s *Session) event(m *msg) {
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
 	for {
-		if err := s.rx.Wait(s.ctx, rxSpin); err != nil {
+		spin := rxSpin
+		if s.polling() {
+			spin = 0
+		}
+		if err := s.rx.Wait(s.ctx, spin); err != nil {
 			return
+		}
+		if s.polling() {
+			// The program polls its CQs and takes the packets in itself: stay off the
+			// CPUs it and the daemon need, and look again in a while.
+			time.Sleep(pollGrace)
+			continue
 		}
 		s.rxMu.Lock()
 		_, err := s.rx.TryRead(64, s.deliver)
@@ -302,6 +314,7 @@ func (s *Session) rxLoop() {
 // pollRx is the mirror devices' Remote.Poll: an empty CQ poll takes in what the daemon
 // sent, unless the receive goroutine is at it already.
 func (s *Session) pollRx() bool {
+	s.lastPoll.Store(nanotime())
 	if !s.rxMu.TryLock() {
 		return false
 	}
@@ -433,7 +446,19 @@ func (s *Session) CM(p *hca.Port) *ibcm.CM {
 	return cm
 }
 
-// rxSpin is how many times the receive goroutine re-checks the ring before it sleeps:
-// a passive process (an RDMA WRITE target polls nothing) then answers a burst without
-// a wake-up per packet.
-var rxSpin = 4000
+// polling reports whether the program polled a CQ within pollGrace.
+func (s *Session) polling() bool { return nanotime()-s.lastPoll.Load() < int64(pollGrace) }
+
+// pollGrace is how long after a program's last CQ poll the receive goroutine leaves the
+// ring to it.
+const pollGrace = 200 * time.Microsecond
+
+var epoch = time.Now()
+
+// nanotime is a monotonic clock reading.
+func nanotime() int64 { return int64(time.Since(epoch)) }
+
+// rxSpin is how many times the receive goroutine re-checks the ring before it sleeps,
+// when the program is not polling: a passive process (an RDMA WRITE target polls
+// nothing) then takes a burst in without a wake-up per packet.
+var rxSpin = 5000

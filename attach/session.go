@@ -163,29 +163,32 @@ func (x *session) txLoop() {
 	var bufs [64][maxPacket]byte
 	batch := make([][]byte, 0, len(bufs))
 	for {
-		err := x.tx.Read(x.ctx, len(bufs), func(t uint16, _ uint16, pkts [][]byte) {
-			dev, pn := untag(t)
-			var port *hca.Port
-			if dev < len(x.srv.Devices) {
-				port = x.srv.Devices[dev].Port(int(pn))
-			}
-			batch = batch[:0]
-			for i, b := range pkts {
-				if port == nil || len(b) > maxPacket {
-					x.police.inc(cntMalformed)
-					continue
+		err := x.tx.Wait(x.ctx, daemonSpin)
+		if err == nil {
+			_, err = x.tx.TryRead(len(bufs), func(t uint16, _ uint16, pkts [][]byte) {
+				dev, pn := untag(t)
+				var port *hca.Port
+				if dev < len(x.srv.Devices) {
+					port = x.srv.Devices[dev].Port(int(pn))
 				}
-				c := bufs[i][:len(b)]
-				copy(c, b)
-				if x.check(dev, port, c) {
-					batch = append(batch, c)
+				batch = batch[:0]
+				for i, b := range pkts {
+					if port == nil || len(b) > maxPacket {
+						x.police.inc(cntMalformed)
+						continue
+					}
+					c := bufs[i][:len(b)]
+					copy(c, b)
+					if x.check(dev, port, c) {
+						batch = append(batch, c)
+					}
 				}
-			}
-			if len(batch) > 0 {
-				x.police.add(cntTxPackets, uint64(len(batch)))
-				port.Transmit(batch)
-			}
-		})
+				if len(batch) > 0 {
+					x.police.add(cntTxPackets, uint64(len(batch)))
+					port.Transmit(batch)
+				}
+			})
+		}
 		if err != nil {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, shmring.ErrClosed) {
 				x.srv.log.Warn("attach: process ring", "pid", x.pid, "err", err)
@@ -195,6 +198,14 @@ func (x *session) txLoop() {
 		}
 	}
 }
+
+// daemonSpin is how many times the daemon re-checks a process's ring before it sleeps
+// on the doorbell (a blocking poll(2), woken in about 5 µs): a little, since on a small
+// machine the processes it serves need the CPUs. Measured between two processes on two
+// cores (BenchmarkRDMAWrite64K, SendPingPong8, UD64, attached): 0 gave 1.5–2.5 GB/s,
+// 56 µs, 184 k msgs/s; 1000 gave 3.1 GB/s, 51–59 µs, 243–260 k msgs/s; 5000 gave
+// 3.1 GB/s, 83–87 µs, 178–211 k msgs/s.
+var daemonSpin = 1000
 
 // maxPacket is the largest packet a port sends: LRH, GRH, BTH and the largest extended
 // headers, a 4096-byte payload, ICRC.
