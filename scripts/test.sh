@@ -40,6 +40,7 @@ FUZZ=(
 	"./rdmacm/ibcm FuzzHandle"
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"
+	"./internal/shmring FuzzConsumer"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")
@@ -159,11 +160,12 @@ run_tests() {
 	local name=$1
 	shift
 	local log="$logdir/${name// /-}.log"
-	step "go test -count=1 -timeout $GO_TEST_TIMEOUT${*:+ $*} ./...  (full -v log: $log)"
+	step "go test -count=1 -timeout $GO_TEST_TIMEOUT${*:+ $*} ${PKGS:-./...}  (full -v log: $log)"
 	local t0 st
 	t0=$(date +%s)
 	set +e
-	go test -count=1 -timeout "$GO_TEST_TIMEOUT" -v "$@" ./... 2>&1 | tee "$log" |
+	# shellcheck disable=SC2086 # PKGS is a list of package patterns
+	go test -count=1 -timeout "$GO_TEST_TIMEOUT" -v "$@" ${PKGS:-./...} 2>&1 | tee "$log" |
 		grep --line-buffered -E '^(ok |FAIL|\?|--- FAIL|panic:)'
 	st=${PIPESTATUS[0]}
 	set -e
@@ -188,6 +190,9 @@ run_tests() {
 }
 
 run_tests "go test"
+# The verbs tests again, every device used through the attach channel by its own session
+# (hcatest's PIBGW_TEST_ATTACHED), as processes use the daemon's HCAs.
+PKGS="./rc ./ud" PIBGW_TEST_ATTACHED=1 run_tests "go test (attached devices)"
 if [[ $PIBGW_RACE == 1 ]]; then
 	run_tests "go test -race" -race
 fi
