@@ -258,7 +258,8 @@ func (s *Server) serveConn(c *net.UnixConn) {
 func (s *Server) newSession(c conn, pid, uid int) (*session, error) {
 	x := &session{srv: s, c: c, pid: pid, uid: uid, since: time.Now(),
 		qpns: make(map[int]map[uint32]struct{}), mcast: make(map[mcastKey]struct{}),
-		joins: make(map[joinKey]rdmacm.Device), dirty: make(map[tagKey]struct{}), kick: make(chan struct{}, 1)}
+		joins: make(map[joinKey]rdmacm.Device), dirty: make(map[tagKey]struct{}), kick: make(chan struct{}, 1),
+		txDone: make(chan struct{})}
 	x.ctx, x.cancel = context.WithCancel(context.Background())
 	var err error
 	if x.tx, err = newRing(); err != nil {
@@ -292,6 +293,9 @@ func (s *Server) newSession(c conn, pid, uid int) (*session, error) {
 // endSession frees everything a process had when its socket closed.
 func (s *Server) endSession(x *session) {
 	x.cancel()
+	if x.started {
+		<-x.txDone
+	}
 	s.mu.Lock()
 	delete(s.sessions, x.id)
 	for k, o := range s.listens {

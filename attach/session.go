@@ -26,8 +26,10 @@ type session struct {
 	uid   int
 	since time.Time
 
-	ctx    context.Context
-	cancel context.CancelFunc
+	ctx     context.Context
+	cancel  context.CancelFunc
+	txDone  chan struct{} // closed when txLoop has sent everything the process wrote
+	started bool          // start ran (on the session's connection goroutine)
 
 	tx   *shmring.Ring // the process writes, the daemon reads
 	rx   *shmring.Ring // the daemon writes (rxMu), the process reads
@@ -75,6 +77,7 @@ func (x *session) write(m *msg, fds ...int) error {
 
 // start runs the session's goroutines: the transmit loop and the port-state pusher.
 func (x *session) start() {
+	x.started = true
 	go x.txLoop()
 	go x.eventLoop()
 }
@@ -160,34 +163,20 @@ const hoqLife = 268 * time.Millisecond
 // txLoop reads the process's packets, copies each out of shared memory, checks it and
 // sends what passes from the daemon's port.
 func (x *session) txLoop() {
+	defer close(x.txDone)
 	var bufs [64][maxPacket]byte
 	batch := make([][]byte, 0, len(bufs))
 	for {
 		err := x.tx.Wait(x.ctx, daemonSpin)
+		if errors.Is(err, context.Canceled) || errors.Is(err, shmring.ErrClosed) {
+			// The process is gone: what it sent before it went (a DREQ as it closed a
+			// connection) still goes out, as an HCA sends what was posted.
+			err = nil
+			defer func() { x.tx.TryRead(len(bufs), x.transmit(&bufs, &batch)) }()
+			return
+		}
 		if err == nil {
-			_, err = x.tx.TryRead(len(bufs), func(t uint16, _ uint16, pkts [][]byte) {
-				dev, pn := untag(t)
-				var port *hca.Port
-				if dev < len(x.srv.Devices) {
-					port = x.srv.Devices[dev].Port(int(pn))
-				}
-				batch = batch[:0]
-				for i, b := range pkts {
-					if port == nil || len(b) > maxPacket {
-						x.police.inc(cntMalformed)
-						continue
-					}
-					c := bufs[i][:len(b)]
-					copy(c, b)
-					if x.check(dev, port, c) {
-						batch = append(batch, c)
-					}
-				}
-				if len(batch) > 0 {
-					x.police.add(cntTxPackets, uint64(len(batch)))
-					port.Transmit(batch)
-				}
-			})
+			_, err = x.tx.TryRead(len(bufs), x.transmit(&bufs, &batch))
 		}
 		if err != nil {
 			if !errors.Is(err, context.Canceled) && !errors.Is(err, shmring.ErrClosed) {
@@ -196,6 +185,35 @@ func (x *session) txLoop() {
 			}
 			return
 		}
+	}
+}
+
+// transmit returns the ring callback that copies each packet out of shared memory into
+// bufs, checks it and sends what passes from the daemon's port.
+func (x *session) transmit(bufs *[64][maxPacket]byte, batchp *[][]byte) func(t uint16, _ uint16, pkts [][]byte) {
+	return func(t uint16, _ uint16, pkts [][]byte) {
+		batch := (*batchp)[:0]
+		dev, pn := untag(t)
+		var port *hca.Port
+		if dev < len(x.srv.Devices) {
+			port = x.srv.Devices[dev].Port(int(pn))
+		}
+		for i, b := range pkts {
+			if port == nil || len(b) > maxPacket {
+				x.police.inc(cntMalformed)
+				continue
+			}
+			c := bufs[i][:len(b)]
+			copy(c, b)
+			if x.check(dev, port, c) {
+				batch = append(batch, c)
+			}
+		}
+		if len(batch) > 0 {
+			x.police.add(cntTxPackets, uint64(len(batch)))
+			port.Transmit(batch)
+		}
+		*batchp = batch
 	}
 }
 

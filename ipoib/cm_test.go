@@ -103,6 +103,9 @@ func TestConnectedMode(t *testing.T) {
 	if got := da.recv(t); !bytes.Equal(got, reply) {
 		t.Fatal("B→A 65,520-byte packet differs")
 	}
+	// B counts its passive connection when its CM reports it established, which can come
+	// just after the first data on it (IBA 12.9.6: data before the RTU establishes too).
+	waitFor(t, "B's passive connection counted", func() bool { return b.Counter("cm_rx_connections") == 1 })
 	if a.Counter("cm_tx_connections") != 1 || b.Counter("cm_rx_connections") != 1 ||
 		b.Counter("cm_tx_connections") != 1 || a.Counter("tx_cm_packets") < 3 || b.Counter("rx_cm_packets") < 3 {
 		t.Fatalf("counters: A %v, B %v", a.Info().Counters, b.Info().Counters)
