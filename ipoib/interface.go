@@ -192,6 +192,7 @@ type Interface struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	running atomic.Bool
+	runMu   sync.Mutex // Run's start against Close (see Run)
 	closed  atomic.Bool
 	once    sync.Once
 }
@@ -375,15 +376,22 @@ func (i *Interface) destroyVerbs() {
 // error otherwise (an interface closed before Run started has nothing to run: nil).
 // Run may be called once.
 func (i *Interface) Run(ctx context.Context) error {
+	// runMu orders Run's start against Close: either Close sees the transmit loop
+	// counted (and waits for it before freeing the verbs objects it uses), or Run sees
+	// the interface closed.
+	i.runMu.Lock()
 	if i.closed.Load() {
+		i.runMu.Unlock()
 		return nil
 	}
 	if !i.running.CompareAndSwap(false, true) {
+		i.runMu.Unlock()
 		return errors.New("ipoib: Run called twice")
 	}
 	errc := make(chan error, 1)
 	i.startSweep()
 	i.wg.Add(1)
+	i.runMu.Unlock()
 	go func() {
 		defer i.wg.Done()
 		errc <- i.txLoop(i.txSourceFor())
@@ -417,7 +425,9 @@ func (i *Interface) Run(ctx context.Context) error {
 // (which ends Run) and frees the verbs objects. It is idempotent.
 func (i *Interface) Close() error {
 	i.once.Do(func() {
+		i.runMu.Lock()
 		i.closed.Store(true)
+		i.runMu.Unlock()
 		if i.rcq != nil {
 			i.rcq.SetCompHandler(nil)
 		}

@@ -152,12 +152,24 @@ func TestMulticastJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(a.e.buf, "to the group")
-	if _, err := a.id.QP().PostSend([]hca.SendWR{{Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: a.e.sge(0, 12),
-		AH: ah, RemoteQPN: a.ud.QPNum, RemoteQKey: a.ud.QKey}}); err != nil {
-		t.Fatal(err)
+	// The SA answers a join before the SM has programmed the switch's MFT (as OpenSM
+	// does), so the first packets may find no route yet: send until one arrives.
+	var wcs [1]hca.WC
+	got := false
+	for try := 0; try < 50 && !got; try++ {
+		if _, err := a.id.QP().PostSend([]hca.SendWR{{Opcode: hca.WRSend, SGL: a.e.sge(0, 12),
+			AH: ah, RemoteQPN: a.ud.QPNum, RemoteQKey: a.ud.QKey}}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+			if b.e.cq.Poll(wcs[:]) == 1 {
+				got = true
+				break
+			}
+		}
 	}
-	if wc := b.e.poll(t); wc.Status != hca.WCSuccess || string(b.e.buf[40:52]) != "to the group" {
-		t.Fatalf("member received %v %q", wc.Status, b.e.buf[40:52])
+	if !got || wcs[0].Status != hca.WCSuccess || string(b.e.buf[40:52]) != "to the group" {
+		t.Fatalf("member received %v (%v) %q", got, wcs[0].Status, b.e.buf[40:52])
 	}
 	for _, m := range ms {
 		if err := m.id.LeaveMulticast(group); err != nil {

@@ -65,10 +65,11 @@ func TestRelay(t *testing.T) {
 	go func() {
 		done <- run([]string{"-a", nsA + ":ib0:10.97.0.1/24", "-b", nsB + ":ib1:10.97.0.2/24", "-mtu", "2044"}, &out, stop)
 	}()
-	// Wait for the second device.
+	// Wait for the second device and its address (the relay configures it after
+	// creating it).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if exec.Command("ip", "-n", nsB, "link", "show", "ib1").Run() == nil {
+		if a, err := exec.Command("ip", "-n", nsB, "addr", "show", "ib1").Output(); err == nil && strings.Contains(string(a), "10.97.0.2/24") {
 			break
 		}
 		if time.Now().After(deadline) {
