@@ -78,8 +78,10 @@ func requireTools(t *testing.T, tools ...string) {
 // fabric is an in-process fabric serving the attach socket, and the environment that
 // runs programs on it with pibgw's libibverbs.
 type fabric struct {
-	f   *inproc.Fabric
-	env []string
+	f       *inproc.Fabric
+	env     []string
+	timeout time.Duration // of pair, if not 90 s
+	client  time.Duration // how long pair's last client ran
 }
 
 func startFabric(t *testing.T) *fabric {
@@ -118,7 +120,11 @@ func (fb *fabric) run(t *testing.T, name string, args ...string) string {
 // returns their outputs; both must exit 0.
 func (fb *fabric) pair(t *testing.T, server, client []string) (string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	d := 90 * time.Second
+	if fb.timeout > 0 {
+		d = fb.timeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	var sout, cout bytes.Buffer
 	s := fb.command(ctx, server[0], server[1:]...)
@@ -130,7 +136,9 @@ func (fb *fabric) pair(t *testing.T, server, client []string) (string, string) {
 	time.Sleep(300 * time.Millisecond)
 	c := fb.command(ctx, client[0], client[1:]...)
 	c.Stdout, c.Stderr = &cout, &cout
+	cstart := time.Now()
 	cerr := c.Run()
+	fb.client = time.Since(cstart)
 	if cerr != nil {
 		s.Process.Kill()
 	}

@@ -4,10 +4,14 @@
 #   libibverbs.so.1   libibverbs for unmodified programs (ibv_devinfo, the pingpongs,
 #                     perftest): their verbs run on a pibgw daemon's HCAs through the
 #                     attach socket ($PIBGW_ATTACH, else /run/pibgw/attach.sock)
+#   librdmacm.so.1    librdmacm for unmodified rdma_cm programs (rping, ucmatose, udaddy,
+#                     rdma_server/rdma_client): plain C over libibverbs.so.1 above, which
+#                     runs their rdma_cm calls (package rdmacm) in its Go runtime
 #
 #   bash scripts/build-libs.sh [DIR]
 #
-# Needs cgo (gcc) and rdma-core's headers (Debian: libibverbs-dev), which give the
+# Needs cgo (gcc) and rdma-core's headers (Debian: libibverbs-dev; librdmacm-dev for
+# librdmacm.so.1, which is skipped with a message without it), which give the
 # structures their real layouts. Run programs with `pibgw exec -- CMD`, or with
 # LD_LIBRARY_PATH=DIR.
 set -euo pipefail
@@ -30,3 +34,14 @@ CGO_ENABLED=1 go build -tags pibgw_cabi -buildmode=c-shared -trimpath \
 rm -f "$out/libibverbs.so.h" "$out/libibverbs.h"
 ln -sf libibverbs.so.1 "$out/libibverbs.so"
 echo "built $out/libibverbs.so.1"
+
+if [[ ! -f /usr/include/rdma/rdma_cma.h ]]; then
+	echo "build-libs.sh: /usr/include/rdma/rdma_cma.h is missing (Debian: apt-get install librdmacm-dev): librdmacm.so.1 not built" >&2
+	exit 0
+fi
+src=cabi/rdmacm
+gcc -shared -fPIC -O2 -Wall -Wno-unused-parameter -fvisibility=hidden -o "$out/librdmacm.so.1" "$src/cma.c" \
+	-Wl,--version-script="$src/librdmacm.map" -Wl,-soname,librdmacm.so.1 -Wl,--no-undefined \
+	-L"$out" -l:libibverbs.so.1 -lpthread
+ln -sf librdmacm.so.1 "$out/librdmacm.so"
+echo "built $out/librdmacm.so.1"

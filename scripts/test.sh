@@ -31,6 +31,8 @@ TOOLS=(
 	"/usr/include/infiniband/verbs.h libibverbs-dev"
 	"ibv_devinfo ibverbs-utils"
 	"ib_write_bw perftest"
+	"/usr/include/rdma/rdma_cma.h librdmacm-dev"
+	"rping rdmacm-utils"
 )
 # Fuzz targets: package and function.
 FUZZ=(

@@ -799,6 +799,9 @@ static int post_srq_recv_op(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct 
 
 static void wr_set_ops(struct ibv_qp_ex *q);
 
+// The rdma_cm ID whose QP create_qp makes (pib_cm_create_qp), per thread.
+static __thread uint64_t cm_qp_id;
+
 static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, uint64_t send_ops)
 {
 	struct pib_qp *q;
@@ -821,6 +824,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 	pc.cap = a->cap;
 	pc.qp_type = a->qp_type;
 	pc.sq_sig_all = a->sq_sig_all;
+	pc.cmid = cm_qp_id;
 	q->h = pibgo_create_qp(&pc, q, &err);
 	if (!q->h) {
 		free(q);
@@ -850,6 +854,18 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
 	return create_qp(pd, a, 0);
+}
+
+// pib_cm_create_qp is rdma_create_qp's ibv_create_qp (librdmacm.so.1): the QP is the rdma_cm
+// ID's, created and moved to INIT (UD: RTS) by package rdmacm.
+EXPORT struct ibv_qp *pib_cm_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, uint64_t id)
+{
+	cm_qp_id = id;
+	struct ibv_qp *qp = create_qp(pd, a, 0);
+	cm_qp_id = 0;
+	if (qp)
+		qp->state = a->qp_type == IBV_QPT_UD ? IBV_QPS_RTS : IBV_QPS_INIT;
+	return qp;
 }
 
 static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)

@@ -96,6 +96,7 @@ struct pib_qp_create {
 	uint32_t qp_type;
 	int sq_sig_all;
 	uint32_t qp_num; // out
+	uint64_t cmid;   // rdma_create_qp: the Go handle of the rdma_cm ID, else 0
 };
 
 // pib_async is an async event for ibv_get_async_event.

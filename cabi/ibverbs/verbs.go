@@ -800,7 +800,18 @@ func pibgo_create_qp(a *C.struct_pib_qp_create, cptr unsafe.Pointer, perr *C.int
 		}
 		init.SRQ = s.srq
 	}
-	qp, err := pd.CreateQP(init)
+	var qp *hca.QP
+	var err error
+	if a.cmid != 0 {
+		o, ok := cmIDs.get(a.cmid)
+		if !ok {
+			*perr = einval
+			return 0
+		}
+		qp, err = o.id.CreateQP(pd, init)
+	} else {
+		qp, err = pd.CreateQP(init)
+	}
 	if err != nil {
 		*perr = errno(err)
 		return 0

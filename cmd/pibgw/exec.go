@@ -18,11 +18,12 @@ const ibverbsLib = "libibverbs.so.1"
 func execCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:      "exec",
-		Usage:     "run an unmodified libibverbs program on the daemon's HCAs",
+		Usage:     "run an unmodified libibverbs or librdmacm program on the daemon's HCAs",
 		ArgsUsage: "-- CMD [ARGS...]",
-		Description: "Runs CMD with pibgw's libibverbs.so.1 found first (LD_LIBRARY_PATH) and the daemon's\n" +
-			"attach socket in PIBGW_ATTACH, so that ibv_devinfo, the ibv_*_pingpong programs and\n" +
-			"perftest run their verbs on the soft fabric with no kernel module. The library is looked\n" +
+		Description: "Runs CMD with pibgw's libibverbs.so.1 and librdmacm.so.1 (same directory) found first\n" +
+			"(LD_LIBRARY_PATH) and the daemon's attach socket in PIBGW_ATTACH, so that ibv_devinfo, the\n" +
+			"ibv_*_pingpong programs, perftest, rping, ucmatose, udaddy and rdma_server/rdma_client run\n" +
+			"their verbs and rdma_cm on the soft fabric with no kernel module. The libraries are looked\n" +
 			"for in $PIBGW_LIBDIR, next to the pibgw binary, in build/lib of pibgw's source tree\n" +
 			"(bash scripts/build-libs.sh), then in /usr/local/lib/pibgw. The attach socket is --attach,\n" +
 			"else $PIBGW_ATTACH, else attach.sock beside --control's socket (/run/pibgw/attach.sock).",

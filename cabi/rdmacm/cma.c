@@ -1,0 +1,934 @@
+// pibgw's librdmacm.so.1: rdma-core 44's rdma_cm API (<rdma/rdma_cma.h>, RDMACM_1.x
+// symbol versions) for unmodified programs such as rping, ucmatose, udaddy and
+// rdma_server/rdma_client. It is plain C linked against pibgw's libibverbs.so.1, which
+// holds the Go side (cabi/ibverbs/cma.go: package rdmacm on the attach session): one Go
+// runtime, one session, and an ID's verbs objects (context, PD, CQs, QP) are that
+// library's, so the program's own ibv_* calls work on them.
+//
+// Built by scripts/build-libs.sh. What has no meaning here is accepted and ignored:
+// rdma_set_option (TOS, REUSEADDR, AFONLY, ACK timeout, path records...), rdma_notify.
+// rsockets (r*) fail with ENOSYS except rpoll, which is poll(2).
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include "../ibverbs/pib_cm.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+struct cm_event {
+	struct rdma_cm_event ev;
+	uint64_t evh;
+	int acked;
+	uint8_t priv[256];
+	struct cm_event *next; // a channel's backlog
+};
+
+struct cm_chan {
+	struct rdma_event_channel ch;
+	uint64_t h;
+	pthread_mutex_t mu;
+	struct cm_event *backlog, **tail; // events taken by a synchronous wait for another ID
+};
+
+struct cm_id {
+	struct rdma_cm_id id;
+	uint64_t h;
+	int sync;        // synchronous ID (no channel given): calls wait for their events
+	int own_channel; // the channel is the ID's, destroyed with it
+	int own_cqs;     // rdma_create_qp made the CQs and their channels
+	struct ibv_sa_path_rec path;
+	struct ibv_qp_init_attr *qp_init; // rdma_create_ep on a passive ID: for rdma_get_request
+	struct cm_event *req;             // rdma_get_request's CONNECT_REQUEST (id->event)
+};
+
+#define CHAN(c) ((struct cm_chan *)(c))
+#define ID(i) ((struct cm_id *)(i))
+
+// ---- devices --------------------------------------------------------------------------
+
+#define MAX_DEVS 64
+static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct ibv_context *dev_ctx[MAX_DEVS];
+static struct ibv_pd *dev_pd[MAX_DEVS];
+static struct ibv_context *dev_list_ctx[MAX_DEVS + 1];
+
+static struct ibv_context *device(int i, struct ibv_pd **pd)
+{
+	if (i < 0 || i >= MAX_DEVS)
+		return NULL;
+	pthread_mutex_lock(&dev_mu);
+	if (!dev_ctx[i]) {
+		int n = 0;
+		struct ibv_device **l = ibv_get_device_list(&n);
+		if (l && i < n) {
+			dev_ctx[i] = ibv_open_device(l[i]);
+			if (dev_ctx[i])
+				dev_pd[i] = ibv_alloc_pd(dev_ctx[i]);
+		}
+		if (l)
+			ibv_free_device_list(l);
+	}
+	if (pd)
+		*pd = dev_pd[i];
+	struct ibv_context *c = dev_ctx[i];
+	pthread_mutex_unlock(&dev_mu);
+	return c;
+}
+
+EXPORT struct ibv_context **rdma_get_devices(int *num)
+{
+	int n = 0;
+	struct ibv_device **l = ibv_get_device_list(&n);
+	if (l)
+		ibv_free_device_list(l);
+	if (n > MAX_DEVS)
+		n = MAX_DEVS;
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		struct ibv_context *c = device(i, NULL);
+		if (c)
+			dev_list_ctx[k++] = c;
+	}
+	dev_list_ctx[k] = NULL;
+	if (num)
+		*num = k;
+	return dev_list_ctx;
+}
+
+EXPORT void rdma_free_devices(struct ibv_context **list) { (void)list; }
+
+// refresh copies what the Go ID shows into the rdma_cm_id.
+static void refresh(struct cm_id *p)
+{
+	struct pib_cm_info info;
+	struct rdma_cm_id *id = &p->id;
+	pibcm_info(p->h, &info);
+	if (info.dev >= 0) {
+		struct ibv_pd *pd = NULL;
+		id->verbs = device(info.dev, &pd);
+		id->port_num = info.port;
+	}
+	memcpy(&id->route.addr.src_storage, &info.src, sizeof(info.src));
+	memcpy(&id->route.addr.dst_storage, &info.dst, sizeof(info.dst));
+	struct rdma_ib_addr *ib = &id->route.addr.addr.ibaddr;
+	ib->pkey = htobe16(info.pkey);
+	if (info.route_ok) {
+		struct ibv_sa_path_rec *r = &p->path;
+		memset(r, 0, sizeof(*r));
+		memcpy(&r->dgid, info.dgid, 16);
+		memcpy(&r->sgid, info.sgid, 16);
+		memcpy(&ib->sgid, info.sgid, 16);
+		memcpy(&ib->dgid, info.dgid, 16);
+		r->dlid = htobe16(info.dlid);
+		r->slid = htobe16(info.slid);
+		r->pkey = htobe16(info.pkey);
+		r->sl = info.sl;
+		r->mtu = info.mtu;
+		r->mtu_selector = 2;
+		r->rate = info.rate;
+		r->rate_selector = 2;
+		r->packet_life_time = info.packet_life;
+		r->packet_life_time_selector = 2;
+		r->numb_path = 1;
+		r->reversible = 1;
+		id->route.path_rec = r;
+		id->route.num_paths = 1;
+	}
+}
+
+// ---- event channels -------------------------------------------------------------------
+
+EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+	struct cm_chan *c = calloc(1, sizeof(*c));
+	if (!c) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	c->ch.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	if (c->ch.fd < 0) {
+		free(c);
+		return NULL;
+	}
+	c->h = pibcm_create_channel(c->ch.fd);
+	if (!c->h) {
+		close(c->ch.fd);
+		free(c);
+		errno = ENODEV;
+		return NULL;
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	c->tail = &c->backlog;
+	return &c->ch;
+}
+
+EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *ch)
+{
+	struct cm_chan *c = CHAN(ch);
+	if (!c)
+		return;
+	pibcm_destroy_channel(c->h);
+	close(c->ch.fd);
+	while (c->backlog) {
+		struct cm_event *e = c->backlog;
+		c->backlog = e->next;
+		free(e);
+	}
+	free(c);
+}
+
+static int is_ud(struct rdma_cm_id *id)
+{
+	return id->ps == RDMA_PS_UDP || id->ps == RDMA_PS_IPOIB;
+}
+
+// take reads the channel's next event from Go.
+static int take(struct cm_chan *c, struct cm_event **out)
+{
+	struct pib_cm_ev e;
+	for (;;) {
+		uint64_t n;
+		ssize_t r = read(c->ch.fd, &n, sizeof(n));
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1; // EAGAIN for an O_NONBLOCK channel
+		}
+		if (pibcm_get_event(c->h, &e) == 0)
+			break;
+	}
+	struct cm_event *ce = calloc(1, sizeof(*ce));
+	if (!ce) {
+		pibcm_ack(e.evh);
+		errno = ENOMEM;
+		return -1;
+	}
+	ce->evh = e.evh;
+	struct rdma_cm_event *ev = &ce->ev;
+	ev->event = e.type;
+	ev->status = e.status;
+	struct cm_id *lp = e.listenp;
+	ev->listen_id = lp ? &lp->id : NULL;
+	struct cm_id *p = e.idp;
+	if (e.new_id || !p) {
+		// A connection request's new ID: as the listener's, on its channel.
+		p = calloc(1, sizeof(*p));
+		if (!p) {
+			pibcm_ack(e.evh);
+			free(ce);
+			errno = ENOMEM;
+			return -1;
+		}
+		p->h = e.id;
+		pibcm_set_cptr(e.id, p);
+		if (lp) {
+			p->id.channel = lp->id.channel;
+			p->id.context = lp->id.context;
+			p->id.ps = lp->id.ps;
+			p->id.qp_type = lp->id.qp_type;
+			p->sync = lp->sync;
+			p->id.pd = lp->id.pd;
+		} else {
+			p->id.channel = &c->ch;
+		}
+	}
+	ev->id = &p->id;
+	refresh(p);
+	if (lp)
+		refresh(lp);
+	int n = e.p.priv_len;
+	memcpy(ce->priv, e.p.priv, n);
+	if (is_ud(&p->id)) {
+		struct rdma_ud_param *u = &ev->param.ud;
+		u->private_data = n ? ce->priv : NULL;
+		u->private_data_len = n;
+		u->ah_attr = e.p.ah;
+		u->qp_num = e.p.qp_num;
+		u->qkey = e.p.qkey;
+	} else {
+		struct rdma_conn_param *cp = &ev->param.conn;
+		cp->private_data = n ? ce->priv : NULL;
+		cp->private_data_len = n;
+		cp->responder_resources = e.p.responder_resources;
+		cp->initiator_depth = e.p.initiator_depth;
+		cp->flow_control = e.p.flow_control;
+		cp->retry_count = e.p.retry_count;
+		cp->rnr_retry_count = e.p.rnr_retry_count;
+		cp->srq = e.p.srq;
+		cp->qp_num = e.p.qp_num;
+	}
+	*out = ce;
+	return 0;
+}
+
+// next is the channel's next event: the backlog first.
+static int next(struct cm_chan *c, struct cm_event **out)
+{
+	pthread_mutex_lock(&c->mu);
+	struct cm_event *e = c->backlog;
+	if (e) {
+		c->backlog = e->next;
+		if (!c->backlog)
+			c->tail = &c->backlog;
+		e->next = NULL;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (e) {
+		*out = e;
+		return 0;
+	}
+	return take(c, out);
+}
+
+static void stash(struct cm_chan *c, struct cm_event *e)
+{
+	pthread_mutex_lock(&c->mu);
+	e->next = NULL;
+	*c->tail = e;
+	c->tail = &e->next;
+	pthread_mutex_unlock(&c->mu);
+}
+
+EXPORT int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **event)
+{
+	struct cm_event *e;
+	if (!ch || !event) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (next(CHAN(ch), &e))
+		return -1;
+	*event = &e->ev;
+	return 0;
+}
+
+static void ack(struct cm_event *e)
+{
+	if (!e->acked) {
+		e->acked = 1;
+		pibcm_ack(e->evh);
+	}
+}
+
+EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+	if (!event) {
+		errno = EINVAL;
+		return -1;
+	}
+	struct cm_event *e = (struct cm_event *)event;
+	ack(e);
+	free(e);
+	return 0;
+}
+
+static const char *const event_names[] = {
+	"RDMA_CM_EVENT_ADDR_RESOLVED",	  "RDMA_CM_EVENT_ADDR_ERROR",	    "RDMA_CM_EVENT_ROUTE_RESOLVED",
+	"RDMA_CM_EVENT_ROUTE_ERROR",	  "RDMA_CM_EVENT_CONNECT_REQUEST",  "RDMA_CM_EVENT_CONNECT_RESPONSE",
+	"RDMA_CM_EVENT_CONNECT_ERROR",	  "RDMA_CM_EVENT_UNREACHABLE",	    "RDMA_CM_EVENT_REJECTED",
+	"RDMA_CM_EVENT_ESTABLISHED",	  "RDMA_CM_EVENT_DISCONNECTED",	    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+	"RDMA_CM_EVENT_MULTICAST_JOIN",	  "RDMA_CM_EVENT_MULTICAST_ERROR",  "RDMA_CM_EVENT_ADDR_CHANGE",
+	"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+};
+
+EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+	if ((unsigned)event < sizeof(event_names) / sizeof(event_names[0]))
+		return event_names[event];
+	return "UNKNOWN EVENT";
+}
+
+// wait is a synchronous ID's wait for its next event, which must be want: 0, or -1 with
+// errno as librdmacm's (ECONNREFUSED for REJECTED, the status's errno otherwise). Events
+// of other IDs on a shared channel wait in its backlog.
+static int wait(struct cm_id *p, enum rdma_cm_event_type want)
+{
+	struct cm_chan *c = CHAN(p->id.channel);
+	for (;;) {
+		struct cm_event *e;
+		if (take(c, &e))
+			return -1;
+		if (e->ev.id != &p->id) {
+			stash(c, e);
+			continue;
+		}
+		int type = e->ev.event, status = e->ev.status;
+		if (p->id.event)
+			rdma_ack_cm_event(p->id.event);
+		p->id.event = NULL;
+		ack(e);
+		free(e);
+		if (type == (int)want)
+			return 0;
+		if (type == RDMA_CM_EVENT_CONNECT_RESPONSE && want == RDMA_CM_EVENT_ESTABLISHED)
+			return 0;
+		if (type == RDMA_CM_EVENT_REJECTED)
+			errno = ECONNREFUSED;
+		else if (status < 0)
+			errno = -status;
+		else
+			errno = ECONNREFUSED;
+		return -1;
+	}
+}
+
+// ---- IDs ------------------------------------------------------------------------------
+
+static int fail(int err)
+{
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+EXPORT int rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **out, void *context,
+			  enum rdma_port_space ps)
+{
+	struct cm_id *p = calloc(1, sizeof(*p));
+	if (!p)
+		return fail(ENOMEM);
+	if (!ch) {
+		ch = rdma_create_event_channel();
+		if (!ch) {
+			free(p);
+			return -1;
+		}
+		p->sync = 1;
+		p->own_channel = 1;
+	}
+	int err = 0;
+	p->h = pibcm_create_id(CHAN(ch)->h, ps, p, &err);
+	if (!p->h) {
+		if (p->own_channel)
+			rdma_destroy_event_channel(ch);
+		free(p);
+		return fail(err);
+	}
+	p->id.channel = ch;
+	p->id.context = context;
+	p->id.ps = ps;
+	p->id.qp_type = (ps == RDMA_PS_UDP || ps == RDMA_PS_IPOIB) ? IBV_QPT_UD : IBV_QPT_RC;
+	*out = &p->id;
+	return 0;
+}
+
+static void destroy_cqs(struct cm_id *p)
+{
+	struct rdma_cm_id *id = &p->id;
+	if (!p->own_cqs)
+		return;
+	if (id->recv_cq && id->recv_cq != id->send_cq)
+		ibv_destroy_cq(id->recv_cq);
+	if (id->send_cq)
+		ibv_destroy_cq(id->send_cq);
+	if (id->recv_cq_channel && id->recv_cq_channel != id->send_cq_channel)
+		ibv_destroy_comp_channel(id->recv_cq_channel);
+	if (id->send_cq_channel)
+		ibv_destroy_comp_channel(id->send_cq_channel);
+	id->send_cq = id->recv_cq = NULL;
+	id->send_cq_channel = id->recv_cq_channel = NULL;
+	p->own_cqs = 0;
+}
+
+EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
+{
+	struct cm_id *p = ID(id);
+	if (!p)
+		return fail(EINVAL);
+	if (id->event) {
+		rdma_ack_cm_event(id->event);
+		id->event = NULL;
+	}
+	int err = pibcm_destroy_id(p->h);
+	if (p->own_channel)
+		rdma_destroy_event_channel(id->channel);
+	free(p->qp_init);
+	free(p);
+	return fail(err);
+}
+
+EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	int err = pibcm_bind(ID(id)->h, addr);
+	refresh(ID(id));
+	return fail(err);
+}
+
+EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int ms)
+{
+	int err = pibcm_resolve_addr(ID(id)->h, src, dst, ms > 0 ? ms : 2000);
+	refresh(ID(id));
+	if (err)
+		return fail(err);
+	if (ID(id)->sync && wait(ID(id), RDMA_CM_EVENT_ADDR_RESOLVED))
+		return -1;
+	return 0;
+}
+
+EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int ms)
+{
+	int err = pibcm_resolve_route(ID(id)->h, ms > 0 ? ms : 2000);
+	if (err)
+		return fail(err);
+	if (ID(id)->sync && wait(ID(id), RDMA_CM_EVENT_ROUTE_RESOLVED))
+		return -1;
+	refresh(ID(id));
+	return 0;
+}
+
+EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+	int err = pibcm_listen(ID(id)->h, backlog);
+	refresh(ID(id));
+	return fail(err);
+}
+
+static void param_in(struct rdma_cm_id *id, struct rdma_conn_param *cp, struct pib_cm_param *p, int connect)
+{
+	memset(p, 0, sizeof(*p));
+	if (!cp) {
+		p->responder_resources = p->initiator_depth = 16;
+		p->retry_count = p->rnr_retry_count = 7;
+		return;
+	}
+	int n = cp->private_data ? cp->private_data_len : 0;
+	memcpy(p->priv, cp->private_data, n);
+	p->priv_len = n;
+	p->responder_resources = cp->responder_resources == RDMA_MAX_RESP_RES ? 16 : cp->responder_resources;
+	p->initiator_depth = cp->initiator_depth == RDMA_MAX_INIT_DEPTH ? 16 : cp->initiator_depth;
+	p->flow_control = cp->flow_control;
+	p->retry_count = cp->retry_count;
+	p->rnr_retry_count = cp->rnr_retry_count;
+	p->srq = cp->srq;
+	p->qp_num = cp->qp_num;
+	(void)id;
+	(void)connect;
+}
+
+EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *cp)
+{
+	struct pib_cm_param p;
+	param_in(id, cp, &p, 1);
+	int err = pibcm_connect(ID(id)->h, &p);
+	if (err)
+		return fail(err);
+	if (ID(id)->sync && wait(ID(id), is_ud(id) ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_ESTABLISHED))
+		return -1;
+	return 0;
+}
+
+EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *cp)
+{
+	struct pib_cm_param p;
+	param_in(id, cp, &p, 0);
+	int err = pibcm_accept(ID(id)->h, &p);
+	if (err)
+		return fail(err);
+	if (ID(id)->sync && !is_ud(id) && wait(ID(id), RDMA_CM_EVENT_ESTABLISHED))
+		return -1;
+	return 0;
+}
+
+EXPORT int rdma_reject(struct rdma_cm_id *id, const void *priv, uint8_t len)
+{
+	return fail(pibcm_reject(ID(id)->h, (void *)priv, priv ? len : 0));
+}
+
+EXPORT int rdma_disconnect(struct rdma_cm_id *id)
+{
+	return fail(pibcm_disconnect(ID(id)->h));
+}
+
+EXPORT int rdma_establish(struct rdma_cm_id *id)
+{
+	return fail(pibcm_establish(ID(id)->h));
+}
+
+EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	(void)id;
+	(void)event;
+	return 0;
+}
+
+EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
+{
+	// TOS, REUSEADDR, AFONLY, IB path records, ACK timeout, min RNR timer: accepted and
+	// ignored (one fabric, one path, no TCP-style TIME_WAIT for the port).
+	(void)id;
+	(void)level;
+	(void)optname;
+	(void)optval;
+	(void)optlen;
+	return 0;
+}
+
+EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
+{
+	if (ch && ch == id->channel)
+		return 0;
+	return fail(ENOSYS); // package rdmacm's IDs keep their channel
+}
+
+EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
+{
+	(void)context;
+	return fail(pibcm_mcast(ID(id)->h, addr, 1));
+}
+
+EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
+{
+	if (!attr || !(attr->comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS))
+		return fail(EINVAL);
+	return rdma_join_multicast(id, attr->addr, context);
+}
+
+EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+	return fail(pibcm_mcast(ID(id)->h, addr, 0));
+}
+
+EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
+{
+	(void)id;
+	(void)attr;
+	(void)mask;
+	return fail(ENOSYS);
+}
+
+EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+	struct sockaddr *a = &id->route.addr.src_addr;
+	return a->sa_family == AF_INET6 ? ((struct sockaddr_in6 *)a)->sin6_port : ((struct sockaddr_in *)a)->sin_port;
+}
+
+EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+	struct sockaddr *a = &id->route.addr.dst_addr;
+	return a->sa_family == AF_INET6 ? ((struct sockaddr_in6 *)a)->sin6_port : ((struct sockaddr_in *)a)->sin_port;
+}
+
+EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece) { return fail(EOPNOTSUPP); }
+EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece) { return fail(EOPNOTSUPP); }
+EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *priv, uint8_t len) { return rdma_reject(id, priv, len); }
+
+// ---- QPs ------------------------------------------------------------------------------
+
+static struct ibv_pd *id_pd(struct rdma_cm_id *id, struct ibv_pd *pd)
+{
+	if (pd)
+		return pd;
+	if (id->pd)
+		return id->pd;
+	refresh(ID(id));
+	struct pib_cm_info info;
+	pibcm_info(ID(id)->h, &info);
+	device(info.dev, &pd);
+	return pd;
+}
+
+static int create_cqs(struct rdma_cm_id *id, struct ibv_qp_init_attr *a)
+{
+	if (a->send_cq && a->recv_cq)
+		return 0;
+	int n = a->cap.max_send_wr + a->cap.max_recv_wr;
+	if (n < 1)
+		n = 1;
+	id->send_cq_channel = ibv_create_comp_channel(id->verbs);
+	if (!id->send_cq_channel)
+		return -1;
+	id->send_cq = ibv_create_cq(id->verbs, a->cap.max_send_wr ? a->cap.max_send_wr : 1, id, id->send_cq_channel, 0);
+	id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
+	if (id->recv_cq_channel)
+		id->recv_cq = ibv_create_cq(id->verbs, a->cap.max_recv_wr ? a->cap.max_recv_wr : 1, id, id->recv_cq_channel, 0);
+	ID(id)->own_cqs = 1;
+	if (!id->send_cq || !id->recv_cq) {
+		destroy_cqs(ID(id));
+		return -1;
+	}
+	if (!a->send_cq)
+		a->send_cq = id->send_cq;
+	if (!a->recv_cq)
+		a->recv_cq = id->recv_cq;
+	return 0;
+}
+
+EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	pd = id_pd(id, pd);
+	if (!pd || !attr || !id->verbs || pd->context != id->verbs)
+		return fail(EINVAL);
+	if (create_cqs(id, attr))
+		return -1;
+	if (!attr->srq && id->srq)
+		attr->srq = id->srq;
+	attr->qp_type = id->qp_type;
+	struct ibv_qp *qp = pib_cm_create_qp(pd, attr, ID(id)->h);
+	if (!qp) {
+		int e = errno;
+		destroy_cqs(ID(id));
+		return fail(e);
+	}
+	id->qp = qp;
+	if (!id->pd)
+		id->pd = pd;
+	return 0;
+}
+
+EXPORT int rdma_create_qp_ex(struct rdma_cm_id *id, struct ibv_qp_init_attr_ex *a)
+{
+	if (!a || (a->comp_mask & ~IBV_QP_INIT_ATTR_PD))
+		return fail(EOPNOTSUPP);
+	struct ibv_qp_init_attr ia = {
+		.qp_context = a->qp_context, .send_cq = a->send_cq, .recv_cq = a->recv_cq,
+		.srq = a->srq, .cap = a->cap, .qp_type = a->qp_type, .sq_sig_all = a->sq_sig_all,
+	};
+	int r = rdma_create_qp(id, (a->comp_mask & IBV_QP_INIT_ATTR_PD) ? a->pd : NULL, &ia);
+	a->cap = ia.cap;
+	return r;
+}
+
+EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	if (id->qp) {
+		ibv_destroy_qp(id->qp);
+		pibcm_destroy_qp(ID(id)->h);
+		id->qp = NULL;
+	}
+	destroy_cqs(ID(id));
+}
+
+EXPORT int rdma_create_srq(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	pd = id_pd(id, pd);
+	if (!pd)
+		return fail(EINVAL);
+	struct ibv_srq *srq = ibv_create_srq(pd, attr);
+	if (!srq)
+		return -1;
+	id->srq = srq;
+	return 0;
+}
+
+EXPORT int rdma_create_srq_ex(struct rdma_cm_id *id, struct ibv_srq_init_attr_ex *a)
+{
+	struct ibv_srq_init_attr ia = {.srq_context = a->srq_context, .attr = a->attr};
+	return rdma_create_srq(id, (a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? a->pd : NULL, &ia);
+}
+
+EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
+{
+	if (id->srq)
+		ibv_destroy_srq(id->srq);
+	id->srq = NULL;
+}
+
+// ---- rdma_getaddrinfo and endpoints ---------------------------------------------------
+
+static struct sockaddr *lookup(const char *node, const char *service, int family, int passive, socklen_t *len)
+{
+	struct addrinfo h = {.ai_family = family ? family : AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	struct addrinfo *r = NULL;
+	if (passive)
+		h.ai_flags |= AI_PASSIVE;
+	if (getaddrinfo(node, service ? service : "0", &h, &r) || !r)
+		return NULL;
+	struct sockaddr *sa = malloc(r->ai_addrlen);
+	if (sa) {
+		memcpy(sa, r->ai_addr, r->ai_addrlen);
+		*len = r->ai_addrlen;
+	}
+	freeaddrinfo(r);
+	return sa;
+}
+
+EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
+			    struct rdma_addrinfo **res)
+{
+	struct rdma_addrinfo *ai = calloc(1, sizeof(*ai));
+	if (!ai)
+		return fail(ENOMEM);
+	if (hints) {
+		ai->ai_flags = hints->ai_flags;
+		ai->ai_family = hints->ai_family;
+		ai->ai_qp_type = hints->ai_qp_type;
+		ai->ai_port_space = hints->ai_port_space;
+	}
+	if (!ai->ai_port_space)
+		ai->ai_port_space = RDMA_PS_TCP;
+	if (!ai->ai_qp_type)
+		ai->ai_qp_type = ai->ai_port_space == RDMA_PS_UDP || ai->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
+	int passive = ai->ai_flags & RAI_PASSIVE;
+	if (passive) {
+		ai->ai_src_addr = lookup(node, service, ai->ai_family, 1, &ai->ai_src_len);
+		if (!ai->ai_src_addr)
+			goto bad;
+	} else {
+		if (!node && !service)
+			goto bad;
+		ai->ai_dst_addr = lookup(node, service, ai->ai_family, 0, &ai->ai_dst_len);
+		if (!ai->ai_dst_addr)
+			goto bad;
+		if (hints && hints->ai_src_addr && hints->ai_src_len) {
+			ai->ai_src_addr = malloc(hints->ai_src_len);
+			if (ai->ai_src_addr) {
+				memcpy(ai->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
+				ai->ai_src_len = hints->ai_src_len;
+			}
+		}
+	}
+	struct sockaddr *a = passive ? ai->ai_src_addr : ai->ai_dst_addr;
+	ai->ai_family = a->sa_family;
+	*res = ai;
+	return 0;
+bad:
+	free(ai->ai_src_addr);
+	free(ai);
+	errno = ENODEV;
+	return -1;
+}
+
+EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
+{
+	while (res) {
+		struct rdma_addrinfo *n = res->ai_next;
+		free(res->ai_src_addr);
+		free(res->ai_dst_addr);
+		free(res->ai_src_canonname);
+		free(res->ai_dst_canonname);
+		free(res->ai_route);
+		free(res->ai_connect);
+		free(res);
+		res = n;
+	}
+}
+
+EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res, struct ibv_pd *pd,
+			  struct ibv_qp_init_attr *qp_init_attr)
+{
+	struct rdma_cm_id *id;
+	if (!res)
+		return fail(EINVAL);
+	if (rdma_create_id(NULL, &id, NULL, res->ai_port_space))
+		return -1;
+	if (res->ai_flags & RAI_PASSIVE) {
+		if (rdma_bind_addr(id, res->ai_src_addr))
+			goto bad;
+		if (qp_init_attr) {
+			ID(id)->qp_init = malloc(sizeof(*qp_init_attr));
+			if (!ID(id)->qp_init)
+				goto bad;
+			*ID(id)->qp_init = *qp_init_attr;
+		}
+		id->pd = pd;
+		*out = id;
+		return 0;
+	}
+	if (rdma_resolve_addr(id, res->ai_src_addr, res->ai_dst_addr, 2000))
+		goto bad;
+	if (rdma_resolve_route(id, 2000))
+		goto bad;
+	id->pd = pd;
+	if (qp_init_attr) {
+		if (rdma_create_qp(id, pd, qp_init_attr))
+			goto bad;
+	}
+	*out = id;
+	return 0;
+bad:;
+	int e = errno;
+	rdma_destroy_id(id);
+	errno = e;
+	return -1;
+}
+
+EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
+{
+	if (id->qp)
+		rdma_destroy_qp(id);
+	if (id->srq)
+		rdma_destroy_srq(id);
+	rdma_destroy_id(id);
+}
+
+EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **out)
+{
+	struct cm_id *lp = ID(listen);
+	if (!lp->sync)
+		return fail(EINVAL);
+	struct cm_chan *c = CHAN(listen->channel);
+	struct cm_event *e;
+	for (;;) {
+		if (next(c, &e))
+			return -1;
+		if (e->ev.event == RDMA_CM_EVENT_CONNECT_REQUEST && e->ev.listen_id == listen)
+			break;
+		if (e->ev.id == listen || e->ev.listen_id == listen) {
+			rdma_ack_cm_event(&e->ev); // not a request: nothing to give
+			continue;
+		}
+		stash(c, e);
+	}
+	struct rdma_cm_id *id = e->ev.id;
+	ID(id)->sync = 1;
+	ack(e); // the request is acknowledged; id->event keeps it for the program
+	id->event = &e->ev;
+	if (lp->qp_init) {
+		struct ibv_qp_init_attr a = *lp->qp_init;
+		if (rdma_create_qp(id, listen->pd, &a)) {
+			int err = errno;
+			rdma_reject(id, NULL, 0);
+			rdma_destroy_id(id);
+			return fail(err);
+		}
+	} else if (!id->pd) {
+		id->pd = id_pd(id, NULL);
+	}
+	*out = id;
+	return 0;
+}
+
+// ---- rsockets: not provided -----------------------------------------------------------
+
+EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) { return poll(fds, nfds, timeout); }
+
+#define NOSYS(name) \
+	EXPORT int name() { errno = ENOSYS; return -1; }
+NOSYS(raccept)
+NOSYS(rbind)
+NOSYS(rclose)
+NOSYS(rconnect)
+NOSYS(rfcntl)
+NOSYS(rgetpeername)
+NOSYS(rgetsockname)
+NOSYS(rgetsockopt)
+NOSYS(riomap)
+NOSYS(riounmap)
+NOSYS(riowrite)
+NOSYS(rlisten)
+NOSYS(rread)
+NOSYS(rreadv)
+NOSYS(rrecv)
+NOSYS(rrecvfrom)
+NOSYS(rrecvmsg)
+NOSYS(rselect)
+NOSYS(rsend)
+NOSYS(rsendmsg)
+NOSYS(rsendto)
+NOSYS(rsetsockopt)
+NOSYS(rshutdown)
+NOSYS(rsocket)
+NOSYS(rwrite)
+NOSYS(rwritev)
