@@ -1,11 +1,14 @@
 package cabi
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -106,4 +109,116 @@ func TestRdmaServerClient(t *testing.T) {
 	if !strings.Contains(sout, "rdma_server: end 0") || !strings.Contains(cout, "rdma_client: end 0") {
 		t.Errorf("server:\n%s\nclient:\n%s", sout, cout)
 	}
+}
+
+// runFail runs a program that must fail, and returns its output.
+func (fb *fabric) runFail(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := fb.command(ctx, name, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s: no end in 60 s\n%s", name, strings.Join(args, " "), tail(string(out)))
+	}
+	if err == nil {
+		t.Errorf("%s %s: exit 0, want a failure\n%s", name, strings.Join(args, " "), out)
+	}
+	return string(out)
+}
+
+// TestRdmacmFailures: failures as librdmacm reports them — REJECTED with status 8 (no
+// listener) for a port nobody listens on, ADDR_ERROR for an address nobody has — and a
+// server killed with SIGKILL mid-run does not leave its client hanging.
+func TestRdmacmFailures(t *testing.T) {
+	fb := startFabric(t)
+	requireRDMACM(t, buildLibs(t), "rping", "ucmatose")
+	port := freePort(t)
+	t.Run("rejected", func(t *testing.T) {
+		out := fb.runFail(t, "ucmatose", "-s", "10.10.0.2", "-p", port)
+		if !strings.Contains(out, "event: RDMA_CM_EVENT_REJECTED, error: 8\n") {
+			t.Errorf("ucmatose to port %s:\n%s", port, out)
+		}
+		out = fb.runFail(t, "rping", "-c", "-a", "10.10.0.2", "-p", port, "-C", "1")
+		if !strings.Contains(out, "cma event RDMA_CM_EVENT_REJECTED, error 8\n") {
+			t.Errorf("rping to port %s:\n%s", port, out)
+		}
+	})
+	t.Run("addr_error", func(t *testing.T) {
+		out := fb.runFail(t, "ucmatose", "-s", "10.10.0.99")
+		if !strings.Contains(out, "event: RDMA_CM_EVENT_ADDR_ERROR, error: ") {
+			t.Errorf("ucmatose to 10.10.0.99:\n%s", out)
+		}
+		out = fb.runFail(t, "rping", "-c", "-a", "10.10.0.99", "-C", "1")
+		if !strings.Contains(out, "cma event RDMA_CM_EVENT_ADDR_ERROR, error ") {
+			t.Errorf("rping to 10.10.0.99:\n%s", out)
+		}
+	})
+	t.Run("server_killed", func(t *testing.T) {
+		// A client that waits on its peer with nothing of its own in flight (rping's
+		// client after its SEND was acknowledged) learns of the peer's end only from a CM
+		// message: the kernel sends a DREQ for a killed process's connections, but here the
+		// CM is in the process, and the daemon drops what comes for a gone session (attach,
+		// server.go dropsDead) and sends nothing for it. With a WR in flight the client
+		// ends with a retry-exceeded completion (status 12) after its retries.
+		if os.Getenv("PIBGW_TEST_KILLED") == "" {
+			t.Skip("a killed peer's connections get no DREQ from the daemon yet: a passive client waits for ever (PIBGW_TEST_KILLED=1 runs it)")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		var sout, cout syncBuffer
+		s := fb.command(ctx, "rping", "-s", "-a", "10.10.0.2", "-C", "1000000")
+		s.Stdout, s.Stderr = &sout, &sout
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Process.Kill()
+		time.Sleep(300 * time.Millisecond)
+		c := fb.command(ctx, "rping", "-c", "-a", "10.10.0.2", "-v", "-C", "1000000")
+		c.Stdout, c.Stderr = &cout, &cout
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Wait() }()
+		for strings.Count(cout.String(), "ping data: ") < 100 {
+			select {
+			case err := <-done:
+				t.Fatalf("the client ended before the kill: %v\n%s\nserver:\n%s", err, tail(cout.String()), sout.String())
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		s.Process.Kill()
+		s.Wait()
+		killed := time.Now()
+		select {
+		case err := <-done:
+			out := cout.String()
+			t.Logf("the client ended %v after the server's kill: %v; %s", time.Since(killed).Round(time.Millisecond), err,
+				strings.TrimSpace(out[strings.LastIndex(out, "rdma-ping-"):]))
+			if err == nil {
+				t.Errorf("the client exited 0")
+			}
+		case <-time.After(60 * time.Second):
+			c.Process.Kill()
+			t.Fatalf("the client hangs 60 s after its server was killed\n%s", tail(cout.String()))
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer for a process's output read while it runs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
