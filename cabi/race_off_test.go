@@ -1,0 +1,5 @@
+//go:build !race
+
+package cabi
+
+const raceEnabled = false
