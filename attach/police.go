@@ -87,7 +87,7 @@ func (x *session) check(dev int, port *hca.Port, b []byte) bool {
 	}
 	src := pk.DETH.SrcQP()
 	if src == 1 {
-		return x.checkMAD(&pk)
+		return x.checkMAD(port, &pk)
 	}
 	if !x.ownsQPN(dev, src) {
 		c.inc(cntSrcQP)
@@ -105,7 +105,7 @@ func (x *session) check(dev int, port *hca.Port, b []byte) bool {
 
 // checkMAD lets a process send from QP1 only CM MADs of its own connections: the comm
 // ID (or SIDR request ID) it chose carries its session's prefix.
-func (x *session) checkMAD(pk *wire.Packet) bool {
+func (x *session) checkMAD(port *hca.Port, pk *wire.Packet) bool {
 	c := &x.police
 	if len(pk.Payload) != wire.MADLen || wire.MAD(pk.Payload).MgmtClass() != wire.MgmtClassCM {
 		c.inc(cntMAD)
@@ -115,5 +115,6 @@ func (x *session) checkMAD(pk *wire.Packet) bool {
 		c.inc(cntMAD)
 		return false
 	}
+	x.trackOut(port, pk)
 	return true
 }

@@ -105,3 +105,49 @@ func TestRDMACMRejectedBetweenSessions(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// A process that goes without disconnecting (killed, or detached with connections open)
+// has its connections disconnected by the daemon, as the kernel's rdma_cm does for a
+// dead process: its peer's reads end instead of waiting forever.
+func TestGoneProcessDisconnects(t *testing.T) {
+	_, path := startFabric(t)
+	srv, cli := dial(t, path), dial(t, path)
+	l, err := rdmacm.Listen(srv.RDMA(), "10.10.0.2:7472")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			_, err = c.Write([]byte("hi"))
+		}
+		accepted <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := rdmacm.DialFrom(ctx, cli.RDMA(), netip.MustParseAddr("10.10.0.1"), "10.10.0.2:7472")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := <-accepted; err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close() // the server's process goes, its connection still open
+	done := make(chan error, 1)
+	go func() { _, err := c.Read(buf); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("read after the peer went returned data")
+		}
+		t.Logf("client read: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's read still waits 10 s after its peer's process went")
+	}
+}

@@ -296,6 +296,7 @@ func (s *Server) endSession(x *session) {
 	if x.started {
 		<-x.txDone
 	}
+	x.disconnectAll()
 	s.mu.Lock()
 	delete(s.sessions, x.id)
 	for k, o := range s.listens {
@@ -368,6 +369,7 @@ func (r cmRouter) RouteMAD(p *hca.Port, pk *hca.Packet) bool {
 			return true
 		}
 	}
+	x.trackIn(p, pk)
 	x.forward(p, pk.Raw, pk.Loopback)
 	return true
 }

@@ -43,6 +43,7 @@ type session struct {
 	qpns  map[int]map[uint32]struct{} // by device index
 	mcast map[mcastKey]struct{}
 	joins map[joinKey]rdmacm.Device
+	conns map[uint32]*cmConn // CM connections by the process's comm ID (cmtrack.go)
 	dirty map[tagKey]struct{}
 	kick  chan struct{}
 
