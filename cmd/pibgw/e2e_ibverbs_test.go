@@ -105,5 +105,27 @@ func TestE2EIbverbs(t *testing.T) {
 			t.Errorf("%s client: no result for 500 iterations:\n%s", prog, out)
 		}
 	}
+	// librdmacm's programs (issue 14's commands), server as root, client as nobody.
+	if _, err := os.Stat(filepath.Join(libDir, "librdmacm.so.1")); err != nil {
+		t.Logf("librdmacm.so.1 not built (no librdmacm-dev): rdma_cm programs not run")
+	} else if _, err := exec.LookPath("rping"); err != nil {
+		t.Logf("rdmacm-utils not installed: rdma_cm programs not run")
+	} else {
+		out := pair([]string{"rping", "-s", "-a", "10.10.0.2", "-v", "-C", "10000"},
+			[]string{"rping", "-c", "-a", "10.10.0.2", "-v", "-C", "10000"})
+		// The client's event thread writes to stderr between its buffered stdout.
+		out = strings.ReplaceAll(out, "client DISCONNECT EVENT...\n", "")
+		if n := strings.Count(out, "ping data: rdma-ping-"); n != 10000 {
+			t.Errorf("rping client: %d pings, want 10000:\n%s", n, out[max(0, len(out)-500):])
+		}
+		for _, pr := range [][2][]string{
+			{{"ucmatose", "-c", "16", "-C", "100"}, {"ucmatose", "-s", "10.10.0.2", "-c", "16", "-C", "100"}},
+			{{"udaddy"}, {"udaddy", "-s", "10.10.0.2"}},
+			{{"rdma_server"}, {"rdma_client", "-s", "10.10.0.2"}},
+		} {
+			out := pair(pr[0], pr[1])
+			t.Logf("%s: %s", pr[1][0], strings.TrimSpace(out[max(0, len(out)-200):]))
+		}
+	}
 	waitPS(t, d, nil, "no attached process", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
 }
