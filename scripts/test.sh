@@ -7,6 +7,10 @@
 # Environment:
 #   FUZZTIME=10s          fuzz time per target; 0 skips fuzzing (acceptance runs use 60s)
 #   GO_TEST_TIMEOUT=10m   go test -timeout (per test binary)
+#   GO_TEST_P=1           packages tested at once (go test -p): one, because the end-to-end,
+#                         attach and C-library tests time real processes and measure the
+#                         daemon's memory, which other packages' tests running beside them on a
+#                         two-core machine disturb
 #   PIBGW_RACE=1          run go test with the race detector as well
 #   PIBGW_SKIP_INSTALL=1  do not install missing tools (their tests skip)
 #
@@ -17,6 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 FUZZTIME=${FUZZTIME:-10s}
 GO_TEST_TIMEOUT=${GO_TEST_TIMEOUT:-10m}
+GO_TEST_P=${GO_TEST_P:-1}
 PIBGW_RACE=${PIBGW_RACE:-0}
 PIBGW_SKIP_INSTALL=${PIBGW_SKIP_INSTALL:-0}
 
@@ -162,12 +167,12 @@ run_tests() {
 	local name=$1
 	shift
 	local log="$logdir/${name// /-}.log"
-	step "go test -count=1 -timeout $GO_TEST_TIMEOUT${*:+ $*} ${PKGS:-./...}  (full -v log: $log)"
+	step "go test -count=1 -p $GO_TEST_P -timeout $GO_TEST_TIMEOUT${*:+ $*} ${PKGS:-./...}  (full -v log: $log)"
 	local t0 st
 	t0=$(date +%s)
 	set +e
 	# shellcheck disable=SC2086 # PKGS is a list of package patterns
-	go test -count=1 -timeout "$GO_TEST_TIMEOUT" -v "$@" ${PKGS:-./...} 2>&1 | tee "$log" |
+	go test -count=1 -p "$GO_TEST_P" -timeout "$GO_TEST_TIMEOUT" -v "$@" ${PKGS:-./...} 2>&1 | tee "$log" |
 		grep --line-buffered -E '^(ok |FAIL|\?|--- FAIL|panic:)'
 	st=${PIPESTATUS[0]}
 	set -e
