@@ -142,6 +142,7 @@ type outMAD struct {
 type pendingEvent struct {
 	id *ID
 	ev Event
+	h  Handler // id's handler when the event was taken for delivery
 }
 
 // Counters count what the CM saw and did.
@@ -235,9 +236,14 @@ func (cm *CM) loop() {
 		evs := cm.events
 		cm.events = nil
 		closed := cm.closed
+		// The handlers as they are now, under mu: Destroy and SetHandler change them
+		// under mu while the events below are delivered without it.
+		for k := range evs {
+			evs[k].h = evs[k].id.handler
+		}
 		cm.unlock()
 		for _, pe := range evs {
-			if h := pe.id.handler; h != nil && !closed {
+			if h := pe.h; h != nil && !closed {
 				h(pe.id, &pe.ev)
 			}
 		}
@@ -297,7 +303,7 @@ func (cm *CM) allocID(id *ID) uint32 {
 
 // emit queues an event for id's handler; mu held.
 func (cm *CM) emit(id *ID, ev Event) {
-	cm.events = append(cm.events, pendingEvent{id, ev})
+	cm.events = append(cm.events, pendingEvent{id: id, ev: ev})
 }
 
 // send queues a copy of mad for addr, sent when mu is released; mu held.
