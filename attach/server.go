@@ -42,7 +42,6 @@ type Server struct {
 	listens   map[listenKey]*session
 	unwatch   []func()
 	wg        sync.WaitGroup
-	stats     Stats
 	dropsDead atomic.Uint64
 }
 
@@ -50,11 +49,6 @@ type listenKey struct {
 	dev  int
 	port uint8
 	sid  uint64
-}
-
-// Stats counts what the server did with attached processes' packets, for pibgw ps.
-type Stats struct {
-	Sessions uint64 // attached processes so far
 }
 
 // Listen creates the attach socket at path with the given permission bits (0666 lets any
@@ -282,7 +276,6 @@ func (s *Server) newSession(c conn, pid, uid int) (*session, error) {
 		if s.sessions[s.nextID] == nil {
 			x.id = s.nextID
 			s.sessions[x.id] = x
-			s.stats.Sessions++
 			return x, nil
 		}
 	}
@@ -365,7 +358,7 @@ func (r cmRouter) RouteMAD(p *hca.Port, pk *hca.Packet) bool {
 			return false
 		}
 		if x = s.session(prefix); x == nil {
-			s.dropsDead.Add(1) // the process is gone: its peer's CM will time out
+			s.dropsDead.Add(1) // the process is gone; the daemon sent its peers a DREQ (cmtrack.go)
 			return true
 		}
 	}
