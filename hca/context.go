@@ -9,6 +9,7 @@ import (
 // receives the device's asynchronous events.
 type Context struct {
 	dev    *Device
+	id     uint32
 	events chan AsyncEvent
 	lost   atomic.Uint64
 	once   sync.Once
@@ -20,7 +21,8 @@ const asyncQueueLen = 1024
 
 // Open opens the device (ibv_open_device).
 func (d *Device) Open() *Context {
-	c := &Context{dev: d, events: make(chan AsyncEvent, asyncQueueLen)}
+	c := &Context{dev: d, id: d.nextID(), events: make(chan AsyncEvent, asyncQueueLen)}
+	d.register(c)
 	d.mu.Lock()
 	d.contexts[c] = struct{}{}
 	d.mu.Unlock()
@@ -36,6 +38,7 @@ func (c *Context) Close() error {
 		c.dev.mu.Lock()
 		delete(c.dev.contexts, c)
 		c.dev.mu.Unlock()
+		c.dev.unregister(c)
 	})
 	return nil
 }

@@ -62,7 +62,9 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		return nil, errorf("create_cq", ENOMEM, "device has %d CQs (max_cq)", MaxCQ)
 	}
 	d.counts.cq++
-	return &CQ{ctx: c, id: d.nextID(), ch: ch, ring: make([]WC, cqe)}, nil
+	cq := &CQ{ctx: c, id: d.nextID(), ch: ch, ring: make([]WC, cqe)}
+	d.register(cq)
+	return cq, nil
 }
 
 // ID is the object id pibgw's inspection shows.
@@ -162,6 +164,7 @@ func (cq *CQ) Destroy() error {
 	d.mu.Lock()
 	d.counts.cq--
 	d.mu.Unlock()
+	d.unregister(cq)
 	return nil
 }
 

@@ -146,6 +146,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	}
 	qp.attr.Cap = c
 	qp.attr.QPState = QPStateReset
+	d.register(qp)
 	if special != nil {
 		qp.attr.PortNum = special.num
 	}
@@ -474,6 +475,7 @@ func (qp *QP) Destroy() error {
 	if d.cfg.Remote != nil && qp.num > 1 {
 		d.cfg.Remote.FreeQPN(qp.num)
 	}
+	d.unregister(qp)
 	qp.pd.refs.Add(-1)
 	qp.sendCQ.refs.Add(-1)
 	qp.recvCQ.refs.Add(-1)

@@ -147,7 +147,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	id := d.nextID()
 	d.mu.Unlock()
 	pd.refs.Add(1)
-	return &SRQ{pd: pd, id: id, rq: newRecvQueue(int(attr.MaxWR), int(attr.MaxSGE)), limit: attr.SRQLimit}, nil
+	s := &SRQ{pd: pd, id: id, rq: newRecvQueue(int(attr.MaxWR), int(attr.MaxSGE)), limit: attr.SRQLimit}
+	d.register(s)
+	return s, nil
 }
 
 // ID is the object id pibgw's inspection shows.
@@ -209,5 +211,6 @@ func (s *SRQ) Destroy() error {
 	}
 	d.counts.srq--
 	s.pd.refs.Add(-1)
+	d.unregister(s)
 	return nil
 }
