@@ -3,6 +3,8 @@ package hca
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/pibgw/pibgw/trace"
 )
 
 // Context is an open device (ibv_context): it owns PDs, CQs and completion channels and
@@ -70,6 +72,9 @@ func (d *Device) raise(ev AsyncEvent) {
 		owner = ev.SRQ.pd.ctx
 	}
 	d.log.Debug("async event", "event", ev.Type.String(), "port", ev.Port)
+	if trace.On() {
+		d.traceEvent(&ev)
+	}
 	if owner != nil {
 		owner.post(ev)
 		return

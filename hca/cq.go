@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/trace"
 )
 
 // CompChannel is a completion event channel (ibv_comp_channel).
@@ -172,6 +173,9 @@ func (cq *CQ) Destroy() error {
 // completion is lost, the CQ enters the error state and IBV_EVENT_CQ_ERR is raised once
 // (IBA 11.4.2.1).
 func (cq *CQ) Push(wc *WC, solicited bool) bool {
+	if trace.On() {
+		cq.traceCompletion(wc)
+	}
 	cq.mu.Lock()
 	if cq.n == len(cq.ring) || cq.overflowed {
 		cq.lost++

@@ -3,6 +3,8 @@ package hca
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/pibgw/pibgw/trace"
 )
 
 const (
@@ -262,6 +264,9 @@ func (qp *QP) Modify(a *QPAttr, mask QPAttrMask) error {
 	qp.state.Store(uint32(next))
 	qp.mu.Unlock()
 
+	if trace.On() {
+		qp.traceModify(cur, next)
+	}
 	// The transport hears of every successful modify, state change or not (RTS→RTS
 	// updates timers and access flags).
 	qp.changed(cur, next)

@@ -1,6 +1,9 @@
 package rc
 
-import "github.com/pibgw/pibgw/hca"
+import (
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/trace"
+)
 
 var _ hca.QPInspector = (*Transport)(nil)
 
@@ -23,4 +26,9 @@ func (t *Transport) InspectQP(qp *hca.QP) *hca.TransportInfo {
 	ti.ExpectedPSN, ti.LastFatal = c.resp.ePSN, c.resp.lastFatal
 	c.rmu.Unlock()
 	return ti
+}
+
+// traceRetry records a retransmission (trace.KindRetry).
+func traceRetry(c *conn, cause string, psn uint32, left uint8) {
+	trace.Retry(c.qp.Device().Name(), c.qp.Num(), cause, psn, left)
 }

@@ -160,19 +160,19 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 		want = wire.TransportUC
 	}
 	if op.Transport() != want {
-		qp.Port().Counters().Inc(hca.CntDropQPType)
+		qp.Port().Drop(hca.CntDropQPType, pk.Raw)
 		return
 	}
 	// IBA 9.6.1.5 (C9-54): a connected QP takes packets only from its peer.
 	if p := c.path.Load(); p == nil || pk.LRH.SLID() != p.dlid {
-		qp.Port().Counters().Inc(hca.CntDropNoQP)
+		qp.Port().Drop(hca.CntDropNoQP, pk.Raw)
 		return
 	}
 	switch op {
 	case wire.RCAcknowledge, wire.RCAtomicAcknowledge, wire.RCRDMAReadResponseFirst,
 		wire.RCRDMAReadResponseMiddle, wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly:
 		if qp.State() < hca.QPStateRTS {
-			qp.Port().Counters().Inc(hca.CntDropQPState)
+			qp.Port().Drop(hca.CntDropQPState, pk.Raw)
 			return
 		}
 		c.mu.Lock()
@@ -224,7 +224,7 @@ func (c *conn) drainOnce() bool {
 	}
 	n := b.n
 	if n > 0 {
-		p.port.Transmit(b.pkts[:n])
+		p.port.TransmitQP(c.qp, b.pkts[:n])
 	}
 	for i := range b.pkts[:n] {
 		b.pkts[i] = nil
@@ -279,7 +279,7 @@ func (c *conn) sendOwedAcks() {
 	r.out, r.outHead = r.out[:0], 0
 	c.rmu.Unlock()
 	if b.n > 0 {
-		p.port.Transmit(b.pkts[:b.n])
+		p.port.TransmitQP(c.qp, b.pkts[:b.n])
 	}
 	for i := range b.pkts[:b.n] {
 		b.pkts[i] = nil
