@@ -81,7 +81,7 @@ func (ev *Event) text() string {
 			fmt.Fprintf(&b, " wr_id %d len %d", ev.A, ev.B)
 		}
 	case KindCompletion:
-		fmt.Fprintf(&b, " %s %s wr_id %d len %d", ev.What, ev.Aux, ev.A, ev.B)
+		fmt.Fprintf(&b, " %s %s wr_id %d len %d", ev.What, strings.TrimPrefix(ev.Aux, "IBV_WC_"), ev.A, ev.B)
 	case KindRetry:
 		fmt.Fprintf(&b, " %s from psn %#x, %d retries left", ev.What, ev.A, ev.B)
 	case KindEvent:
