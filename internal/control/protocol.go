@@ -25,6 +25,10 @@
 //	inject   kind id [dev pid]  nothing: QP error (id = QPN), CQ or SRQ error (id = object id)
 //	link     [cable state]  []Cable (all, or the one named; state "up"/"down" changes it)
 //	fault    cable fault    Cable (after the change; an all-zero Fault removes the faults)
+//	trace    [id lid kinds pid] a stream: after the OK response line, one JSON trace.Record
+//	                        per line (the daemon's events and those of attached processes
+//	                        that pass the filter) until the client closes the connection
+//	trace-mark mark         nothing: a bookmark in the trace
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
 //	                        a pcap file (fabric.CaptureWriter's format) until count
 //	                        packets were captured, the client closes the connection, or
@@ -60,6 +64,8 @@ const (
 	VerbInject   = "inject"
 	VerbLink     = "link"
 	VerbFault    = "fault"
+	VerbTrace    = "trace"
+	VerbMark     = "trace-mark"
 )
 
 // Request is one request. Iface, PKey, Addrs, Count and Snaplen are the verbs'
@@ -79,6 +85,9 @@ type Request struct {
 	Cable   string   `json:"cable,omitempty"` // link, fault: "pib_0/1"
 	State   string   `json:"state,omitempty"` // link: "up", "down"
 	Fault   *Fault   `json:"fault,omitempty"`
+	LID     uint16   `json:"lid,omitempty"`   // trace: only packets from or to this LID
+	Kinds   string   `json:"kinds,omitempty"` // trace: "packet,drop,…"
+	Mark    string   `json:"mark,omitempty"`  // trace-mark: the bookmark's text
 }
 
 // Fault is the fault injection on a cable (fabric.FaultConfig): probabilities 0..1 per
