@@ -103,3 +103,52 @@ func TestDebugVerbs(t *testing.T) {
 		}
 	}
 }
+
+// pibgw trace streams until -c N events; --mark puts bookmarks in; bad filters are usage
+// errors.
+func TestTraceVerb(t *testing.T) {
+	sock, _ := fakeDaemon(t, config.Default(), nil)
+	type result struct {
+		out, errs string
+		code      int
+	}
+	res := make(chan result, 1)
+	go func() {
+		out, errs, code := pibgw(t, "trace", "--kind", "mark", "-c", "2", "--json", "--control", sock)
+		res <- result{out, errs, code}
+	}()
+	// Bookmarks until the trace has two (the first may come before the stream runs).
+	var r result
+	for deadline, got := time.After(20*time.Second), false; !got; {
+		mustRun(t, "trace", "--mark", "bookmark one", "--control", sock)
+		select {
+		case r = <-res:
+			got = true
+		case <-deadline:
+			t.Fatal("trace -c 2 did not end")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if r.code != 0 {
+		t.Fatalf("trace: exit %d, %s", r.code, r.errs)
+	}
+	lines := strings.Split(strings.TrimSpace(r.out), "\n")
+	var rec struct{ Kind, What, Owner string }
+	if len(lines) != 2 || json.Unmarshal([]byte(lines[1]), &rec) != nil || rec.Kind != "mark" || rec.What != "bookmark one" || rec.Owner != "daemon" {
+		t.Fatalf("trace -c 2 --json printed:\n%s", r.out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"trace", "--kind", "packets"}, `pibgw: trace: --kind: trace kind "packets": want api, packet, drop, retry, completion, event, cm, mark`},
+		{[]string{"trace", "--qp", "0x1000000"}, `pibgw: trace: --qp "0x1000000": want a QP number (24 bits)`},
+		{[]string{"trace", "--pid", "1"}, `pibgw: no attached process 1 (see pibgw ps)`},
+	} {
+		_, errs, code := pibgw(t, append(tc.args, "--control", sock)...)
+		first, _, _ := strings.Cut(errs, "\n")
+		if code == 0 || first != tc.want {
+			t.Errorf("%v: exit %d, stderr %q; want %q", tc.args, code, errs, tc.want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/internal/daemon"
 	"github.com/pibgw/pibgw/internal/daemon/daemontest"
+	"github.com/pibgw/pibgw/trace"
 )
 
 // serveAttached runs the control API with an attach socket, and attaches a session.
@@ -242,6 +243,75 @@ func TestLinkAndFault(t *testing.T) {
 	} {
 		if err := cl.Do(ctx, bad.req, nil); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: %v, want %q", bad.req, err, bad.want)
+		}
+	}
+}
+
+// The trace stream carries the daemon's events that pass the filter, and bookmarks.
+func TestTraceStream(t *testing.T) {
+	d := start(t, config.Default(), daemontest.New())
+	cl := serve(t, d)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recs := make(chan trace.Record, 1024)
+	done := make(chan error, 1)
+	go func() {
+		done <- cl.Trace(ctx, control.Request{Kinds: "api,mark"}, func(r trace.Record) error {
+			recs <- r
+			return nil
+		})
+	}()
+	// The stream runs once a bookmark comes through.
+	next := func(what string, ok func(trace.Record) bool) trace.Record {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case r := <-recs:
+				if ok(r) {
+					return r
+				}
+			case <-timeout:
+				t.Fatalf("no %s in the trace", what)
+			}
+		}
+	}
+	started := false
+	for deadline := time.Now().Add(10 * time.Second); !started; {
+		if err := cl.Do(context.Background(), control.Request{Verb: control.VerbMark, Mark: "go"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		wait := time.After(100 * time.Millisecond)
+		for !started {
+			select {
+			case r := <-recs:
+				if r.Kind == "mark" && r.What == "go" {
+					if r.Owner != "daemon" || r.PID != os.Getpid() {
+						t.Fatalf("bookmark %+v", r)
+					}
+					started = true
+				}
+				continue
+			case <-wait:
+			}
+			break
+		}
+		if !started && time.Now().After(deadline) {
+			t.Fatal("the trace stream did not start")
+		}
+	}
+	own := makeObjects(t, d.Fabric.Device("pib_0"))
+	r := next("modify_qp", func(r trace.Record) bool { return r.Kind == "api" && r.What == "modify_qp" })
+	if r.QPN != own.qp.Num() || r.Aux != "RESET->INIT" || r.Dev != "pib_0" || !strings.Contains(r.Text, "modify_qp RESET->INIT") {
+		t.Fatalf("modify_qp record %+v", r)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []control.Request{{Kinds: "bogus"}, {PID: 1}} {
+		if err := cl.Trace(context.Background(), bad, func(trace.Record) error { return nil }); err == nil {
+			t.Errorf("trace %+v succeeded", bad)
 		}
 	}
 }
