@@ -138,11 +138,22 @@ func TestE2EDebug(t *testing.T) {
 		return srv, cli
 	}
 
+	// gone kills the processes and waits until the daemon has let go of them (their
+	// listens), so that the next pair can listen on rping's port.
+	gone := func(t *testing.T, ps ...*attachProc) {
+		for _, p := range ps {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		waitPS(t, d, nil, "no session", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
+	}
+
 	t.Run("trace-rping", func(t *testing.T) {
 		tc := startTrace(t, d, control.Request{})
 		srv, cli := pair(t, "5")
 		cli.mustSucceed(t, time.Minute)
 		srv.mustSucceed(t, 30*time.Second)
+		defer gone(t)
 		sp, cp := strconv.Itoa(srv.cmd.Process.Pid), strconv.Itoa(cli.cmd.Process.Pid)
 		// The processes sent their records as they closed their sessions; the daemon
 		// passes them on as they come.
@@ -223,8 +234,7 @@ func TestE2EDebug(t *testing.T) {
 			// lost ACK delays the first behind the second, which IBA allows.
 			t.Logf("rping ended over the lossy cable\nclient: %s\nserver: %s", cli.stderr.String(), srv.stderr.String())
 		}
-		cli.cmd.Process.Kill()
-		srv.cmd.Process.Kill()
+		gone(t, cli, srv)
 	})
 
 	t.Run("inspect-inject", func(t *testing.T) {
@@ -267,6 +277,6 @@ func TestE2EDebug(t *testing.T) {
 			t.Errorf("the rping client's error:\n%s", cli.stderr.String())
 		}
 		t.Logf("rping client after inject: %s", strings.TrimSpace(cli.stderr.String()))
-		srv.cmd.Process.Kill()
+		gone(t, cli, srv)
 	})
 }
