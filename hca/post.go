@@ -120,6 +120,11 @@ func (qp *QP) validateSend(wr *SendWR) error {
 			return errorf(op, EINVAL, "%s cannot be inline", wr.Opcode)
 		}
 	}
+	if wr.Opcode == WRBindMW {
+		if err := validateBind(wr); err != nil {
+			return err
+		}
+	}
 	if n > MaxMsgSize {
 		return errorf(op, EINVAL, "message of %d bytes above max_msg_sz %d", n, MaxMsgSize)
 	}
@@ -149,9 +154,10 @@ func opcodeAllowed(t QPType, o WROpcode) bool {
 	case QPTypeUD, QPTypeSMI, QPTypeGSI:
 		return o == WRSend || o == WRSendWithImm
 	case QPTypeUC:
-		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm || o == WRSendWithInv
+		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm || o == WRSendWithInv ||
+			o == WRLocalInv || o == WRBindMW
 	case QPTypeRC:
-		return o <= WRAtomicFetchAndAdd || o == WRSendWithInv || o == WRLocalInv
+		return o <= WRAtomicFetchAndAdd || o == WRSendWithInv || o == WRLocalInv || o == WRBindMW
 	}
 	return false
 }
@@ -217,6 +223,8 @@ func wcOpcode(o WROpcode) WCOpcode {
 		return WCFetchAdd
 	case WRLocalInv:
 		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
 	}
 	return WCSend
 }

@@ -371,7 +371,11 @@ type SendWR struct {
 	CompareAdd uint64
 	Swap       uint64
 
-	inline []byte // a copy of inline data for a WR queued while the QP is in SQD
+	// Bind is what a BIND_MW WR binds (ibv_send_wr.bind_mw).
+	Bind MWBind
+
+	inline    []byte
+	bindType1 bool // a BIND_MW of a type 1 window, posted by BindMW (ibv_bind_mw) // a copy of inline data for a WR queued while the QP is in SQD
 }
 
 // RecvWR is ibv_recv_wr.

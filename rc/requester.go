@@ -108,7 +108,7 @@ func (r *requester) post(c *conn, p *path, wr *hca.SendWR) error {
 		w.npkts = npackets(w.length, p.mtu)
 	case hca.WRAtomicCmpAndSwp, hca.WRAtomicFetchAndAdd:
 		w.npkts = 1
-	case hca.WRLocalInv:
+	case hca.WRLocalInv, hca.WRBindMW:
 		w.npkts = 0
 	default:
 		w.npkts = npackets(w.length, p.mtu)
@@ -154,9 +154,14 @@ func (r *requester) output(c *conn, p *path, b *batch, sqd bool) {
 				break
 			}
 		}
-		if w.npkts == 0 { // local operation: no packets
-			w.done = true
+		if w.npkts == 0 { // local operation (LOCAL_INV, BIND_MW): no packets
 			r.next = r.slot(r.next + 1)
+			if st := c.qp.ExecLocal(&w.wr); st != hca.WCSuccess {
+				r.localError(c, w, st)
+				return
+			}
+			w.done = true
+			r.complete(c)
 			continue
 		}
 		if w.done { // acknowledged while queued for a resend: nothing to send

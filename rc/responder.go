@@ -210,6 +210,13 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			r.recvError(c, psn, st, code)
 			return
 		}
+		if last && pk.IETH != nil && !qp.InvalidateRemote(pk.IETH.RKey()) {
+			// IBA 9.9.3.1, class J: an R_Key a SEND_WITH_INV cannot invalidate (no type 2
+			// window bound through this QP; a type 1 window, o10-37.2.26) is an invalid
+			// request, and the receive completes with REM_INV_REQ_ERR.
+			r.recvError(c, psn, hca.WCRemInvReqErr, wire.NAKInvalidRequest)
+			return
+		}
 		r.sendOff += uint64(len(pk.Payload))
 		r.ePSN = psnAdd(psn, 1)
 		if last {
@@ -237,12 +244,12 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		}
 		if first {
 			reth := pk.RETH
-			mr, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteWrite)
+			mr, va, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteWrite)
 			if !ok {
 				r.fatal(c, psn, wire.NAKRemoteAccessError)
 				return
 			}
-			r.wMR, r.wVA, r.wLeft, r.wTotal = mr, reth.VA(), uint64(reth.DMALen()), uint64(reth.DMALen())
+			r.wMR, r.wVA, r.wLeft, r.wTotal = mr, va, uint64(reth.DMALen()), uint64(reth.DMALen())
 		}
 		n := uint64(len(pk.Payload))
 		if n > r.wLeft || (!last && n != uint64(p.mtu)) || (last && n != r.wLeft) {
@@ -282,7 +289,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			return
 		}
 		reth := pk.RETH
-		mr, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
+		mr, va, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
 		if !ok {
 			r.fatal(c, psn, wire.NAKRemoteAccessError)
 			r.lastFatal += fmt.Sprintf(" READ va %#x len %d rkey %#x", reth.VA(), reth.DMALen(), reth.RKey())
@@ -292,7 +299,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		r.keep(rdRes{valid: true, psn: psn, npkts: n})
 		r.ePSN = psnAdd(psn, n)
 		r.msn = (r.msn + 1) & psnMask
-		r.push(out{kind: outRead, psn: psn, mr: mr, va: reth.VA(), length: uint64(reth.DMALen()), npkts: n, msn: r.msn})
+		r.push(out{kind: outRead, psn: psn, mr: mr, va: va, length: uint64(reth.DMALen()), npkts: n, msn: r.msn})
 		return
 	case wire.RCCompareSwap, wire.RCFetchAdd:
 		if r.inSend || r.inWrite {
@@ -304,12 +311,16 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			r.fatal(c, psn, wire.NAKInvalidRequest)
 			return
 		}
-		mr, ok := r.access_(qp, a.RKey(), a.VA(), 8, hca.AccessRemoteAtomic)
+		mr, va, ok := r.access_(qp, a.RKey(), a.VA(), 8, hca.AccessRemoteAtomic)
 		if !ok {
 			r.fatal(c, psn, wire.NAKRemoteAccessError)
 			return
 		}
-		b, _ := mr.Slice(a.VA(), 8)
+		if va%8 != 0 { // a zero-based window at an unaligned place of its region
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		b, _ := mr.Slice(va, 8)
 		// The 8 bytes are aligned because the VA is the buffer's real address: operate
 		// atomically, so that atomics from several QPs on one location serialise.
 		word := (*uint64)(unsafe.Pointer(&b[0]))
@@ -339,19 +350,13 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 }
 
 // access_ checks an R_Key for an access (IBA 9.7.5.2.4): it names an MR of the QP's
-// PD that allows the access, the QP allows it too, and [va, va+n) lies inside.
-func (r *responder) access_(qp *hca.QP, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, bool) {
-	mr := qp.Device().LookupKey(rkey)
-	if mr == nil || mr.PD() != qp.PD() || mr.Access()&acc == 0 || r.access&acc == 0 {
-		return nil, false
+// PD, or a memory window bound in it, that allows the access, the QP allows it too, and
+// [va, va+n) lies inside. It returns the MR and where in it the access starts.
+func (r *responder) access_(qp *hca.QP, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, uint64, bool) {
+	if r.access&acc == 0 {
+		return nil, 0, false
 	}
-	if n > 1<<31 {
-		return nil, false
-	}
-	if _, ok := mr.Slice(va, uint32(n)); !ok {
-		return nil, false
-	}
-	return mr, true
+	return qp.RemoteAccess(rkey, va, n, acc)
 }
 
 func (r *responder) keep(x rdRes) {
@@ -385,14 +390,14 @@ func (r *responder) duplicate(c *conn, pk *hca.Packet, op wire.Opcode, psn uint3
 	switch op {
 	case wire.RCRDMAReadRequest:
 		reth := pk.RETH
-		mr, ok := r.access_(c.qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
+		mr, va, ok := r.access_(c.qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
 		if !ok {
 			return
 		}
 		p := c.path.Load()
 		n := npackets(uint64(reth.DMALen()), p.mtu)
 		msn := r.msn
-		r.push(out{kind: outRead, psn: psn, mr: mr, va: reth.VA(), length: uint64(reth.DMALen()), npkts: n, msn: msn})
+		r.push(out{kind: outRead, psn: psn, mr: mr, va: va, length: uint64(reth.DMALen()), npkts: n, msn: msn})
 	case wire.RCCompareSwap, wire.RCFetchAdd:
 		for _, x := range r.res {
 			if x.valid && x.atomic && x.psn == psn {
