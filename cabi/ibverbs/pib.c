@@ -99,6 +99,9 @@ static int req_notify_cq_op(struct ibv_cq *cq, int solicited);
 static int post_send_op(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 static int post_recv_op(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int post_srq_recv_op(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+static struct ibv_mw *alloc_mw_op(struct ibv_pd *pd, enum ibv_mw_type type);
+static int dealloc_mw_op(struct ibv_mw *mw);
+static int bind_mw_op(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
 
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
@@ -142,6 +145,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.post_send = post_send_op;
 	c->ops.post_recv = post_recv_op;
 	c->ops.post_srq_recv = post_srq_recv_op;
+	c->ops.alloc_mw = alloc_mw_op;
+	c->ops.dealloc_mw = dealloc_mw_op;
+	c->ops.bind_mw = bind_mw_op;
 	return c;
 }
 
@@ -454,10 +460,82 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
 	return NULL;
 }
 
+// ibv_rereg_mr: 0, or IBV_REREG_MR_ERR_INPUT (bad arguments; the region is unchanged) or
+// IBV_REREG_MR_ERR_CMD (refused, e.g. EBUSY with windows bound) with errno set. The keys
+// change (pibgw moves their generation byte), as ibv_rereg_mr(3) allows.
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	errno = EOPNOTSUPP;
-	return IBV_REREG_MR_ERR_INPUT;
+	if (!flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	uint32_t lkey = 0, rkey = 0;
+	int input = 0;
+	access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+	int rc = pibgo_rereg_mr(H(mr, pib_mr), flags, (flags & IBV_REREG_MR_CHANGE_PD) ? H(pd, pib_pd) : 0, addr, length,
+				access, &lkey, &rkey, &input);
+	if (rc) {
+		errno = rc;
+		return input ? IBV_REREG_MR_ERR_INPUT : IBV_REREG_MR_ERR_CMD;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		mr->pd = pd;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->addr = addr;
+		mr->length = length;
+	}
+	mr->lkey = lkey;
+	mr->rkey = rkey;
+	return 0;
+}
+
+// ---- memory windows (context->ops: ibv_alloc_mw, ibv_dealloc_mw, ibv_bind_mw are inline)
+
+static struct ibv_mw *alloc_mw_op(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct pib_mw *m = calloc(1, sizeof(*m));
+	int err = 0;
+	uint32_t rkey = 0;
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->h = pibgo_alloc_mw(H(pd, pib_pd), type, &rkey, &err);
+	if (!m->h) {
+		free(m);
+		errno = err;
+		return NULL;
+	}
+	m->mw.context = pd->context;
+	m->mw.pd = pd;
+	m->mw.rkey = rkey;
+	m->mw.handle = (uint32_t)m->h;
+	m->mw.type = type;
+	return &m->mw;
+}
+
+static int dealloc_mw_op(struct ibv_mw *mw)
+{
+	int rc = pibgo_dealloc_mw(H(mw, pib_mw));
+	if (rc)
+		return rc;
+	free(mw);
+	return 0;
+}
+
+// bind_mw_op is ibv_bind_mw's provider half (verbs.h has checked the type and the PDs): it
+// posts a BIND_MW WR and gives the window the R_Key it will have, as providers do.
+static int bind_mw_op(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
+{
+	uint32_t rkey = 0;
+	const struct ibv_mw_bind_info *i = &b->bind_info;
+	int rc = pibgo_bind_mw(H(qp, pib_qp), H(mw, pib_mw), b->wr_id, b->send_flags, i->mr ? H(i->mr, pib_mr) : 0,
+			       i->addr, i->length, i->mw_access_flags, &rkey);
+	if (rc)
+		return rc;
+	mw->rkey = rkey;
+	return 0;
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
@@ -874,7 +952,7 @@ static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
 			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || (a->comp_mask & ~known)) {
 		errno = EOPNOTSUPP; // XRC, RSS, TSO, create flags, source QPN: not on this HCA
 		return NULL;
@@ -997,6 +1075,14 @@ static void flatten(struct ibv_qp *qp, struct ibv_send_wr *wr, struct pib_swr *s
 		s->rkey = wr->wr.atomic.rkey;
 		s->compare_add = wr->wr.atomic.compare_add;
 		s->swap = wr->wr.atomic.swap;
+		break;
+	case IBV_WR_BIND_MW:
+		s->mw = wr->bind_mw.mw ? H(wr->bind_mw.mw, pib_mw) : 0;
+		s->rkey = wr->bind_mw.rkey;
+		s->mr = wr->bind_mw.bind_info.mr ? H(wr->bind_mw.bind_info.mr, pib_mr) : 0;
+		s->remote_addr = wr->bind_mw.bind_info.addr;
+		s->bind_length = wr->bind_mw.bind_info.length;
+		s->bind_access = wr->bind_mw.bind_info.mw_access_flags;
 		break;
 	default:
 		break;
@@ -1173,10 +1259,17 @@ static void wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
 		s->imm = rkey;
 }
 
-static void wr_unsupported_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey,
-				   const struct ibv_mw_bind_info *info)
+static void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
 {
-	((struct pib_qp *)x)->b.err = EOPNOTSUPP;
+	struct pib_swr *s = wr_new(x, IBV_WR_BIND_MW);
+	if (s) {
+		s->mw = mw ? H(mw, pib_mw) : 0;
+		s->rkey = rkey;
+		s->mr = info->mr ? H(info->mr, pib_mr) : 0;
+		s->remote_addr = info->addr;
+		s->bind_length = info->length;
+		s->bind_access = info->mw_access_flags;
+	}
 }
 
 static void wr_unsupported_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_t mss)
@@ -1283,7 +1376,7 @@ static void wr_set_ops(struct ibv_qp_ex *x)
 {
 	x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
 	x->wr_atomic_fetch_add = wr_atomic_fetch_add;
-	x->wr_bind_mw = wr_unsupported_bind_mw;
+	x->wr_bind_mw = wr_bind_mw;
 	x->wr_local_inv = wr_local_inv;
 	x->wr_rdma_read = wr_rdma_read;
 	x->wr_rdma_write = wr_rdma_write;

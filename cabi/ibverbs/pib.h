@@ -31,6 +31,11 @@ struct pib_mr {
 	uint64_t h;
 };
 
+struct pib_mw {
+	struct ibv_mw mw;
+	uint64_t h;
+};
+
 struct pib_channel {
 	struct ibv_comp_channel ch;
 	uint64_t h;
@@ -70,6 +75,11 @@ struct pib_swr {
 	uint64_t compare_add;
 	uint64_t swap;
 	uint64_t ah; // Go handle of the AH (UD)
+	// IBV_WR_BIND_MW: the window and region (Go handles), the window's new R_Key in
+	// rkey, the bind address in remote_addr, and these.
+	uint64_t mw, mr;
+	uint64_t bind_length;
+	uint32_t bind_access;
 };
 
 // The ibv_wr_* builder of a QP: WRs collect between ibv_wr_start and ibv_wr_complete.

@@ -68,6 +68,13 @@ func (t *table[T]) get(h C.uint64_t) (T, bool) {
 	return v, ok
 }
 
+// set replaces the object behind a handle (ibv_rereg_mr's new region).
+func (t *table[T]) set(h C.uint64_t, v T) {
+	t.mu.Lock()
+	t.m[uint64(h)] = v
+	t.mu.Unlock()
+}
+
 func (t *table[T]) del(h C.uint64_t) {
 	t.mu.Lock()
 	delete(t.m, uint64(h))
@@ -993,6 +1000,12 @@ func pibgo_post_send(h C.uint64_t, s *C.struct_pib_swr, n C.int, posted *C.int) 
 		switch wr.Opcode {
 		case hca.WRSendWithInv, hca.WRLocalInv:
 			wr.InvalidateRKey = uint32(w.imm)
+		case hca.WRBindMW:
+			if !bindWR(w, &wr) {
+				o.wrs = wrs[:0]
+				*posted = C.int(i)
+				return einval
+			}
 		default:
 			wr.ImmData = uint32(w.imm)
 		}
