@@ -30,6 +30,7 @@ type QP struct {
 	qkey      atomic.Uint32
 	pkeyIndex atomic.Uint32
 	port      atomic.Pointer[Port]
+	apm       apmState // alternate path and migration state (apm.go)
 
 	mu   sync.Mutex // guards attr and state changes
 	attr QPAttr
@@ -256,10 +257,21 @@ func (qp *QP) Modify(a *QPAttr, mask QPAttrMask) error {
 		qp.mu.Unlock()
 		return err
 	}
+	if err := qp.checkAPM(a, mask); err != nil {
+		qp.mu.Unlock()
+		return err
+	}
 	qp.apply(a, mask)
+	migrated := qp.applyAPM(a, mask)
+	if next == QPStateReset {
+		qp.resetAPMLocked()
+	}
 	qp.attr.QPState = next
 	qp.state.Store(uint32(next))
 	qp.mu.Unlock()
+	if migrated {
+		qp.dev.raise(AsyncEvent{Type: EventPathMig, QP: qp})
+	}
 
 	// The transport hears of every successful modify, state change or not (RTS→RTS
 	// updates timers and access flags).
@@ -350,9 +362,6 @@ func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
 	if mask&QPAttrAV != 0 {
 		t.AHAttr = a.AHAttr
 	}
-	if mask&QPAttrAltPath != 0 {
-		t.AltAHAttr, t.AltPKeyIndex, t.AltPortNum, t.AltTimeout = a.AltAHAttr, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
-	}
 	if mask&QPAttrPathMTU != 0 {
 		t.PathMTU = a.PathMTU
 	}
@@ -379,9 +388,6 @@ func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
 	}
 	if mask&QPAttrMinRNRTimer != 0 {
 		t.MinRNRTimer = a.MinRNRTimer
-	}
-	if mask&QPAttrPathMigState != 0 {
-		t.PathMigState = a.PathMigState
 	}
 	if mask&QPAttrDestQPN != 0 {
 		t.DestQPNum = a.DestQPNum

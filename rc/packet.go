@@ -20,6 +20,7 @@ type path struct {
 	pkey    uint16
 	destQPN uint32
 	mtu     int
+	migReq  bool // BTH:MigReq: the QP is in the MIGRATED state (IBA 9.2, 17.2.8)
 }
 
 const (
@@ -88,6 +89,7 @@ func (b *batch) start(p *path, h hdr, ethLen int) ([]byte, int) {
 	bth.SetPKey(p.pkey)
 	bth.SetDestQP(p.destQPN)
 	bth.SetAckReq(h.ackReq)
+	bth.SetMigReq(p.migReq)
 	bth.SetPSN(h.psn)
 	off += wire.BTHLen
 	if pad > 0 {

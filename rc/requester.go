@@ -741,7 +741,16 @@ func (c *conn) ackTimeout() {
 		return
 	}
 	r.timerOn = false
-	if r.retryLeft == 0 {
+	switch {
+	case r.retryLeft > 0:
+		r.retryLeft--
+	case c.migrate():
+		// IBA 17.2.8: the primary path failed and an alternate one is armed: migrate and
+		// resend there, with the alternate path's timeout and a fresh retry count.
+		a := c.qp.Attr()
+		r.timeout = ackTimeout(a.Timeout)
+		r.retryLeft = r.retryCnt
+	default:
 		w := &r.ring[r.head]
 		w.status, w.done = hca.WCRetryExcErr, true
 		r.complete(c)
@@ -749,7 +758,6 @@ func (c *conn) ackTimeout() {
 		c.runFail()
 		return
 	}
-	r.retryLeft--
 	c.stats.Timeouts.Add(1)
 	r.nakSet, r.readGapSet = false, false
 	// READs and atomics whose answers are missing though later PSNs were acknowledged
