@@ -118,6 +118,7 @@ const (
 	DeviceBadPKeyCntr     = 1 << 1
 	DeviceBadQKeyCntr     = 1 << 2
 	DeviceRawMulti        = 1 << 3
+	DeviceAutoPathMig     = 1 << 4 // automatic path migration (apm.go)
 	DevicePortActiveEvent = 1 << 10
 	DeviceSysImageGUID    = 1 << 11
 	DeviceRCRNRNAKGen     = 1 << 12
@@ -206,7 +207,7 @@ func NewDevice(cfg Config) (*Device, error) {
 		VendorID: cfg.VendorID, VendorPartID: cfg.VendorPartID, HWVer: cfg.HWVer,
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR,
 		DeviceCapFlags: DeviceBadPKeyCntr | DeviceBadQKeyCntr | DevicePortActiveEvent |
-			DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceMemWindow | DeviceMemWindowType2B,
+			DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceMemWindow | DeviceMemWindowType2B | DeviceAutoPathMig,
 		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: MaxCQ, MaxCQE: MaxCQE, MaxMR: MaxMR, MaxPD: MaxPD,
 		MaxQPRdAtom: MaxQPRdAtom, MaxResRdAtom: MaxQPRdAtom * MaxQP, MaxQPInitRdAtom: MaxQPInitRdAtom,
 		AtomicCap: 1, MaxMW: MaxMW, MaxMcastGrp: MaxMcastGroups, MaxMcastQPAttach: MaxMcastQPAttach,
