@@ -142,7 +142,8 @@ type Device struct {
 	nextMR   uint32        // the lowest key index never used
 	freeMR   []uint32
 	keyGen   uint8
-	mws      mwTable // memory windows (mw.go)
+	mws      mwTable  // memory windows (mw.go)
+	xrc      xrcState // XRC domains and SRQs (xrc.go)
 	counts   objectCounts
 	contexts map[*Context]struct{}
 	watchers []*portWatcher

@@ -334,12 +334,16 @@ func (qp *QP) InvalidateRemote(rkey uint32) bool { return qp.invalidate(rkey, tr
 // QP), that allows the access, and [va, va+n) lies inside. It returns the region and the
 // address in the region's address space where the access starts.
 func (qp *QP) RemoteAccess(rkey uint32, va, n uint64, acc AccessFlags) (*MR, uint64, bool) {
+	return qp.remoteAccess(qp.pd, rkey, va, n, acc)
+}
+
+func (qp *QP) remoteAccess(qpd *PD, rkey uint32, va, n uint64, acc AccessFlags) (*MR, uint64, bool) {
 	if n > 1<<31 {
 		return nil, 0, false
 	}
 	if !IsMWKey(rkey) {
 		mr := qp.dev.LookupKey(rkey)
-		if mr == nil || mr.pd != qp.pd || mr.access&acc == 0 {
+		if mr == nil || mr.pd != qpd || mr.access&acc == 0 {
 			return nil, 0, false
 		}
 		if _, ok := mr.Slice(va, uint32(n)); !ok {
@@ -355,7 +359,7 @@ func (qp *QP) RemoteAccess(rkey uint32, va, n uint64, acc AccessFlags) (*MR, uin
 	mr, base, mrAddr, length, access, bqp, ok := mw.mr, mw.addr, mw.mrAddr, mw.length, mw.access, mw.qp, mw.rkey == rkey && mw.state == mwValid
 	typ, pd := mw.typ, mw.pd
 	mw.mu.Unlock()
-	if !ok || mr == nil || pd != qp.pd || access&acc == 0 || (typ == MWType2 && bqp != qp) {
+	if !ok || mr == nil || pd != qpd || access&acc == 0 || (typ == MWType2 && bqp != qp) {
 		return nil, 0, false
 	}
 	off := va - base

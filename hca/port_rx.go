@@ -226,7 +226,9 @@ func (p *Port) deliver(qp *QP, pk *Packet) {
 	}
 	pk.Port = p
 	qp.tr.Receive(qp, pk)
-	pk.noteCQ(qp.recvCQ)
+	if qp.recvCQ != nil {
+		pk.noteCQ(qp.recvCQ)
+	}
 }
 
 // receiveMulticast delivers a multicast packet to every QP attached to its MGID (IBA

@@ -13,6 +13,7 @@ const (
 // QP is a queue pair (ibv_qp).
 type QP struct {
 	pd     *PD
+	xrcd   *XRCD // XRC_RECV QPs (xrc.go)
 	dev    *Device
 	num    uint32
 	typ    QPType
@@ -52,13 +53,28 @@ type QP struct {
 // CreateQP creates a queue pair (ibv_create_qp). SMI and GSI types create the port's QP0
 // and QP1.
 func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
+	if init.QPType == QPTypeXRCRecv {
+		return nil, errorf("create_qp", EINVAL, "XRC_RECV QPs are created in an XRC domain")
+	}
+	return pd.createQP(init, nil)
+}
+
+func (pd *PD) createQP(init QPInitAttr, xrcd *XRCD) (*QP, error) {
 	d := pd.ctx.dev
 	const op = "create_qp"
-	if init.SendCQ == nil || init.RecvCQ == nil {
+	// An XRC send QP has no receive side (Annex A14), an XRC receive QP no queues at all.
+	needSend, needRecv := init.QPType != QPTypeXRCRecv, init.QPType != QPTypeXRCRecv && init.QPType != QPTypeXRCSend
+	if needSend && init.SendCQ == nil || needRecv && init.RecvCQ == nil {
 		return nil, errorf(op, EINVAL, "send_cq and recv_cq are required")
 	}
-	if init.SendCQ.ctx.dev != d || init.RecvCQ.ctx.dev != d {
+	if init.SendCQ != nil && init.SendCQ.ctx.dev != d || init.RecvCQ != nil && init.RecvCQ.ctx.dev != d {
 		return nil, errorf(op, EINVAL, "CQ of another device")
+	}
+	if !needRecv {
+		if init.SRQ != nil {
+			return nil, errorf(op, EINVAL, "an %s QP takes no SRQ", init.QPType)
+		}
+		init.RecvCQ, init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = nil, 0, 0
 	}
 	tr := d.transport(init.QPType)
 	if tr == nil {
@@ -87,7 +103,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		return nil, errorf(op, EINVAL, "PD %d is freed", pd.id)
 	}
 	qp := &QP{
-		pd: pd, dev: d, typ: init.QPType, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		pd: pd, xrcd: xrcd, dev: d, typ: init.QPType, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		srq: init.SRQ, sigAll: init.SQSigAll, cap: c, tr: tr, csumP: init.IPCsumPartial && init.QPType == QPTypeUD,
 	}
 	if init.SRQ == nil {
@@ -138,8 +154,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	d.mu.Unlock()
 
 	pd.refs.Add(1)
-	init.SendCQ.refs.Add(1)
-	init.RecvCQ.refs.Add(1)
+	if init.SendCQ != nil {
+		init.SendCQ.refs.Add(1)
+	}
+	if init.RecvCQ != nil {
+		init.RecvCQ.refs.Add(1)
+	}
 	if init.SRQ != nil {
 		d.mu.Lock()
 		init.SRQ.refs++
@@ -481,8 +501,15 @@ func (qp *QP) Destroy() error {
 		d.cfg.Remote.FreeQPN(qp.num)
 	}
 	qp.pd.refs.Add(-1)
-	qp.sendCQ.refs.Add(-1)
-	qp.recvCQ.refs.Add(-1)
+	if qp.sendCQ != nil {
+		qp.sendCQ.refs.Add(-1)
+	}
+	if qp.recvCQ != nil {
+		qp.recvCQ.refs.Add(-1)
+	}
+	if qp.xrcd != nil {
+		qp.xrcd.refs.Add(-1)
+	}
 	return nil
 }
 

@@ -32,6 +32,10 @@ func (t QPType) String() string {
 		return "SMI"
 	case QPTypeGSI:
 		return "GSI"
+	case QPTypeXRCSend:
+		return "XRC_SEND"
+	case QPTypeXRCRecv:
+		return "XRC_RECV"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }
@@ -364,6 +368,9 @@ type SendWR struct {
 	AH         *AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+
+	// XRC send QPs: the XRC SRQ at the remote domain (ibv_send_wr.qp_type.xrc.remote_srqn).
+	RemoteSRQN uint32
 
 	// RDMA and atomics.
 	RemoteAddr uint64

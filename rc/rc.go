@@ -24,6 +24,8 @@ func Register(d *hca.Device) {
 	t := &Transport{}
 	d.SetTransport(hca.QPTypeRC, t)
 	d.SetTransport(hca.QPTypeUC, t)
+	d.SetTransport(hca.QPTypeXRCSend, t)
+	d.SetTransport(hca.QPTypeXRCRecv, t)
 }
 
 // Transport implements hca.Transport for RC and UC QPs.
@@ -33,6 +35,7 @@ type Transport struct{}
 type conn struct {
 	qp  *hca.QP
 	uc  bool
+	xrc bool // an XRC send (requester) or receive (responder) QP
 	clk clock.Clock
 
 	path atomic.Pointer[path]
@@ -82,7 +85,8 @@ func getConn(qp *hca.QP) *conn {
 func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
 	c := getConn(qp)
 	if c == nil {
-		c = &conn{qp: qp, uc: qp.Type() == hca.QPTypeUC, clk: qp.Device().Clock()}
+		t := qp.Type()
+		c = &conn{qp: qp, uc: t == hca.QPTypeUC, xrc: t == hca.QPTypeXRCSend || t == hca.QPTypeXRCRecv, clk: qp.Device().Clock()}
 		qp.TransportState = c
 	}
 	a := qp.Attr()
@@ -96,7 +100,7 @@ func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
 		c.flush()
 	case to == hca.QPStateRTR && from == hca.QPStateInit:
 		c.rmu.Lock()
-		c.resp = responder{ePSN: a.RQPSN & psnMask}
+		c.resp = responder{ePSN: a.RQPSN & psnMask, xrc: c.xrc}
 		c.resp.res = make([]rdRes, max(int(a.MaxDestRdAtomic), 1))
 		c.rmu.Unlock()
 	case to == hca.QPStateRTS && (from == hca.QPStateRTR || from == hca.QPStateSQD || from == hca.QPStateRTS):
@@ -123,12 +127,14 @@ func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
 func (c *conn) setPath(a *hca.QPAttr) {
 	p := newPath(c.qp.Port(), &a.AHAttr, a.PKeyIndex, a)
 	p.migReq = a.PathMigState == hca.MigMigrated
+	p.xrc = c.xrc
 	c.path.Store(p)
 	var alt *path
 	if c.qp.AltPort() != nil {
 		if port := c.qp.Device().Port(int(a.AltPortNum)); port != nil {
 			alt = newPath(port, &a.AltAHAttr, a.AltPKeyIndex, a)
 			alt.migReq = true // used once migrated
+			alt.xrc = c.xrc
 		}
 	}
 	c.alt.Store(alt)
@@ -173,6 +179,8 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 	want := wire.TransportRC
 	if c.uc {
 		want = wire.TransportUC
+	} else if c.xrc {
+		want = wire.TransportXRC
 	}
 	if op.Transport() != want {
 		qp.Port().Counters().Inc(hca.CntDropQPType)
@@ -193,7 +201,7 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 	} else if !pk.BTH.MigReq() && qp.PathMigState() == hca.MigRearm {
 		qp.Rearmed() // the peer has its alternate path loaded too
 	}
-	switch op {
+	switch rcOp(op) {
 	case wire.RCAcknowledge, wire.RCAtomicAcknowledge, wire.RCRDMAReadResponseFirst,
 		wire.RCRDMAReadResponseMiddle, wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly:
 		if qp.State() < hca.QPStateRTS {
@@ -204,6 +212,10 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 		c.req.response(c, pk)
 		c.mu.Unlock()
 	default:
+		if qp.Type() == hca.QPTypeXRCSend { // a requester only (Annex A14)
+			qp.Port().Counters().Inc(hca.CntDropQPType)
+			return
+		}
 		c.rmu.Lock()
 		c.resp.request(c, pk)
 		c.rmu.Unlock()

@@ -205,7 +205,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 			panic(fmt.Sprintf("build READ with recvd %d npkts %d done %v sent %v", w.recvd, w.npkts, w.done, w.sent))
 		}
 		off := uint64(w.recvd) * uint64(w.mtu)
-		buf, o := b.start(p, hdr{op: wire.RCRDMAReadRequest, psn: psnAdd(w.firstPSN, w.recvd), ackReq: true}, wire.RETHLen)
+		buf, o := b.start(p, hdr{op: wire.RCRDMAReadRequest, psn: psnAdd(w.firstPSN, w.recvd), ackReq: true, srqn: wr.RemoteSRQN}, wire.RETHLen)
 		reth := wire.RETH(buf[o : o+wire.RETHLen])
 		reth.SetVA(wr.RemoteAddr + off)
 		reth.SetRKey(wr.RKey)
@@ -222,7 +222,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		if wr.Opcode == hca.WRAtomicFetchAndAdd {
 			op = wire.RCFetchAdd
 		}
-		buf, o := b.start(p, hdr{op: op, psn: w.firstPSN, ackReq: true}, wire.AtomicETHLen)
+		buf, o := b.start(p, hdr{op: op, psn: w.firstPSN, ackReq: true, srqn: wr.RemoteSRQN}, wire.AtomicETHLen)
 		a := wire.AtomicETH(buf[o : o+wire.AtomicETHLen])
 		a.SetVA(wr.RemoteAddr)
 		a.SetRKey(wr.RKey)
@@ -247,7 +247,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		n = 0
 	}
 	op, eth := requestOpcode(wr.Opcode, first, last, c.uc)
-	h := hdr{op: op, psn: psn, payload: n, se: last && wr.SendFlags&hca.SendSolicited != 0}
+	h := hdr{op: op, psn: psn, payload: n, se: last && wr.SendFlags&hca.SendSolicited != 0, srqn: wr.RemoteSRQN}
 	// Ask for an ACK at the end of every message and every 16 packets within a long one,
 	// so the window keeps moving (IBA 9.7.5.1 leaves the choice to the requester).
 	h.ackReq = !c.uc && (last || i%16 == 15)
@@ -363,7 +363,7 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 		return
 	}
 	psn := pk.BTH.PSN()
-	switch op := pk.BTH.OpCode(); op {
+	switch op := rcOp(pk.BTH.OpCode()); op {
 	case wire.RCAcknowledge:
 		a := pk.AETH
 		switch {
