@@ -268,6 +268,27 @@ func TestPingpongs(t *testing.T) {
 	}
 }
 
+// TestXsrqPingpong runs libibverbs' XRC example, ibv_xsrq_pingpong, server and client as
+// two processes: each opens an XRC domain, an XRC SRQ and XRC send and receive QPs, and
+// they ping-pong through each other's SRQ numbers (polling, and with CQ events).
+func TestXsrqPingpong(t *testing.T) {
+	requireTools(t, "ibv_xsrq_pingpong")
+	fb := startFabric(t)
+	for _, extra := range [][]string{nil, {"-e"}, {"-s", "65536"}} {
+		t.Run("xsrq"+strings.Join(extra, ""), func(t *testing.T) {
+			port := freePort(t)
+			args := append([]string{"-p", port, "-n", "100"}, extra...)
+			sout, cout := fb.pair(t, append([]string{"ibv_xsrq_pingpong", "-d", "pib_1"}, args...),
+				append(append([]string{"ibv_xsrq_pingpong", "-d", "pib_0"}, args...), "127.0.0.1"))
+			for side, out := range map[string]string{"server": sout, "client": cout} {
+				if !strings.Contains(out, "success") || !strings.Contains(out, "SRQN") {
+					t.Errorf("%s did not succeed:\n%s", side, out)
+				}
+			}
+		})
+	}
+}
+
 var (
 	bwReport  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
 	latReport = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)`)

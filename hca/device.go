@@ -124,6 +124,7 @@ const (
 	DeviceRCRNRNAKGen     = 1 << 12
 	DeviceSRQResize       = 1 << 13
 	DeviceMemWindow       = 1 << 17 // memory windows (mw.go)
+	DeviceXRC             = 1 << 20 // XRC (xrc.go)
 	DeviceMemWindowType2B = 1 << 24
 )
 
@@ -208,7 +209,7 @@ func NewDevice(cfg Config) (*Device, error) {
 		VendorID: cfg.VendorID, VendorPartID: cfg.VendorPartID, HWVer: cfg.HWVer,
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR,
 		DeviceCapFlags: DeviceBadPKeyCntr | DeviceBadQKeyCntr | DevicePortActiveEvent |
-			DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceMemWindow | DeviceMemWindowType2B | DeviceAutoPathMig,
+			DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceMemWindow | DeviceMemWindowType2B | DeviceAutoPathMig | DeviceXRC,
 		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: MaxCQ, MaxCQE: MaxCQE, MaxMR: MaxMR, MaxPD: MaxPD,
 		MaxQPRdAtom: MaxQPRdAtom, MaxResRdAtom: MaxQPRdAtom * MaxQP, MaxQPInitRdAtom: MaxQPInitRdAtom,
 		AtomicCap: 1, MaxMW: MaxMW, MaxMcastGrp: MaxMcastGroups, MaxMcastQPAttach: MaxMcastQPAttach,

@@ -13,6 +13,7 @@
 #include <endian.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 
 #include "pib.h"
 #include "_cgo_export.h"
@@ -99,6 +100,8 @@ static int req_notify_cq_op(struct ibv_cq *cq, int solicited);
 static int post_send_op(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 static int post_recv_op(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int post_srq_recv_op(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+static struct ibv_xrcd *open_xrcd_op(struct ibv_context *c, struct ibv_xrcd_init_attr *a);
+static int close_xrcd_op(struct ibv_xrcd *x);
 static struct ibv_mw *alloc_mw_op(struct ibv_pd *pd, enum ibv_mw_type type);
 static int dealloc_mw_op(struct ibv_mw *mw);
 static int bind_mw_op(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
@@ -133,6 +136,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->create_qp_ex = create_qp_ex_op;
 	v->create_srq_ex = create_srq_ex_op;
 	v->get_srq_num = get_srq_num_op;
+	v->open_xrcd = open_xrcd_op;
+	v->close_xrcd = close_xrcd_op;
 	v->modify_cq = modify_cq_op;
 	c->device = device;
 	c->cmd_fd = -1;
@@ -829,7 +834,33 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 
 static struct ibv_srq *create_srq_ex_op(struct ibv_context *c, struct ibv_srq_init_attr_ex *a)
 {
-	// Only basic SRQs with a PD exist here (no XRC, no tag matching).
+	// Basic SRQs with a PD, and XRC SRQs (a PD, an XRC domain and a CQ); no tag matching.
+	const uint32_t xrc = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type == IBV_SRQT_XRC) {
+		if ((a->comp_mask & xrc) != xrc || (a->comp_mask & ~xrc) || !a->pd || !a->xrcd || !a->cq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		struct pib_srq *s = calloc(1, sizeof(*s));
+		int err = 0;
+		if (!s) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		s->h = pibgo_create_xrc_srq(H(a->pd, pib_pd), H(a->xrcd, pib_xrcd), H(a->cq, pib_cq), &a->attr, s, &err);
+		if (!s->h) {
+			free(s);
+			errno = err;
+			return NULL;
+		}
+		s->srq.context = c;
+		s->srq.srq_context = a->srq_context;
+		s->srq.pd = a->pd;
+		s->srq.handle = (uint32_t)s->h;
+		pthread_mutex_init(&s->srq.mutex, NULL);
+		pthread_cond_init(&s->srq.cond, NULL);
+		return &s->srq;
+	}
 	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC) {
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -844,7 +875,55 @@ static struct ibv_srq *create_srq_ex_op(struct ibv_context *c, struct ibv_srq_in
 
 static int get_srq_num_op(struct ibv_srq *srq, uint32_t *num)
 {
-	return EOPNOTSUPP; // SRQ numbers are for XRC SRQs
+	return pibgo_srq_num(H(srq, pib_srq), num); // EOPNOTSUPP for an SRQ that is not XRC's
+}
+
+// ---- XRC domains (ibv_open_xrcd/ibv_close_xrcd are inline, through verbs_context) -------
+
+static struct ibv_xrcd *open_xrcd_op(struct ibv_context *c, struct ibv_xrcd_init_attr *a)
+{
+	const uint32_t need = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+	if (a->comp_mask & ~need) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & need) != need) {
+		errno = EINVAL; // as rdma-core's ibv_cmd_open_xrcd
+		return NULL;
+	}
+	// Processes share a domain through a file (its inode); within this process the same
+	// file opens the same domain, fd -1 a new one.
+	uint64_t dev = 0, ino = 0;
+	if (a->fd >= 0) {
+		struct stat st;
+		if (fstat(a->fd, &st))
+			return NULL;
+		dev = st.st_dev;
+		ino = st.st_ino;
+	}
+	struct pib_xrcd *x = calloc(1, sizeof(*x));
+	int err = 0;
+	if (!x) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	x->h = pibgo_open_xrcd(ctx_of(c)->h, a->fd >= 0, dev, ino, a->oflags, &err);
+	if (!x->h) {
+		free(x);
+		errno = err;
+		return NULL;
+	}
+	x->xrcd.context = c;
+	return &x->xrcd;
+}
+
+static int close_xrcd_op(struct ibv_xrcd *x)
+{
+	int rc = pibgo_close_xrcd(H(x, pib_xrcd));
+	if (rc)
+		return rc;
+	free(x);
+	return 0;
 }
 
 EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *a, int mask)
@@ -880,12 +959,16 @@ static void wr_set_ops(struct ibv_qp_ex *q);
 // The rdma_cm ID whose QP create_qp makes (pib_cm_create_qp), per thread.
 static __thread uint64_t cm_qp_id;
 
-static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, uint64_t send_ops)
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_xrcd *xrcd, struct ibv_qp_init_attr *a, uint64_t send_ops)
 {
 	struct pib_qp *q;
 	struct pib_qp_create pc;
 	int err = 0;
-	if (!a->send_cq || !a->recv_cq) {
+	// An XRC send QP has no receive side, an XRC receive QP (created in an XRC domain,
+	// xrcd set) no CQs at all.
+	int xrc_recv = a->qp_type == IBV_QPT_XRC_RECV, xrc_send = a->qp_type == IBV_QPT_XRC_SEND;
+	if ((!xrc_recv && !a->send_cq) || (!xrc_recv && !xrc_send && !a->recv_cq) || (xrc_recv && !xrcd) ||
+	    (!xrc_recv && !pd)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -895,9 +978,10 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 		return NULL;
 	}
 	memset(&pc, 0, sizeof(pc));
-	pc.pd = H(pd, pib_pd);
-	pc.send_cq = H(a->send_cq, pib_cq);
-	pc.recv_cq = H(a->recv_cq, pib_cq);
+	pc.pd = pd ? H(pd, pib_pd) : 0;
+	pc.xrcd = xrc_recv ? H(xrcd, pib_xrcd) : 0;
+	pc.send_cq = a->send_cq ? H(a->send_cq, pib_cq) : 0;
+	pc.recv_cq = a->recv_cq ? H(a->recv_cq, pib_cq) : 0;
 	pc.srq = a->srq ? H(a->srq, pib_srq) : 0;
 	pc.cap = a->cap;
 	pc.qp_type = a->qp_type;
@@ -911,7 +995,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 	}
 	a->cap = pc.cap;
 	struct ibv_qp *qp = &q->qpx.qp_base;
-	qp->context = pd->context;
+	qp->context = pd ? pd->context : xrcd->context;
 	qp->qp_context = a->qp_context;
 	qp->pd = pd;
 	qp->send_cq = a->send_cq;
@@ -931,7 +1015,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
-	return create_qp(pd, a, 0);
+	return create_qp(pd, NULL, a, 0);
 }
 
 // pib_cm_create_qp is rdma_create_qp's ibv_create_qp (librdmacm.so.1): the QP is the rdma_cm
@@ -939,7 +1023,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 EXPORT struct ibv_qp *pib_cm_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, uint64_t id)
 {
 	cm_qp_id = id;
-	struct ibv_qp *qp = create_qp(pd, a, 0);
+	struct ibv_qp *qp = create_qp(pd, NULL, a, 0);
 	cm_qp_id = 0;
 	if (qp)
 		qp->state = a->qp_type == IBV_QPT_UD ? IBV_QPS_RTS : IBV_QPS_INIT;
@@ -948,13 +1032,25 @@ EXPORT struct ibv_qp *pib_cm_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 
 static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
 			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
 			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || (a->comp_mask & ~known)) {
-		errno = EOPNOTSUPP; // XRC, RSS, TSO, create flags, source QPN: not on this HCA
+	if (a->comp_mask & ~known) {
+		errno = EOPNOTSUPP; // RSS, TSO, create flags, source QPN: not on this HCA
+		return NULL;
+	}
+	// XRC receive QPs belong to an XRC domain, every other QP to a PD.
+	struct ibv_xrcd *xrcd = NULL;
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd) {
+			errno = EINVAL;
+			return NULL;
+		}
+		xrcd = a->xrcd;
+	} else if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd) {
+		errno = EINVAL;
 		return NULL;
 	}
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops)) {
@@ -970,7 +1066,7 @@ static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_
 		.qp_type = a->qp_type,
 		.sq_sig_all = a->sq_sig_all,
 	};
-	struct ibv_qp *qp = create_qp(a->pd, &ia, a->send_ops_flags);
+	struct ibv_qp *qp = create_qp(a->pd, xrcd, &ia, a->send_ops_flags);
 	if (qp) {
 		a->cap = ia.cap;
 		if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
@@ -1087,6 +1183,8 @@ static void flatten(struct ibv_qp *qp, struct ibv_send_wr *wr, struct pib_swr *s
 	default:
 		break;
 	}
+	if (qp->qp_type == IBV_QPT_XRC_SEND)
+		s->remote_srqn = wr->qp_type.xrc.remote_srqn;
 	if (qp->qp_type == IBV_QPT_UD) {
 		s->ah = wr->wr.ud.ah ? H(wr->wr.ud.ah, pib_ah) : 0;
 		s->remote_qpn = wr->wr.ud.remote_qpn;
@@ -1277,9 +1375,11 @@ static void wr_unsupported_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, 
 	((struct pib_qp *)x)->b.err = EOPNOTSUPP;
 }
 
-static void wr_unsupported_xrc(struct ibv_qp_ex *x, uint32_t srqn)
+static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
-	((struct pib_qp *)x)->b.err = EOPNOTSUPP;
+	struct pib_swr *s = wr_cur(x);
+	if (s)
+		s->remote_srqn = srqn;
 }
 
 static void wr_unsupported_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *wr)
@@ -1386,7 +1486,7 @@ static void wr_set_ops(struct ibv_qp_ex *x)
 	x->wr_send_inv = wr_send_inv;
 	x->wr_send_tso = wr_unsupported_tso;
 	x->wr_set_ud_addr = wr_set_ud_addr;
-	x->wr_set_xrc_srqn = wr_unsupported_xrc;
+	x->wr_set_xrc_srqn = wr_set_xrc_srqn;
 	x->wr_set_inline_data = wr_set_inline_data;
 	x->wr_set_inline_data_list = wr_set_inline_data_list;
 	x->wr_set_sge = wr_set_sge;

@@ -31,6 +31,11 @@ struct pib_mr {
 	uint64_t h;
 };
 
+struct pib_xrcd {
+	struct ibv_xrcd xrcd;
+	uint64_t h;
+};
+
 struct pib_mw {
 	struct ibv_mw mw;
 	uint64_t h;
@@ -80,6 +85,7 @@ struct pib_swr {
 	uint64_t mw, mr;
 	uint64_t bind_length;
 	uint32_t bind_access;
+	uint32_t remote_srqn; // XRC send QPs: wr.qp_type.xrc.remote_srqn
 };
 
 // The ibv_wr_* builder of a QP: WRs collect between ibv_wr_start and ibv_wr_complete.
@@ -102,6 +108,7 @@ struct pib_qp {
 // pib_qp_create carries ibv_qp_init_attr(_ex) to Go.
 struct pib_qp_create {
 	uint64_t pd, send_cq, recv_cq, srq;
+	uint64_t xrcd; // XRC receive QPs: the domain (no PD, no CQs)
 	struct ibv_qp_cap cap; // in: requested; out: actual
 	uint32_t qp_type;
 	int sq_sig_all;
