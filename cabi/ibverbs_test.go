@@ -270,6 +270,27 @@ func TestPingpongs(t *testing.T) {
 	}
 }
 
+// TestXsrqPingpong runs libibverbs' XRC example, ibv_xsrq_pingpong, server and client as
+// two processes: each opens an XRC domain, an XRC SRQ and XRC send and receive QPs, and
+// they ping-pong through each other's SRQ numbers (polling, and with CQ events).
+func TestXsrqPingpong(t *testing.T) {
+	requireTools(t, "ibv_xsrq_pingpong")
+	fb := startFabric(t)
+	for _, extra := range [][]string{nil, {"-e"}, {"-s", "65536"}} {
+		t.Run("xsrq"+strings.Join(extra, ""), func(t *testing.T) {
+			port := freePort(t)
+			args := append([]string{"-p", port, "-n", "100"}, extra...)
+			sout, cout := fb.pair(t, append([]string{"ibv_xsrq_pingpong", "-d", "pib_1"}, args...),
+				append(append([]string{"ibv_xsrq_pingpong", "-d", "pib_0"}, args...), "127.0.0.1"))
+			for side, out := range map[string]string{"server": sout, "client": cout} {
+				if !strings.Contains(out, "success") || !strings.Contains(out, "SRQN") {
+					t.Errorf("%s did not succeed:\n%s", side, out)
+				}
+			}
+		})
+	}
+}
+
 var (
 	bwReport  = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$`)
 	latReport = regexp.MustCompile(`(?m)^ (\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)`)
@@ -318,8 +339,9 @@ func TestPerftest(t *testing.T) {
 
 // TestVerbsCheck compiles testdata/verbs_check.c against rdma-core's headers and library
 // (as any program is built) and runs it on pibgw's: misuse gets rdma-core's errno or
-// completion status, the ibv_wr_* API, ibv_cq_ex, completion channels and async events
-// work (the program prints "ok NAME" per check). The fabric is unaffected: a pingpong
+// completion status, the ibv_wr_* API, ibv_cq_ex, completion channels, async events,
+// memory windows (a type 2 window invalidated by SEND_WITH_INV refuses the next WRITE)
+// and ibv_rereg_mr work (the program prints "ok NAME" per check). The fabric is unaffected: a pingpong
 // runs afterwards, and the process's session is gone.
 func TestVerbsCheck(t *testing.T) {
 	requireTools(t, "gcc", "ibv_rc_pingpong")
@@ -332,6 +354,7 @@ func TestVerbsCheck(t *testing.T) {
 	for _, check := range []string{"reg_mr_bad_access", "post_send_reset_EINVAL", "modify_qp_bad_transition_EINVAL",
 		"destroy_cq_busy_EBUSY", "dealloc_pd_busy_EBUSY", "unsupported_EOPNOTSUPP", "wr_api", "bad_lkey_LOC_PROT_ERR",
 		"qp_error_state", "bad_rkey_REM_ACCESS_ERR", "comp_channel", "cq_event", "async_event", "cq_ex",
+		"rereg_mr", "mw_type2_bind", "mw_send_with_inv_REM_ACCESS_ERR", "mw_type1_bind_mw", "mw_wr_api_local_inv",
 		"mcast_destroy_EBUSY", "teardown"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("check %s did not pass:\n%s", check, out)
