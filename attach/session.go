@@ -48,6 +48,7 @@ type session struct {
 	kick  chan struct{}
 
 	police policeCounters
+	dbg    debugCalls // the daemon's requests to the process (debug.go)
 }
 
 type mcastKey struct {

@@ -38,8 +38,9 @@ type Fabric struct {
 
 	log *slog.Logger
 
-	capMu    sync.Mutex
+	capMu    sync.Mutex // guards captures and faults, and the cables' wrappers
 	captures []*capture
+	faults   map[*fabric.Cable]*cableFault // pibgw fault (debug.go)
 }
 
 // BuildFabric builds the fabric cfg describes and waits for the SM's first sweep, so that
@@ -239,12 +240,17 @@ func (f *Fabric) StopCapture(cw *fabric.CaptureWriter) {
 	}
 }
 
-// rewrapLocked rebuilds every cable's wrappers from f.captures: Cable.Unwrap removes all
-// of a direction's wrappers, so the captures that stay are wrapped again.
+// rewrapLocked rebuilds every cable's wrappers from f.faults and f.captures:
+// Cable.Unwrap removes all of a direction's wrappers, so the ones that stay are wrapped
+// again, faults innermost.
 func (f *Fabric) rewrapLocked() {
 	for _, cb := range f.Cables {
 		cb.Unwrap(fabric.AtoB)
 		cb.Unwrap(fabric.BtoA)
+		if cf := f.faults[cb]; cf != nil {
+			cb.Wrap(fabric.AtoB, cf.wrapper(fabric.AtoB))
+			cb.Wrap(fabric.BtoA, cf.wrapper(fabric.BtoA))
+		}
 		for _, c := range f.captures {
 			cb.Wrap(fabric.AtoB, fabric.CaptureWrapper(c.cw, captureIfaceFromHCA))
 			cb.Wrap(fabric.BtoA, fabric.CaptureWrapper(c.cw, captureIfaceToHCA))
