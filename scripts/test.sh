@@ -52,6 +52,7 @@ FUZZ=(
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"
 	"./internal/shmring FuzzConsumer"
+	"./internal/ibsim FuzzDatagrams"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")

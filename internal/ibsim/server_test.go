@@ -390,3 +390,44 @@ func TestUDP(t *testing.T) {
 		t.Errorf("NodeDescription over UDP %q, want %q", desc, f.Switch.NodeDesc())
 	}
 }
+
+// BenchmarkSMPRoundTrip: a directed-route NodeInfo to the switch and back, sent by a
+// libumad2sim client through the server's sockets ("ibsim") and, as the baseline, by an
+// in-process agent on the same port ("direct"). The difference is the server's cost per
+// MAD: two datagrams, the client's queue and its writer. (The one allocation per op is
+// the test client's WriteToUnix building a sockaddr; the server's path allocates nothing.)
+func BenchmarkSMPRoundTrip(b *testing.B) {
+	f, base := testFabric(b, nil)
+	p := f.Devs[1].Port(1)
+	req := smp(wire.AttrNodeInfo, 0, 1, 0, 1)
+	b.Run("direct", func(b *testing.B) {
+		got := make(chan struct{}, 1)
+		p.RegisterMADHandler(wire.MgmtClassSubnDirected, true, hca.MADHandlerFunc(func(*hca.MAD) { got <- struct{}{} }))
+		defer p.RegisterMADHandler(wire.MgmtClassSubnDirected, true, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := p.SendSMP(hca.MADAddr{DLID: 0xFFFF}, req); err != nil {
+				b.Fatal(err)
+			}
+			<-got
+		}
+	})
+	b.Run("ibsim", func(b *testing.B) {
+		c, _ := dial(b, base, "pib_1", false)
+		var out [288]byte
+		binary.BigEndian.PutUint16(out[0:], 0xFFFF)
+		binary.BigEndian.PutUint16(out[4:], 0xFFFF)
+		binary.BigEndian.PutUint64(out[24:], 256)
+		copy(out[32:], req)
+		var in [289]byte
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.data.WriteToUnix(out[:], c.out); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := c.data.Read(in[:]); err != nil || n != 288 {
+				b.Fatal(n, err)
+			}
+		}
+	})
+}
