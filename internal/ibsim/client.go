@@ -3,6 +3,7 @@ package ibsim
 import (
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,7 +27,16 @@ type client struct {
 	issm atomic.Bool
 
 	conn net.Conn
-	out  chan *datagram
+	raw  syscall.RawConn // conn's descriptor, for writes that must not wait
+	// busy is held by whoever writes to conn: deliver's one non-blocking attempt, or the
+	// writer goroutine, whose write may wait for the client to read.
+	busy atomic.Bool
+	// The non-blocking write's argument and result, and the function raw.Write runs
+	// (made once: a closure per MAD would allocate); guarded by busy.
+	wbuf    []byte
+	werr    error
+	writeFn func(fd uintptr) bool
+	out     chan *datagram
 	done chan struct{}
 	once sync.Once
 	wg   sync.WaitGroup
@@ -43,6 +53,13 @@ func newClient(s *Server, id int, port *hca.Port, pid uint32) *client {
 
 func (c *client) start(conn net.Conn) {
 	c.conn = conn
+	if sc, ok := conn.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
+	c.writeFn = func(fd uintptr) bool {
+		_, c.werr = syscall.Write(int(fd), c.wbuf)
+		return true // one attempt: never wait for the client on the fabric's goroutine
+	}
 	c.wg.Add(2)
 	go c.readLoop()
 	go c.writeLoop()
@@ -77,12 +94,40 @@ func (c *client) deliver(m *hca.MAD) {
 	r.setPadding()
 	r.SetLength(wire.MADLen)
 	copy(r[reqMADOff:], m.Data)
+	if c.tryWrite(d) {
+		return
+	}
 	select {
 	case c.out <- d:
 	default:
 		datagramPool.Put(d)
 		c.s.queueFull.Add(1)
 	}
+}
+
+// tryWrite hands d to the client at once when nothing is queued before it and the socket
+// takes it without waiting — the common case, which saves the writer goroutine's wake-up
+// on every MAD (opensm keeps only a few SMPs outstanding, so each one's latency counts).
+// It reports whether d is done with (sent, or dropped because the client is gone).
+func (c *client) tryWrite(d *datagram) bool {
+	if c.raw == nil || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	c.wbuf = d.b[:]
+	err := c.raw.Write(c.writeFn)
+	werr := c.werr
+	c.wbuf, c.werr = nil, nil
+	c.busy.Store(false)
+	switch {
+	case err == nil && werr == nil:
+		c.s.madsOut.Add(1)
+	case errors.Is(werr, syscall.EAGAIN):
+		return false // full: the writer goroutine waits for it
+	case err != nil || gone(werr):
+		go c.s.remove(c, "client socket gone")
+	}
+	datagramPool.Put(d)
+	return true
 }
 
 func isSMP(class uint8) bool {
@@ -103,7 +148,11 @@ func (c *client) writeLoop() {
 				}
 			}
 		case d := <-c.out:
+			for !c.busy.CompareAndSwap(false, true) {
+				runtime.Gosched() // a non-blocking write of deliver's is under way
+			}
 			_, err := c.conn.Write(d.b[:])
+			c.busy.Store(false)
 			datagramPool.Put(d)
 			if err != nil {
 				if gone(err) {
