@@ -37,9 +37,9 @@ type client struct {
 	werr    error
 	writeFn func(fd uintptr) bool
 	out     chan *datagram
-	done chan struct{}
-	once sync.Once
-	wg   sync.WaitGroup
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
 }
 
 // datagram is one pooled sim_request.
