@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/ibsim"
 	"github.com/pibgw/pibgw/sa/satest"
 )
@@ -148,7 +149,7 @@ func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) fun
 	conf := filepath.Join(dir, "opensm.conf")
 	os.WriteFile(conf, []byte("force_log_flush TRUE\n"), 0o644)
 	logf := filepath.Join(dir, "opensm.log")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "opensm", "-F", conf, "-f", logf)
 	cmd.Dir = dir
@@ -182,7 +183,7 @@ func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) fun
 			}
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("opensm against %s: no SUBNET UP in 3 minutes; log tail:\n%s", sock, tail(string(b), 3000))
+			t.Fatalf("opensm against %s: no SUBNET UP in 10 minutes; log tail:\n%s", sock, tail(string(b), 3000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -193,4 +194,37 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// TestOpenSMFatTree11664 is the second half of issue 16's scale point, run on request
+// (PIBGW_SCALE=1): opensm through libumad2sim and the server brings up the three-level
+// fat tree of 36-port switches with 11,664 HCAs (ibsim's default limits stop at 2048
+// nodes); it reports the time to SUBNET UP from opensm's log.
+func TestOpenSMFatTree11664(t *testing.T) {
+	if os.Getenv("PIBGW_SCALE") == "" {
+		t.Skip("set PIBGW_SCALE=1 to run opensm on the 11,664-HCA fat tree")
+	}
+	lib, _ := filepath.Glob("/usr/lib/*/umad2sim/libumad2sim.so")
+	if _, err := exec.LookPath("opensm"); err != nil || len(lib) == 0 {
+		t.Skipf("needs opensm and libumad2sim (Debian opensm, ibsim-utils): %v", err)
+	}
+	var f *satest.Fabric
+	d := runOpenSM(t, lib[0], fmt.Sprintf("pibgwscale-%d", os.Getpid()), "pib_0", func(sock string) func() {
+		f = satest.FatTree3(t, 36, satest.Options{Clock: clock.Real{}})
+		s, err := ibsim.New(ibsim.Config{SocketName: sock, Devices: f.HCAs, ExternalSM: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { t.Logf("server: %+v", s.Stats()); s.Close() }
+	})
+	active := 0
+	for _, p := range f.Ports() {
+		if p.State() == hca.PortActive {
+			active++
+		}
+	}
+	t.Logf("opensm: SUBNET UP on %d HCAs / %d switches after %v; %d HCA ports Active", len(f.HCAs), len(f.Switches), d, active)
+	if active != len(f.HCAs) {
+		t.Errorf("%d of %d HCA ports Active at SUBNET UP", active, len(f.HCAs))
+	}
 }
