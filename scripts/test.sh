@@ -48,6 +48,7 @@ FUZZ=(
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"
 	"./internal/shmring FuzzConsumer"
+	"./fabric/udplink FuzzReceive"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")
