@@ -75,7 +75,7 @@ func newTestSwitch(t *testing.T, nports int, cfg Config) *testSwitch {
 	for i := 1; i <= nports; i++ {
 		sw.SetLFT(uint16(i), uint8(i)) // LID i lives behind port i
 	}
-	ps := NewSwitchPorts(sw, nil)
+	ps := AllPorts(sw)
 	l, err := Listen("127.0.0.1:0", ps, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +275,7 @@ func TestSwitchRestart(t *testing.T) {
 		t.Fatalf("status %+v", d.Status())
 	}
 	sw := fabric.NewSwitch(fabric.SwitchConfig{Ports: 2})
-	l2, err := Listen(addr, NewSwitchPorts(sw, nil), cfg)
+	l2, err := Listen(addr, AllPorts(sw), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,4 +374,61 @@ func TestMain(m *testing.M) {
 		slog.SetDefault(slog.New(slog.DiscardHandler))
 	}
 	os.Exit(m.Run())
+}
+
+// A Jack's cable follows the session: down until the dialer connects, up while it is,
+// down when it ends; packets cross it both ways, and the cable counts them.
+func TestJack(t *testing.T) {
+	s := newTestSwitch(t, 2, Config{})
+	_, far := dial(t, s, 0x51, Config{})
+	far.waitLink(t, true)
+	local := fabrictest.NewRecorder()
+	j := NewJack(local)
+	if local.LinkUp() || j.Up() {
+		t.Fatal("jack cable up before a session")
+	}
+	hp := newHostPort() // notices the dialer's attach on the jack's UDP side
+	d, err := Dial(s.l.Addr().String(), 0x52, &jackWatch{Port: j.UDP(), hp: hp}, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp.waitLink(t, true)
+	if !local.LinkUp() || !j.Up() {
+		t.Fatal("jack cable down with a session")
+	}
+	pa, pb := 1, 2
+	if d.Status().SwitchPort == 1 {
+		pa, pb = 2, 1
+	}
+	p := pkt(uint16(pb), uint16(pa), 12)
+	far.Send(p)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := local.Wait(ctx, 1); err != nil || !bytes.Equal(got[0], p) {
+		t.Fatalf("local port got %x, %v", got, err)
+	}
+	q := pkt(uint16(pa), uint16(pb), 12)
+	local.Send(q)
+	if got := recv(t, far, 1); !bytes.Equal(got[0], q) {
+		t.Fatal("far port got something else")
+	}
+	if c := j.Cable().Counters(fabric.AtoB); c.Packets != 1 {
+		t.Fatalf("cable counters %+v", c)
+	}
+	d.Close()
+	hp.waitLink(t, false)
+	if local.LinkUp() {
+		t.Fatal("jack cable up after the session ended")
+	}
+}
+
+// jackWatch passes Attach on to a Jack's UDP side and tells a hostPort about it.
+type jackWatch struct {
+	fabric.Port
+	hp *hostPort
+}
+
+func (w *jackWatch) Attach(l fabric.Link) {
+	w.Port.Attach(l)
+	w.hp.Attach(l)
 }
