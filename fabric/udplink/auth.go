@@ -4,11 +4,8 @@ import (
 	"crypto/cipher"
 	"crypto/sha256"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"strings"
 
 	"golang.org/x/crypto/chacha20poly1305"
 	"golang.org/x/crypto/hkdf"
@@ -27,20 +24,6 @@ import (
 
 // PSKMinLen is the shortest accepted pre-shared key.
 const PSKMinLen = 16
-
-// ReadPSK reads a pre-shared key file: its contents with surrounding white space trimmed,
-// at least PSKMinLen bytes.
-func ReadPSK(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	k := []byte(strings.TrimSpace(string(b)))
-	if len(k) < PSKMinLen {
-		return nil, fmt.Errorf("%s: pre-shared key is %d bytes, need at least %d", path, len(k), PSKMinLen)
-	}
-	return k, nil
-}
 
 // keys derives AEADs from a PSK.
 type keys struct{ psk []byte }
@@ -139,23 +122,6 @@ func (w *replayWindow) accept(seq uint64) {
 
 // DefaultAllow is the allow-list used without a PSK when none is configured: loopback.
 var DefaultAllow = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
-
-// ParseAllow parses CIDR prefixes or single addresses.
-func ParseAllow(ss []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range ss {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("allow: %q is neither an address nor a prefix", s)
-		}
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return out, nil
-}
 
 func allowed(list []netip.Prefix, a netip.Addr) bool {
 	a = a.Unmap()

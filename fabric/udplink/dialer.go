@@ -211,10 +211,23 @@ func (d *Dialer) handshake(src netip.AddrPort, h Header, body []byte) {
 		e.ctr.refused.Add(1)
 		// Keep trying, slowly: a port may free up.
 		d.delay = e.cfg.ReconnectMax
+	case MsgDisconnect:
+		// The switch has no session with us any more (it restarted): start again now.
+		p := d.cur.Load()
+		if p == nil || h.Session() != p.session {
+			e.ctr.drop(DropUnknownSession)
+			return
+		}
+		d.mu.Unlock()
+		d.ended(p, false)
+		d.mu.Lock()
 	default:
 		e.ctr.drop(DropType)
 	}
 }
+
+// stale: a dialer has nothing to tell sources other than its switch.
+func (d *Dialer) stale(netip.AddrPort, []byte) {}
 
 // ended takes a session that died or that the switch closed: the port goes down and the
 // dialer connects again.

@@ -74,6 +74,8 @@ type role interface {
 	// ended takes a peer whose session is over: dead (no datagram for DeadAfter) or
 	// disconnected by the other side.
 	ended(p *peer, dead bool)
+	// stale takes a datagram from a source with no session (d may be unauthenticated).
+	stale(src netip.AddrPort, d []byte)
 }
 
 // endpoint is one UDP socket with its receive loop, shared by Listener and Dialer.
@@ -239,6 +241,9 @@ func (e *endpoint) classify(b *batch, i int, now int64, cur **peer, run *[][]byt
 			how = authHandshake
 		default:
 			e.ctr.drop(DropAuth)
+			if p == nil {
+				e.role.stale(src, d)
+			}
 			return nil, nil
 		}
 		d = d[:len(d)-TagLen]
@@ -249,7 +254,7 @@ func (e *endpoint) classify(b *batch, i int, now int64, cur **peer, run *[][]byt
 		return nil, nil
 	}
 	t := h.Type()
-	if t.handshake() {
+	if t.handshake() || (t == MsgDisconnect && how == authHandshake) {
 		if how == authSession {
 			e.ctr.drop(DropType)
 			return nil, nil
@@ -265,6 +270,9 @@ func (e *endpoint) classify(b *batch, i int, now int64, cur **peer, run *[][]byt
 	}
 	if p == nil || how == authHandshake || h.Session() != p.session || p.gone.Load() {
 		e.ctr.drop(DropUnknownSession)
+		if p == nil {
+			e.role.stale(src, d)
+		}
 		return nil, nil
 	}
 	seq := h.Seq()

@@ -106,6 +106,9 @@ const (
 	ReasonFull     = 1 // every switch port is in use
 	ReasonShutdown = 2 // the sender is closing
 	ReasonRejected = 3 // the acceptor refused for another reason
+	// ReasonUnknownSession: the switch has no such session (it restarted, or timed the
+	// host out); sent under the handshake key, in answer to a session message.
+	ReasonUnknownSession = 4
 )
 
 // maxPacket is the largest IB packet a data message carries (LRH through ICRC): LRH 8 +

@@ -36,13 +36,13 @@ type jackUDP struct{ j *Jack }
 func NewJack(p fabric.Port, opts ...fabric.CableOption) *Jack {
 	j := &Jack{}
 	j.side.j, j.udp.j = j, j
-	j.cable = fabric.NewCable(&j.side, p, opts...)
+	j.cable = fabric.NewCable(p, &j.side, opts...)
 	j.cable.SetUp(false)
 	return j
 }
 
-// Cable is the Jack's cable: AtoB carries packets from the far process to the local
-// port, BtoA the other way.
+// Cable is the Jack's cable: AtoB carries what the local port sends (toward the far
+// process), BtoA what arrives from there.
 func (j *Jack) Cable() *fabric.Cable { return j.cable }
 
 // UDP is the port a Dialer or Acceptor attaches the session to.

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pibgw/pibgw/fabric"
 )
@@ -37,6 +38,8 @@ type Listener struct {
 	mu       sync.Mutex
 	byPort   map[int]*peer
 	lastConn map[uint64]uint64 // GUID → time of its last accepted connect (replay guard)
+
+	lastHint atomic.Int64 // clock time of the last stale-session answer
 }
 
 // Listen opens addr (host:port) and serves hosts through acc.
@@ -102,10 +105,40 @@ func (l *Listener) Close() {
 
 func (l *Listener) lookup(src netip.AddrPort) *peer { return (*l.peers.Load())[src] }
 
+// staleHintGap spaces the listener's stale-session answers, so that a flood of datagrams
+// from unknown sources cannot make it send more than a trickle.
+const staleHintGap = 5 * time.Millisecond
+
+// stale answers a session message from a host the listener has no session with (it
+// restarted, or declared the host dead) with a disconnect naming that session, sealed
+// with the handshake key: the host reconnects at once instead of after its link
+// timeout. The answer is never longer than what it answers.
+func (l *Listener) stale(src netip.AddrPort, d []byte) {
+	e := l.e
+	if len(d) < HeaderLen {
+		return
+	}
+	h := Header(d)
+	if h.Version() != Version || (h.Type() != MsgKeepalive && h.Type() != MsgData) || h.Session() == 0 {
+		return
+	}
+	now := e.cfg.Clock.Now().UnixNano()
+	last := l.lastHint.Load()
+	if time.Duration(now-last) < staleHintGap || !l.lastHint.CompareAndSwap(last, now) {
+		return
+	}
+	to, err := makeRawAddr(src, e.fam)
+	if err != nil {
+		return
+	}
+	e.sendControl(&to, e.hs, MsgDisconnect, h.Session(), randUint64(), []byte{ReasonUnknownSession})
+	e.ctr.hints.Add(1)
+}
+
 // handshake takes a connect: IBA has no such message; this is the link's own training.
 func (l *Listener) handshake(src netip.AddrPort, h Header, body []byte) {
 	e := l.e
-	if h.Type() != MsgConnect {
+	if h.Type() != MsgConnect { // a disconnect under the handshake key is for hosts
 		e.ctr.drop(DropType)
 		return
 	}

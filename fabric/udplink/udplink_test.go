@@ -412,7 +412,7 @@ func TestJack(t *testing.T) {
 	if got := recv(t, far, 1); !bytes.Equal(got[0], q) {
 		t.Fatal("far port got something else")
 	}
-	if c := j.Cable().Counters(fabric.AtoB); c.Packets != 1 {
+	if c := j.Cable().Counters(fabric.BtoA); c.Packets != 1 {
 		t.Fatalf("cable counters %+v", c)
 	}
 	d.Close()
@@ -431,4 +431,31 @@ type jackWatch struct {
 func (w *jackWatch) Attach(l fabric.Link) {
 	w.Port.Attach(l)
 	w.hp.Attach(l)
+}
+
+// A restarted switch answers the old session's keepalives with a disconnect, and the
+// host reconnects at once, long before its link timeout.
+func TestSwitchRestartHint(t *testing.T) {
+	for _, psk := range [][]byte{nil, testPSK} {
+		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
+			fc := clock.NewFake(time.Unix(1e9, 0))
+			cfg := Config{Clock: fc, Keepalive: 100 * time.Millisecond, DeadAfter: 10 * time.Second, PSK: psk}
+			s := newTestSwitch(t, 2, cfg)
+			addr := s.l.Addr().String()
+			d, a := dial(t, s, 0x61, cfg)
+			a.waitLink(t, true)
+			s.l.e.close()
+			l2, err := Listen(addr, AllPorts(fabric.NewSwitch(fabric.SwitchConfig{Ports: 2})), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(l2.Close)
+			fc.Advance(100 * time.Millisecond) // the host's next keepalive
+			waitFor(t, func() bool { return l2.Counters().Connects == 1 })
+			if l2.Counters().StaleHints != 1 || d.Counters().Deaths != 0 {
+				t.Fatalf("switch %+v host %+v", l2.Counters(), d.Counters())
+			}
+			waitFor(t, func() bool { return d.Status().Up })
+		})
+	}
 }

@@ -29,6 +29,10 @@ const (
 	MaxHCAs             = 64
 	MaxSwitchPorts      = 254
 	MaxHCAPorts         = 32
+	// DefaultSwitchUDPPort is where pibgw switch listens (pib's pibnetd port).
+	DefaultSwitchUDPPort = 8432
+	DefaultKeepalive     = 250 * time.Millisecond
+	DefaultLinkTimeout   = 2 * time.Second
 )
 
 // Interface stacks: the IP side of an interface.
@@ -94,10 +98,21 @@ func AutoMaxProcs(ncpu int) int { return max(1, ncpu/2) }
 
 // Fabric is the [fabric] section: HCAs pib_0…pib_{n-1} cabled, port by port, to ports
 // 1, 2, … of one managed switch.
+//
+// With Switch set the fabric's switch is another process (pibgw switch): every HCA port
+// is plugged into it over a UDP link instead of into a switch of this process.
 type Fabric struct {
 	NodeGUIDBase uint64
 	SwitchPorts  int
 	HCAs         []HCA
+
+	Switch      string         // HOST:PORT of the switch process; "" for the built-in switch
+	Listen      string         // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
+	PSKFile     string         // psk_file as configured
+	PSK         []byte         // its key; nil: no authentication, Allow applies
+	Allow       []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
+	Keepalive   time.Duration  // keepalive interval of UDP links
+	LinkTimeout time.Duration  // a UDP link silent this long is down
 }
 
 // HCA is one soft HCA.
@@ -112,6 +127,9 @@ func (h HCA) PortGUID(n int) uint64 { return h.NodeGUID | uint64(n) }
 
 // SM is the [sm] section: the built-in subnet manager and SA.
 type SM struct {
+	// Enabled runs the built-in SM and SA here (default: yes with the built-in switch,
+	// no with fabric.switch: the switch process runs them).
+	Enabled       bool
 	HCA           string // device the SM runs on
 	Port          int
 	Priority      uint8
