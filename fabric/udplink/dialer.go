@@ -26,14 +26,15 @@ type Dialer struct {
 
 	cur atomic.Pointer[peer]
 
-	mu        sync.Mutex
-	closed    bool
-	crand     [randLen]byte // of the connect in flight
-	delay     time.Duration // before the next connect
-	timer     clock.Timer
-	refusal   string // the switch's last refusal
-	attempts  uint64
-	connected time.Time
+	mu         sync.Mutex
+	closed     bool
+	crand      [randLen]byte // of the connect in flight
+	delay      time.Duration // before the next connect
+	timer      clock.Timer
+	refusal    string // the switch's last refusal
+	attempts   uint64
+	unanswered uint64 // connects since the switch last answered
+	connected  time.Time
 }
 
 // Dial plugs port, whose port GUID is guid, into the switch at remote (host:port). It
@@ -89,6 +90,9 @@ type DialStatus struct {
 	Since      time.Time // when the session came up
 	Attempts   uint64    // connects sent
 	Refusal    string    // the switch's last refusal, if any
+	RxPackets  uint64    // IB packets of the current session, each way
+	TxPackets  uint64
+	LastRx     time.Time
 }
 
 // Status reports the dialer's state.
@@ -98,6 +102,7 @@ func (d *Dialer) Status() DialStatus {
 	s := DialStatus{Remote: d.remote, Local: d.e.LocalAddr(), GUID: d.guid, Attempts: d.attempts, Refusal: d.refusal}
 	if p := d.cur.Load(); p != nil && !p.gone.Load() {
 		s.Up, s.SwitchPort, s.Since = true, p.num, d.connected
+		s.RxPackets, s.TxPackets, s.LastRx = p.rxPkts.Load(), p.txPkts.Load(), time.Unix(0, p.lastRx.Load())
 	}
 	return s
 }
@@ -132,6 +137,12 @@ func (d *Dialer) connectLocked() {
 	copy(body[16:], d.crand[:])
 	d.e.sendControl(&d.raw, d.e.hs, MsgConnect, 0, randUint64(), body[:])
 	d.attempts++
+	d.unanswered++
+	if d.unanswered == 10 || d.unanswered%100 == 0 {
+		// A switch that drops our connects as unauthenticated cannot say so.
+		d.e.log.Warn("udplink: the switch does not answer; is it running, and does it have the same PSK?",
+			"switch", d.remote, "port_guid", fmt.Sprintf("%#016x", d.guid), "connects", d.unanswered, "psk", d.e.hs != nil)
+	}
 	wait := d.delay
 	d.delay = min(2*d.delay, d.e.cfg.ReconnectMax)
 	if d.timer == nil {
@@ -168,6 +179,7 @@ func (d *Dialer) handshake(src netip.AddrPort, h Header, body []byte) {
 	defer d.mu.Unlock()
 	switch h.Type() {
 	case MsgConnectAck:
+		d.unanswered = 0
 		if len(body) != connectAckLen || h.Session() == 0 {
 			e.ctr.drop(DropMalformed)
 			return
@@ -202,6 +214,7 @@ func (d *Dialer) handshake(src netip.AddrPort, h Header, body []byte) {
 			e.ctr.drop(DropStale)
 			return
 		}
+		d.unanswered = 0
 		reason := string(body[18:])
 		if d.refusal != reason {
 			e.log.Error("udplink: the switch refused this port", "switch", d.remote,

@@ -41,9 +41,11 @@ type Fabric struct {
 	// listener and the ports it hands out. Each link is joined to its port by a Jack,
 	// whose cable is in Cables; remoteSide marks cables whose A end is a switch port.
 	Dialers    []*udplink.Dialer
+	dialPorts  []*hca.Port // the HCA port of each dialer
 	Listener   *udplink.Listener
 	Ports      *udplink.SwitchPorts
 	remoteSide map[*fabric.Cable]bool
+	psk        bool // the UDP links authenticate with a PSK
 
 	log *slog.Logger
 
@@ -74,6 +76,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		})
 	}
 	lc := linkConfig(fc, log)
+	f.psk = fc.PSK != nil
 	swPort := 1
 	for i, hc := range fc.HCAs {
 		d, err := hca.NewDevice(hca.Config{
@@ -99,6 +102,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 					return nil, fmt.Errorf("fabric.switch: %w", err)
 				}
 				f.Dialers = append(f.Dialers, dl)
+				f.dialPorts = append(f.dialPorts, p)
 				log.Debug("plugged into the switch process", "device", d.Name(), "port", p.Num(), "switch", fc.Switch)
 				continue
 			}
@@ -216,11 +220,14 @@ func (f *Fabric) Device(name string) *hca.Device {
 	return nil
 }
 
-// Devices snapshots every HCA.
+// Devices snapshots every HCA, and the switch of a switch process.
 func (f *Fabric) Devices() []control.Device {
 	out := make([]control.Device, 0, len(f.Devs))
 	for _, d := range f.Devs {
 		out = append(out, control.SnapshotDevice(d))
+	}
+	if f.Listener != nil {
+		out = append(out, f.switchDevice())
 	}
 	return out
 }
