@@ -261,3 +261,25 @@ func TestChildNaming(t *testing.T) {
 		t.Errorf("%+v", c.Interfaces[1])
 	}
 }
+
+// The multi-host examples parse (with their PSK file pointed at a test key).
+func TestMultiHostExamples(t *testing.T) {
+	psk := t.TempDir() + "/psk"
+	if err := os.WriteFile(psk, []byte("0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"switch", "host-a", "host-b"} {
+		b, err := os.ReadFile("../../configs/" + name + ".toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := strings.Replace(string(b), "/etc/pibgw/fabric.psk", psk, 1)
+		c, err := Parse(name+".toml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Fabric.PSK == nil || (name == "switch") != (c.Fabric.Listen != "") || (name == "switch") != c.SM.Enabled {
+			t.Errorf("%s: fabric %+v sm %+v", name, c.Fabric, c.SM)
+		}
+	}
+}
