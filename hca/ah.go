@@ -51,6 +51,9 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 // Attr returns the address vector.
 func (ah *AH) Attr() *AHAttr { return &ah.attr }
 
+// Query returns the address vector (ibv_query_ah).
+func (ah *AH) Query() AHAttr { return ah.attr }
+
 // PD returns the AH's protection domain.
 func (ah *AH) PD() *PD { return ah.pd }
 

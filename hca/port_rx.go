@@ -15,6 +15,8 @@ type Packet struct {
 	Raw []byte
 	// PKeyIndex is the index in the port's P_Key table of the entry that matched.
 	PKeyIndex uint16
+	// Port is the port the packet arrived on.
+	Port *Port
 	// Loopback is set when the packet never left this port (sent to its own LID or a
 	// multicast group with local members).
 	Loopback bool
@@ -174,8 +176,8 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 			qp.fwd.Forward(p, b, loop)
 			return
 		}
-		if qp != nil && qp.port.Load() != p {
-			qp = nil
+		if qp != nil && qp.port.Load() != p && qp.apm.altPort.Load() != p {
+			qp = nil // IBA 17.2.8: a QP takes packets on its alternate path's port too
 		}
 	}
 	if qp == nil {
@@ -226,8 +228,11 @@ func (p *Port) deliver(qp *QP, pk *Packet) {
 		p.drop(CntDropQPState, pk.Raw)
 		return
 	}
+	pk.Port = p
 	qp.tr.Receive(qp, pk)
-	pk.noteCQ(qp.recvCQ)
+	if qp.recvCQ != nil {
+		pk.noteCQ(qp.recvCQ)
+	}
 }
 
 // receiveMulticast delivers a multicast packet to every QP attached to its MGID (IBA
