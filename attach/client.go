@@ -147,6 +147,9 @@ func (s *Session) hello(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		if m.Manner != nil {
+			d.SetManner(*m.Manner)
+		}
 		s.devs = append(s.devs, d)
 	}
 	return nil

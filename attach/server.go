@@ -230,6 +230,10 @@ func (s *Server) serveConn(c *net.UnixConn) {
 	for _, d := range s.Devices {
 		hello.Devices = append(hello.Devices, describe(d))
 	}
+	if len(s.Devices) > 0 {
+		m := s.Devices[0].Manner()
+		hello.Manner = &m
+	}
 	tm, td, ts := x.tx.Fds()
 	rm, rd, rs := x.rx.Fds()
 	if err := x.write(hello, tm, td, ts, rm, rd, rs); err != nil {

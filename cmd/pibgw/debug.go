@@ -380,3 +380,35 @@ func faultCommand(e *env) *cli.Command {
 		},
 	}
 }
+
+func mannerCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "manner",
+		Usage: "show pib's behaviour choices and the pitfall checks, with how often each fired",
+		Description: "Prints the [manner] configuration the daemon's HCAs and attached processes' use:\n" +
+			"pitfalls warn (log the object and the rule), strict (also fail the verb with EINVAL)\n" +
+			"or off; lowest_qpn (always the lowest free QP number); random_error_fields (random\n" +
+			"values in the undefined fields of error completions); then every check with its rule\n" +
+			"and how often it fired on the daemon's HCAs (attached processes warn on their stderr).",
+		Flags: []cli.Flag{jsonFlag(), controlFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef(c, "unexpected argument %q", c.Args().First())
+			}
+			var m daemon.MannerInfo
+			if err := client(c).Do(c.Context, control.Request{Verb: control.VerbManner}, &m); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return writeJSON(e.stdout, m)
+			}
+			fmt.Fprintf(e.stdout, "pitfalls %s, lowest_qpn %v, random_error_fields %v\n\n", m.Pitfalls, m.LowestQPN, m.RandomErrorFields)
+			tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "CHECK\tCOUNT\tRULE")
+			for _, ch := range m.Checks {
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", ch.Name, ch.Count, ch.Rule)
+			}
+			return tw.Flush()
+		},
+	}
+}

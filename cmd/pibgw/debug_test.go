@@ -70,6 +70,11 @@ func TestDebugVerbs(t *testing.T) {
 		t.Fatal("no QP_FATAL after inject qp")
 	}
 
+	out = mustRun(t, "manner", "--control", sock)
+	if !strings.HasPrefix(out, "pitfalls warn, lowest_qpn false, random_error_fields false\n") ||
+		!regexp.MustCompile(`(?m)^psn_width +0 +a PSN is 24 bits`).MatchString(out) || strings.Count(out, "\n") != 2+1+int(hca.NumPitfalls) {
+		t.Errorf("manner:\n%s", out)
+	}
 	out = mustRun(t, "link", "--control", sock)
 	if !regexp.MustCompile(`(?m)^pib_0/1 +1 +up +- `).MatchString(out) || !regexp.MustCompile(`(?m)^pib_1/1 +2 +up `).MatchString(out) {
 		t.Errorf("link:\n%s", out)

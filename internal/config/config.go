@@ -66,8 +66,29 @@ type Config struct {
 	Fabric     Fabric
 	SM         SM
 	IBSim      IBSim
+	Manner     Manner
 	Interfaces []Interface
 }
+
+// Manner is the [manner] section: pib's behaviour choices and pitfall checks (pib's
+// behavior, manner_warn and manner_err module options), for the daemon's HCAs and those
+// of attached processes (hca.Manner).
+type Manner struct {
+	// Pitfalls is "warn" (log the object and the rule), "strict" (also fail the verb with
+	// EINVAL) or "off".
+	Pitfalls string
+	// LowestQPN always hands out the lowest free QP number.
+	LowestQPN bool
+	// RandomErrorFields fills the undefined fields of error completions with random values.
+	RandomErrorFields bool
+}
+
+// manner.pitfalls values.
+const (
+	PitfallsWarn   = "warn"
+	PitfallsStrict = "strict"
+	PitfallsOff    = "off"
+)
 
 // IBSim is the [ibsim] section: the server of OFED ibsim's MAD protocol through which
 // unmodified opensm and infiniband-diags (LD_PRELOAD=libumad2sim.so) use the fabric.

@@ -56,6 +56,11 @@ type file struct {
 		UDP        any `toml:"udp"`
 		MaxClients any `toml:"max_clients"`
 	} `toml:"ibsim"`
+	Manner struct {
+		Pitfalls          any `toml:"pitfalls"`
+		LowestQPN         any `toml:"lowest_qpn"`
+		RandomErrorFields any `toml:"random_error_fields"`
+	} `toml:"manner"`
 	Interfaces []fileInterface `toml:"interfaces"`
 }
 
@@ -119,6 +124,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	p.fabric(c, &f)
 	p.sm(c, &f)
 	p.ibsim(c, &f)
+	p.manner(c, &f)
 	p.interfaces(c, &f, md.IsDefined("interfaces"))
 	if p.err != nil {
 		return nil, p.err
@@ -569,6 +575,16 @@ func hcaNames(c *Config) string {
 }
 
 // pkey reads a P_Key: a TOML integer (0x8001) or a string ("0x8001", "8001").
+func (p *parser) manner(c *Config, f *file) {
+	m := &f.Manner
+	c.Manner.Pitfalls = p.str("manner.pitfalls", m.Pitfalls, PitfallsWarn)
+	if !slices.Contains([]string{PitfallsWarn, PitfallsOff, PitfallsStrict}, c.Manner.Pitfalls) {
+		p.errf("manner.pitfalls", "%q: want %q, %q or %q", c.Manner.Pitfalls, PitfallsWarn, PitfallsStrict, PitfallsOff)
+	}
+	c.Manner.LowestQPN = p.boolean("manner.lowest_qpn", m.LowestQPN, false)
+	c.Manner.RandomErrorFields = p.boolean("manner.random_error_fields", m.RandomErrorFields, false)
+}
+
 func (p *parser) ibsim(c *Config, f *file) {
 	s := &f.IBSim
 	c.IBSim.Enable = p.boolean("ibsim.enable", s.Enable, false)

@@ -29,6 +29,7 @@
 //	                        per line (the daemon's events and those of attached processes
 //	                        that pass the filter) until the client closes the connection
 //	trace-mark mark         nothing: a bookmark in the trace
+//	manner                  daemon.MannerInfo: behaviour choices, pitfall mode and checks
 //	nodes                   []Link (the UDP links: a switch's hosts, or a host's switch)
 //	counters                LinkCounters
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
@@ -68,6 +69,7 @@ const (
 	VerbFault    = "fault"
 	VerbTrace    = "trace"
 	VerbMark     = "trace-mark"
+	VerbManner   = "manner"
 	VerbNodes    = "nodes"
 	VerbCounters = "counters"
 )

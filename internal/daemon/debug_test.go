@@ -315,3 +315,41 @@ func TestTraceStream(t *testing.T) {
 		}
 	}
 }
+
+// [manner] reaches the HCAs; pibgw manner shows it and counts the pitfalls.
+func TestMannerVerb(t *testing.T) {
+	cfg, err := config.Parse("m.toml", []byte("[manner]\npitfalls = \"strict\"\nlowest_qpn = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, cfg, daemontest.New())
+	cl := serve(t, d)
+	dev := d.Fabric.Device("pib_0")
+	if m := dev.Manner(); m.Pitfalls != hca.PitfallsStrict || !m.LowestQPN {
+		t.Fatalf("HCA manner %+v", m)
+	}
+	c := dev.Open()
+	defer c.Close()
+	cq, _ := c.CreateCQ(4, c.CreateCompChannel())
+	cq.ReqNotify(false)
+	cq.Push(&hca.WC{}, false)
+	if err := cq.Destroy(); err == nil {
+		t.Fatal("strict: destroying a CQ with an unacknowledged event succeeded")
+	}
+	var m daemon.MannerInfo
+	if err := cl.Do(context.Background(), control.Request{Verb: control.VerbManner}, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Pitfalls != "strict" || !m.LowestQPN || m.RandomErrorFields || len(m.Checks) != int(hca.NumPitfalls) {
+		t.Fatalf("manner %+v", m)
+	}
+	for _, ch := range m.Checks {
+		want := uint64(0)
+		if ch.Name == "destroy_unacked_cq" {
+			want = 1
+		}
+		if ch.Count != want || ch.Rule == "" {
+			t.Errorf("check %+v, want count %d", ch, want)
+		}
+	}
+}

@@ -89,6 +89,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			NumPorts: hc.Ports,
 			NodeDesc: fmt.Sprintf("pibgw HCA-%d", i+1),
 			Logger:   log,
+			Manner:   HCAManner(cfg.Manner),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
