@@ -152,9 +152,9 @@ type Device struct {
 	contexts map[*Context]struct{}
 	watchers []*portWatcher
 
-	ids atomic.Uint32 // object ids for inspection
-	reg    registry    // every object, for inspection (registry.go)
-	manner mannerState // behaviour choices and pitfall checks (manner.go)
+	ids    atomic.Uint32 // object ids for inspection
+	reg    registry      // every object, for inspection (registry.go)
+	manner mannerState   // behaviour choices and pitfall checks (manner.go)
 }
 
 type objectCounts struct{ pd, cq, mr, srq, ah, qp int }

@@ -67,7 +67,7 @@ func TestRCPitfalls(t *testing.T) {
 			mr, qp hca.AccessFlags
 			want   uint64
 		}{
-			{hca.AccessLocalWrite, hca.AccessRemoteWrite, 1},                       // the MR lacks REMOTE_WRITE
+			{hca.AccessLocalWrite, hca.AccessRemoteWrite, 1},                        // the MR lacks REMOTE_WRITE
 			{hca.AccessLocalWrite | hca.AccessRemoteWrite, hca.AccessRemoteRead, 1}, // the QP lacks it
 			{hca.AccessLocalWrite | hca.AccessRemoteWrite, hca.AccessRemoteWrite, 0},
 		} {
