@@ -75,6 +75,20 @@ func TestDebugVerbs(t *testing.T) {
 		!regexp.MustCompile(`(?m)^psn_width +0 +a PSN is 24 bits`).MatchString(out) || strings.Count(out, "\n") != 2+1+int(hca.NumPitfalls) {
 		t.Errorf("manner:\n%s", out)
 	}
+	out = mustRun(t, "counters", "pib_0", "1", "--control", sock)
+	for _, want := range []string{
+		`(?m)^# Port counters: pib_0 Lid 1 port 1 \(CapMask: 0x1200\)\nPortSelect:\.{22}1\nCounterSelect:\.{19}0x0000\nSymbolErrorCounter:\.{14}0\n`,
+		`(?m)^PortXmitPkts:\.{20}[1-9]\d*\n`,
+		`(?m)^# Port extended counters: pib_0 Lid 1 port 1 \(CapMask: 0x1200\)\nPortSelect:\.{22}1\nCounterSelect:\.{19}0x0000\nPortXmitData:\.{20}[1-9]`,
+		`(?m)^PortMulticastRcvPkts:\.{12}\d+\n\z`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("counters pib_0 1: no match for %q in\n%s", want, out)
+		}
+	}
+	if out := mustRun(t, "counters", "--all", "--control", sock); strings.Count(out, "# Port counters: ") != 2 {
+		t.Errorf("counters --all:\n%s", out)
+	}
 	out = mustRun(t, "link", "--control", sock)
 	if !regexp.MustCompile(`(?m)^pib_0/1 +1 +up +- `).MatchString(out) || !regexp.MustCompile(`(?m)^pib_1/1 +2 +up `).MatchString(out) {
 		t.Errorf("link:\n%s", out)
@@ -102,6 +116,9 @@ func TestDebugVerbs(t *testing.T) {
 		{[]string{"link", "pib_0/1", "sideways"}, `pibgw: link: link state "sideways": want up or down`},
 		{[]string{"link", "pib_5/1"}, `pibgw: no cable "pib_5/1" (cables are named after their HCA port: pib_0/1, pib_1/1)`},
 		{[]string{"inject", "cq", "4242"}, `pibgw: inject: no CQ 4242 (see pibgw inspect)`},
+		{[]string{"counters", "pib_7"}, `pibgw: no HCA "pib_7" (have pib_0, pib_1)`},
+		{[]string{"counters", "pib_0", "2"}, `pibgw: pib_0 has no port 2 (ports 1..1)`},
+		{[]string{"counters", "pib_0", "x"}, `pibgw: counters: port "x": want a port number (1..32)`},
 	} {
 		_, errs, code := pibgw(t, append(tc.args, "--control", sock)...)
 		first, _, _ := strings.Cut(errs, "\n")

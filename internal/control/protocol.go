@@ -30,6 +30,8 @@
 //	                        that pass the filter) until the client closes the connection
 //	trace-mark mark         nothing: a bookmark in the trace
 //	manner                  daemon.MannerInfo: behaviour choices, pitfall mode and checks
+//	perfquery [dev id]      []PerfCounters: HCA ports' PMA counters (dev "" all HCAs, id the
+//	                        port, 0 all ports)
 //	nodes                   []Link (the UDP links: a switch's hosts, or a host's switch)
 //	counters                LinkCounters
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
@@ -70,6 +72,7 @@ const (
 	VerbTrace    = "trace"
 	VerbMark     = "trace-mark"
 	VerbManner   = "manner"
+	VerbPerf     = "perfquery"
 	VerbNodes    = "nodes"
 	VerbCounters = "counters"
 )
@@ -249,3 +252,23 @@ func HWAddrString(b []byte) string {
 
 // PKeyString prints a P_Key as the kernel's sysfs pkey file does: 0x%04x.
 func PKeyString(k uint16) string { return fmt.Sprintf("0x%04x", k) }
+
+// PerfCounters is an HCA port's PMA counters as perfquery shows them (`pibgw counters
+// CA [PORT]`): PortCounters and PortCountersExtended, in the attributes' field order
+// and with infiniband-diags' names.
+type PerfCounters struct {
+	CA       string        `json:"ca"`
+	Port     int           `json:"port"`
+	LID      uint16        `json:"lid"`
+	CapMask  uint16        `json:"cap_mask"` // the PMA's ClassPortInfo:CapabilityMask
+	Counters []PerfCounter `json:"counters"`
+	Extended []PerfCounter `json:"extended"`
+}
+
+// PerfCounter is one field. Hex is the number of hex digits perfquery prints it with
+// (CounterSelect, CounterSelect2), 0 for decimal.
+type PerfCounter struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+	Hex   int    `json:"hex,omitempty"`
+}

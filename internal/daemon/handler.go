@@ -43,6 +43,11 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 		return h.inspect(ctx, req)
 	case control.VerbInject:
 		return nil, h.inject(ctx, req)
+	case control.VerbPerf:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		return d.Fabric.PerfCounters(req.Dev, int(req.ID))
 	case control.VerbManner:
 		if d.Fabric == nil {
 			return nil, errNoFabric
