@@ -79,4 +79,3 @@ func perfCounters(ca string, p *hca.Port) control.PerfCounters {
 	}
 	return out
 }
-
