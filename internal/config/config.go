@@ -122,6 +122,9 @@ type Daemon struct {
 	// AttachMode is the attach socket's permission bits (attach_mode, default 0666: any
 	// local user may attach, as to /dev/infiniband/uverbs*; the daemon polices them).
 	AttachMode os.FileMode
+	// Metrics is the address of the Prometheus metrics endpoint (GET /metrics), e.g.
+	// "127.0.0.1:9464"; "" (the default) serves none.
+	Metrics string
 }
 
 // AttachPath returns the attach socket the daemon serves, "" for none: daemon.attach, or

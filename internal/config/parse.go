@@ -29,6 +29,7 @@ type file struct {
 		State      any `toml:"state"`
 		Attach     any `toml:"attach"`
 		AttachMode any `toml:"attach_mode"`
+		Metrics    any `toml:"metrics"`
 	} `toml:"daemon"`
 	Fabric struct {
 		HCACount     any       `toml:"hca_count"`
@@ -306,6 +307,12 @@ func (p *parser) daemon(c *Config, f *file) {
 		p.errf("daemon.log_level", "%q: want debug, info, warn or error", lvl)
 	}
 	c.Daemon.Capture = p.str("daemon.capture", d.Capture, "")
+	c.Daemon.Metrics = p.str("daemon.metrics", d.Metrics, "")
+	if m := c.Daemon.Metrics; m != "" {
+		if _, port, err := net.SplitHostPort(m); err != nil || port == "" {
+			p.errf("daemon.metrics", "%q: want host:port, e.g. \"127.0.0.1:9464\"", m)
+		}
+	}
 	c.Daemon.MaxProcs = int(p.intIn("daemon.max_procs", d.MaxProcs, 0, 0, 4096))
 	c.Daemon.State = p.str("daemon.state", d.State, "")
 	c.Daemon.Attach = p.str("daemon.attach", d.Attach, "")

@@ -5,8 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -351,5 +354,55 @@ func TestMannerVerb(t *testing.T) {
 		if ch.Count != want || ch.Rule == "" {
 			t.Errorf("check %+v, want count %d", ch, want)
 		}
+	}
+}
+
+// daemon.metrics serves every port's and interface's counters to Prometheus.
+func TestMetricsEndpoint(t *testing.T) {
+	cfg, err := config.Parse("m.toml", []byte("[daemon]\nmetrics = \"127.0.0.1:0\"\n[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nstack = \"userspace\"\naddresses = [\"10.10.0.1/24\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, cfg, daemontest.New())
+	if d.Metrics == nil {
+		t.Fatal("no metrics endpoint")
+	}
+	resp, err := http.Get("http://" + d.Metrics.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("GET /metrics: %s %q", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	out := string(body)
+	// The exposition format: HELP and TYPE lines, then samples name{labels} value.
+	line := regexp.MustCompile(`^(# HELP [a-z_][a-z0-9_]* .+|# TYPE [a-z_][a-z0-9_]* counter|[a-z_][a-z0-9_]*\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\} \d+)$`)
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if !line.MatchString(l) {
+			t.Fatalf("malformed line %q", l)
+		}
+	}
+	xmit := d.Fabric.Device("pib_0").Port(1).Counters().Get(hca.CntXmitPkts)
+	for _, want := range []string{
+		`(?m)^pibgw_port_xmit_packets_total\{ca="pib_0",port="1"\} (\d+)$`,
+		`(?m)^pibgw_port_drop_icrc_total\{ca="pib_1",port="1"\} 0$`,
+		`(?m)^pibgw_ipoib_tx_packets_total\{iface="ib0"\} \d+$`,
+		`(?m)^pibgw_pitfalls_total\{ca="pib_0",check="psn_width"\} 0$`,
+	} {
+		m := regexp.MustCompile(want).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("no line matching %q in\n%s", want, out)
+			continue
+		}
+		if len(m) > 1 {
+			if n, _ := strconv.ParseUint(m[1], 10, 64); n == 0 || n > xmit {
+				t.Errorf("pib_0 port 1 xmit packets %s, the port counted %d", m[1], xmit)
+			}
+		}
+	}
+	if _, err := config.Parse("m.toml", []byte("[daemon]\nmetrics = \"9464\"\n")); err == nil || !strings.Contains(err.Error(), "daemon.metrics") {
+		t.Errorf("bad metrics address: %v", err)
 	}
 }
