@@ -212,6 +212,7 @@ func TestE2EDebug(t *testing.T) {
 		}
 		var cables []control.Cable
 		d.JSON(&cables, "link", "pib_1/1")
+		t.Logf("pibgw link:\n%s", d.MustPibgw("link"))
 		d.MustPibgw("fault", "pib_1/1")
 		n := 0
 		for _, r := range tc.records() {
