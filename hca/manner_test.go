@@ -90,6 +90,28 @@ func (e *mannerEnv) qp(t *testing.T, typ QPType, sendWR uint32) *QP {
 	return qp
 }
 
+// udInit is a UD QP in INIT with Q_Key 1.
+func (e *mannerEnv) udInit(t *testing.T) *QP {
+	t.Helper()
+	qp := e.qp(t, QPTypeUD, 4)
+	mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
+	return qp
+}
+
+// udRTS is a UD QP in RTS with Q_Key 0x11, and an AH to send with.
+func (e *mannerEnv) udRTS(t *testing.T) (*QP, *AH) {
+	t.Helper()
+	qp := e.qp(t, QPTypeUD, 4)
+	mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 0x11}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
+	mustModify(t, qp, QPAttr{QPState: QPStateRTR}, QPAttrState)
+	mustModify(t, qp, QPAttr{QPState: QPStateRTS}, QPAttrState|QPAttrSQPSN)
+	ah, err := e.pd.CreateAH(AHAttr{DLID: 2, PortNum: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return qp, ah
+}
+
 func mustModify(t *testing.T, qp *QP, a QPAttr, mask QPAttrMask) {
 	t.Helper()
 	if err := qp.Modify(&a, mask); err != nil {
@@ -130,14 +152,12 @@ func TestPitfalls(t *testing.T) {
 			func(t *testing.T, e *mannerEnv) { toRTS(t, e.qp(t, QPTypeRC, 4), 14) }},
 		{"reset_loses_wrs",
 			func(t *testing.T, e *mannerEnv) {
-				qp := e.qp(t, QPTypeUD, 4)
-				mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
+				qp := e.udInit(t)
 				e.recv(t, qp, e.mr)
 				mustModify(t, qp, QPAttr{QPState: QPStateReset}, QPAttrState)
 			},
 			func(t *testing.T, e *mannerEnv) {
-				qp := e.qp(t, QPTypeUD, 4)
-				mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
+				qp := e.udInit(t)
 				e.recv(t, qp, e.mr)
 				mustModify(t, qp, QPAttr{QPState: QPStateErr}, QPAttrState) // flushed with completions
 				mustModify(t, qp, QPAttr{QPState: QPStateReset}, QPAttrState)
@@ -211,36 +231,20 @@ func TestPitfalls(t *testing.T) {
 			func(t *testing.T, e *mannerEnv) { toRTS(t, e.qp(t, QPTypeRC, 4), 14) }},
 		{"ud_qkey_high_bit",
 			func(t *testing.T, e *mannerEnv) {
-				qp := e.qp(t, QPTypeUD, 4)
-				mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 0x11}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
-				mustModify(t, qp, QPAttr{QPState: QPStateRTR}, QPAttrState)
-				mustModify(t, qp, QPAttr{QPState: QPStateRTS}, QPAttrState|QPAttrSQPSN)
-				ah, err := e.pd.CreateAH(AHAttr{DLID: 2, PortNum: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
+				qp, ah := e.udRTS(t)
 				qp.PostSend([]SendWR{{Opcode: WRSend, AH: ah, RemoteQPN: 0x99, RemoteQKey: 0x80001234}})
 			},
 			func(t *testing.T, e *mannerEnv) {
-				qp := e.qp(t, QPTypeUD, 4)
-				mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 0x11}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
-				mustModify(t, qp, QPAttr{QPState: QPStateRTR}, QPAttrState)
-				mustModify(t, qp, QPAttr{QPState: QPStateRTS}, QPAttrState|QPAttrSQPSN)
-				ah, err := e.pd.CreateAH(AHAttr{DLID: 2, PortNum: 1})
-				if err != nil {
-					t.Fatal(err)
-				}
+				qp, ah := e.udRTS(t)
 				qp.PostSend([]SendWR{{Opcode: WRSend, AH: ah, RemoteQPN: 0x99, RemoteQKey: 0x1234}})
 			}},
 		{"recv_no_local_write",
 			func(t *testing.T, e *mannerEnv) {
-				qp := e.qp(t, QPTypeUD, 4)
-				mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
+				qp := e.udInit(t)
 				e.recv(t, qp, e.ro)
 			},
 			func(t *testing.T, e *mannerEnv) {
-				qp := e.qp(t, QPTypeUD, 4)
-				mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
+				qp := e.udInit(t)
 				e.recv(t, qp, e.mr)
 			}},
 	} {
@@ -269,8 +273,7 @@ func TestPitfalls(t *testing.T) {
 // Strict mode fails the verb that falls into a pitfall, with EINVAL naming the rule.
 func TestPitfallsStrict(t *testing.T) {
 	e := newMannerEnv(t, Manner{Pitfalls: PitfallsStrict})
-	qp := e.qp(t, QPTypeUD, 4)
-	mustModify(t, qp, QPAttr{QPState: QPStateInit, PortNum: 1, QKey: 1}, QPAttrState|QPAttrPort|QPAttrPKeyIndex|QPAttrQKey)
+	qp := e.udInit(t)
 	err := e.recv(t, qp, e.ro)
 	if !errors.Is(err, syscall.EINVAL) || err == nil || !strings.Contains(err.Error(), "recv_no_local_write") {
 		t.Fatalf("post_recv into a read-only MR in strict mode: %v", err)
