@@ -223,6 +223,12 @@ socket_name = %q
 		}
 	}
 
+	// The same topology seen from the switch's port 0 (SIM_HOST = its NodeDescription).
+	if sw := e.diag("pibgw switch-1", "ibnetdiscover"); strings.Count(sw, "\nCa\t") != 3 || strings.Count(sw, "\nSwitch\t") != 1 ||
+		!strings.Contains(sw, "Initiated from node 0002c90200000100") {
+		t.Errorf("ibnetdiscover from the switch:\n%s", sw)
+	}
+
 	// smpquery by LID and by directed route.
 	for h, p := range ports {
 		ni := e.diag("", "smpquery", "nodeinfo", p.lid)

@@ -431,3 +431,57 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 		}
 	})
 }
+
+// TestSwitchClient: a client attached to the switch's port 0 (SIM_HOST = its
+// NodeDescription) discovers and queries the fabric from there.
+func TestSwitchClient(t *testing.T) {
+	f, base := testFabric(t, nil)
+	c, typ := dial(t, base, f.Switch.NodeDesc(), false)
+	if typ != 1 || c.node != f.Switch.NodeDesc() {
+		t.Fatalf("CONNECT to the switch: type %d node %q", typ, c.node)
+	}
+	_, d := c.ctlDo(7, nil, 64)
+	if ni := wire.NodeInfo(d); ni.NodeType() != wire.NodeTypeSwitch || ni.NodeGUID() != f.Switch.NodeGUID() {
+		t.Errorf("GET_NODEINFO: type %d guid %#x", ni.NodeType(), ni.NodeGUID())
+	}
+	_, d = c.ctlDo(8, []byte{0}, 64)
+	if pi := wire.PortInfo(d); pi.LID() != f.Switch.LID() || pi.PortState() != 4 || pi.LocalPortNum() != 0 {
+		t.Errorf("GET_PORTINFO: lid %d state %d local port %d", pi.LID(), pi.PortState(), pi.LocalPortNum())
+	}
+	// Directed route: the switch itself (hop count 0), then out of port 2 to pib_1.
+	c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, 0x21, 0))
+	r, ok := c.recv(5 * time.Second)
+	if !ok || wire.NodeInfo(wire.SMP(r[32:]).SMPData()).NodeGUID() != f.Switch.NodeGUID() {
+		t.Fatalf("DR NodeInfo 0 from the switch: %v", ok)
+	}
+	c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, 0x22, 0, 2))
+	if r, ok = c.recv(5 * time.Second); !ok {
+		t.Fatal("no answer to DR NodeInfo 0,2 from the switch")
+	}
+	if ni := wire.NodeInfo(wire.SMP(r[32:]).SMPData()); ni.NodeGUID() != f.Devs[1].Query().NodeGUID || wire.MAD(r[32:]).TID()&0xFFFF != 0x22 {
+		t.Errorf("DR NodeInfo 0,2: guid %#x", ni.NodeGUID())
+	}
+	// LID-routed SMP and a PMA GMP to pib_1.
+	lid := f.Devs[1].Port(1).LID()
+	c.send(lid, 0, smp(wire.AttrPortInfo, 0, 0x23))
+	if r, ok = c.recv(5 * time.Second); !ok || wire.PortInfo(wire.SMP(r[32:]).SMPData()).LID() != lid {
+		t.Fatalf("LID-routed PortInfo to %d from the switch: %v", lid, ok)
+	}
+	pm := make([]byte, 256)
+	m := wire.MAD(pm)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassPerfMgt)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x24)
+	m.SetAttrID(wire.AttrPortCounters)
+	pm[64+1] = 1
+	c.send(lid, 1, pm)
+	if r, ok = c.recv(5 * time.Second); !ok || wire.MAD(r[32:]).Status() != 0 || binary.BigEndian.Uint16(r[4:]) != lid {
+		t.Fatalf("PortCounters of %d from the switch: %v", lid, ok)
+	}
+	// No SM on a switch's port 0.
+	if typ, _ := c.ctlDo(9, []byte{1}, 4); typ != 0 {
+		t.Errorf("SET_ISSM(1) on the switch: type %d, want ERROR", typ)
+	}
+}
