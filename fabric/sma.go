@@ -3,6 +3,7 @@ package fabric
 import (
 	"fmt"
 
+	"github.com/pibgw/pibgw/sma"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -574,23 +575,16 @@ func (sw *Switch) fillPortInfo(n, in int, o wire.PortInfo) {
 // apply: port 0 is always Active); on an external port the link fields and state.
 func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	const bad = wire.StatusInvalidAttrOrModVal
-	width, ok := wire.LinkEnable(s.LinkWidthEnabled(), wire.LinkWidthNoChange, wire.LinkWidthSetSupported, swWidthSupported)
+	set, ok := sma.CheckPortInfoSet(s, sma.PortCaps{
+		WidthSupported: swWidthSupported, SpeedSupported: swSpeedSupported, VLCap: swVLCap, MTUCap: swMTUCap,
+	})
 	if !ok {
-		return bad
-	}
-	speed, ok := wire.LinkEnable(s.LinkSpeedEnabled(), wire.LinkSpeedNoChange, wire.LinkSpeedSetSupported, swSpeedSupported)
-	if !ok {
-		return bad
-	}
-	mtu, vls, ldd, phys := s.NeighborMTU(), s.OperationalVLs(), s.LinkDownDefaultState(), s.PortPhysicalState()
-	if mtu > swMTUCap || vls > swVLCap || ldd > wire.LinkDownDefaultPolling ||
-		phys != wire.PhysStateNoChange && phys != wire.PhysStatePolling && phys != wire.PhysStateDisabled {
 		return bad
 	}
 	p := &sw.ports[n]
 	if n == 0 {
 		lid := s.LID()
-		if lid >= LIDMulticastMin {
+		if !sma.ValidUnicastLID(lid) {
 			return bad
 		}
 		sw.mmu.Lock()
@@ -609,35 +603,30 @@ func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	}
 	sw.mmu.Lock()
 	// Validate the state change before touching anything.
-	st := s.PortState()
-	cur := uint8(p.state.Load())
-	switch {
-	case st == wire.PortStateNoChange || st == PortStateDown:
-	case st == PortStateArmed && (cur == PortStateInit || cur == PortStateArmed):
-	case st == PortStateActive && (cur == PortStateArmed || cur == PortStateActive):
-	default:
+	st := set.PortState
+	if _, ok := sma.NextPortState(uint8(p.state.Load()), st); !ok {
 		sw.mmu.Unlock()
 		return bad
 	}
 	mi := &p.mi
-	if width != 0 {
-		mi.widthEnabled, mi.widthActive = width, wire.WidestLinkWidth(width)
+	if set.WidthEnabled != 0 {
+		mi.widthEnabled, mi.widthActive = set.WidthEnabled, set.WidthActive
 	}
-	if speed != 0 {
-		mi.speedEnabled, mi.speedActive = speed, wire.FastestLinkSpeed(speed)
+	if set.SpeedEnabled != 0 {
+		mi.speedEnabled, mi.speedActive = set.SpeedEnabled, set.SpeedActive
 	}
-	if mtu != 0 {
-		mi.neighborMTU = mtu
+	if set.NeighborMTU != 0 {
+		mi.neighborMTU = set.NeighborMTU
 	}
-	if vls != 0 {
-		mi.operVLs = vls
+	if set.OperVLs != 0 {
+		mi.operVLs = set.OperVLs
 	}
-	if ldd != 0 {
-		mi.linkDownDefault = ldd
+	if set.LinkDownDefault != 0 {
+		mi.linkDownDefault = set.LinkDownDefault
 	}
 	mi.vlHighLimit, mi.hoqLife = s.VLHighLimit(), s.HOQLife()
 	changed := false
-	switch phys {
+	switch set.PhysState {
 	case wire.PhysStateDisabled:
 		if p.phys.Swap(PhysStateDisabled) != PhysStateDisabled {
 			if p.state.Swap(PortStateDown) != PortStateDown {

@@ -3,6 +3,7 @@ package hca
 import (
 	"sync"
 
+	"github.com/pibgw/pibgw/sma"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -435,60 +436,28 @@ func (p *Port) fillPortInfo(o wire.PortInfo, localPort uint8) {
 func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 	const bad = wire.StatusInvalidAttrOrModVal
 	lid := s.LID()
-	if lid >= multicastLIDLo && lid != 0 {
+	if !sma.ValidUnicastLID(lid) {
 		return bad
 	}
-	width, ok := wire.LinkEnable(s.LinkWidthEnabled(), wire.LinkWidthNoChange, wire.LinkWidthSetSupported, portWidthSupported)
+	set, ok := sma.CheckPortInfoSet(s, sma.PortCaps{
+		WidthSupported: portWidthSupported, SpeedSupported: portSpeedSupported,
+		VLCap: portVLCap, MTUCap: uint8(p.dev.cfg.MaxMTU),
+	})
 	if !ok {
 		return bad
 	}
-	speed, ok := wire.LinkEnable(s.LinkSpeedEnabled(), wire.LinkSpeedNoChange, wire.LinkSpeedSetSupported, portSpeedSupported)
-	if !ok {
-		return bad
-	}
-	mtu := MTU(s.NeighborMTU())
-	if mtu != 0 && (mtu.Bytes() == 0 || mtu > p.dev.cfg.MaxMTU) {
-		return bad
-	}
-	vls := s.OperationalVLs()
-	if vls > portVLCap {
-		return bad
-	}
-	ldd := s.LinkDownDefaultState()
-	if ldd > wire.LinkDownDefaultPolling {
-		return bad
-	}
-	phys := s.PortPhysicalState()
-	if phys != wire.PhysStateNoChange && phys != wire.PhysStatePolling && phys != wire.PhysStateDisabled {
-		return bad
-	}
-	state := PortState(s.PortState())
 	linked := p.link.Load() != nil
 	ok = p.updateIf(func(pi *portInfo) bool {
-		// IBA 14.2.5.6 / 7.2: the SM moves a port Init → Armed → Active, or takes it
-		// Down; Init is reached only by training the link. Setting the state the port
-		// already has is no change.
-		switch state {
-		case PortNop:
-		case PortDown:
-			pi.state = PortDown
-			if linked && pi.phys == PhysLinkUp {
-				pi.state = PortInit // the link retrains at once: the cable is still there
-			}
-		case PortArmed:
-			if pi.state != PortInit && pi.state != PortArmed {
-				return false
-			}
-			pi.state = PortArmed
-		case PortActive:
-			if pi.state != PortArmed && pi.state != PortActive {
-				return false
-			}
-			pi.state = PortActive
-		default:
+		// The SM moves a port Init → Armed → Active, or takes it Down (sma.NextPortState).
+		next, ok := sma.NextPortState(uint8(pi.state), set.PortState)
+		if !ok {
 			return false
 		}
-		switch phys {
+		pi.state = PortState(next)
+		if set.PortState == wire.PortStateDown && linked && pi.phys == PhysLinkUp {
+			pi.state = PortInit // the link retrains at once: the cable is still there
+		}
+		switch set.PhysState {
 		case wire.PhysStateDisabled:
 			pi.state, pi.phys = PortDown, PhysDisabled
 		case wire.PhysStatePolling:
@@ -512,20 +481,20 @@ func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 		pi.subnetTimeout = s.SubnetTimeOut()
 		pi.vlHighLimit = s.VLHighLimit()
 		pi.hoqLife = s.HOQLife()
-		if width != 0 {
-			pi.widthEnabled, pi.widthActive = width, wire.WidestLinkWidth(width)
+		if set.WidthEnabled != 0 {
+			pi.widthEnabled, pi.widthActive = set.WidthEnabled, set.WidthActive
 		}
-		if speed != 0 {
-			pi.speedEnabled, pi.speedActive = speed, wire.FastestLinkSpeed(speed)
+		if set.SpeedEnabled != 0 {
+			pi.speedEnabled, pi.speedActive = set.SpeedEnabled, set.SpeedActive
 		}
-		if mtu != 0 {
-			pi.activeMTU = mtu
+		if set.NeighborMTU != 0 {
+			pi.activeMTU = MTU(set.NeighborMTU)
 		}
-		if vls != 0 {
-			pi.operVLs = vls
+		if set.OperVLs != 0 {
+			pi.operVLs = set.OperVLs
 		}
-		if ldd != 0 {
-			pi.linkDownDefault = ldd
+		if set.LinkDownDefault != 0 {
+			pi.linkDownDefault = set.LinkDownDefault
 		}
 		return true
 	})
