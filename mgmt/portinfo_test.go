@@ -1,4 +1,4 @@
-package sma
+package mgmt
 
 import (
 	"testing"

@@ -1,8 +1,10 @@
-// Package sma holds the rules of the subnet management agent (IBA 14.2.5) that every port
-// of the fabric follows, an HCA's port or a switch's: what a SubnSet(PortInfo) may ask and
-// how a port's logical state may move. hca's and fabric's agents apply them to their own
-// state, so a rule fixed here (for opensm, say) is fixed for both.
-package sma
+// Package mgmt is the management plane every port of the fabric shares, an HCA's port or
+// a switch's: the subnet management agent's rules (IBA 14.2.5: what a SubnSet(PortInfo)
+// may ask, how a port's logical state may move) and the performance management agent
+// (IBA 16.1: ClassPortInfo, PortCounters, PortCountersExtended over a node's ports).
+// hca's and fabric's agents apply them to their own state, so a rule fixed here (for
+// opensm, say) is fixed for both.
+package mgmt
 
 import "github.com/pibgw/pibgw/wire"
 
