@@ -3,7 +3,7 @@ package fabric
 import (
 	"fmt"
 
-	"github.com/pibgw/pibgw/sma"
+	"github.com/pibgw/pibgw/mgmt"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -575,7 +575,7 @@ func (sw *Switch) fillPortInfo(n, in int, o wire.PortInfo) {
 // apply: port 0 is always Active); on an external port the link fields and state.
 func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	const bad = wire.StatusInvalidAttrOrModVal
-	set, ok := sma.CheckPortInfoSet(s, sma.PortCaps{
+	set, ok := mgmt.CheckPortInfoSet(s, mgmt.PortCaps{
 		WidthSupported: swWidthSupported, SpeedSupported: swSpeedSupported, VLCap: swVLCap, MTUCap: swMTUCap,
 	})
 	if !ok {
@@ -584,7 +584,7 @@ func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	p := &sw.ports[n]
 	if n == 0 {
 		lid := s.LID()
-		if !sma.ValidUnicastLID(lid) {
+		if !mgmt.ValidUnicastLID(lid) {
 			return bad
 		}
 		sw.mmu.Lock()
@@ -604,7 +604,7 @@ func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	sw.mmu.Lock()
 	// Validate the state change before touching anything.
 	st := set.PortState
-	if _, ok := sma.NextPortState(uint8(p.state.Load()), st); !ok {
+	if _, ok := mgmt.NextPortState(uint8(p.state.Load()), st); !ok {
 		sw.mmu.Unlock()
 		return bad
 	}

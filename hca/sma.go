@@ -3,7 +3,7 @@ package hca
 import (
 	"sync"
 
-	"github.com/pibgw/pibgw/sma"
+	"github.com/pibgw/pibgw/mgmt"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -436,10 +436,10 @@ func (p *Port) fillPortInfo(o wire.PortInfo, localPort uint8) {
 func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 	const bad = wire.StatusInvalidAttrOrModVal
 	lid := s.LID()
-	if !sma.ValidUnicastLID(lid) {
+	if !mgmt.ValidUnicastLID(lid) {
 		return bad
 	}
-	set, ok := sma.CheckPortInfoSet(s, sma.PortCaps{
+	set, ok := mgmt.CheckPortInfoSet(s, mgmt.PortCaps{
 		WidthSupported: portWidthSupported, SpeedSupported: portSpeedSupported,
 		VLCap: portVLCap, MTUCap: uint8(p.dev.cfg.MaxMTU),
 	})
@@ -448,8 +448,8 @@ func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 	}
 	linked := p.link.Load() != nil
 	ok = p.updateIf(func(pi *portInfo) bool {
-		// The SM moves a port Init → Armed → Active, or takes it Down (sma.NextPortState).
-		next, ok := sma.NextPortState(uint8(pi.state), set.PortState)
+		// The SM moves a port Init → Armed → Active, or takes it Down (mgmt.NextPortState).
+		next, ok := mgmt.NextPortState(uint8(pi.state), set.PortState)
 		if !ok {
 			return false
 		}
