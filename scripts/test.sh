@@ -52,7 +52,9 @@ FUZZ=(
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"
 	"./internal/shmring FuzzConsumer"
+	"./trace FuzzDecode"
 	"./internal/ibsim FuzzDatagrams"
+	"./fabric/udplink FuzzReceive"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")
