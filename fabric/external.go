@@ -3,6 +3,7 @@ package fabric
 import (
 	"errors"
 
+	"github.com/pibgw/pibgw/mgmt"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -60,7 +61,7 @@ func (sw *Switch) SMAGet(attr uint16, mod uint32, out []byte) uint16 {
 		return wire.StatusInvalidAttrOrModVal
 	}
 	var req [wire.SMPDataLen]byte
-	return sw.smaAttr(0, false, attr, mod, req[:], out[:wire.SMPDataLen])
+	return mgmt.AnswerSMA(swSMA{sw}, 0, wire.MethodGet, attr, mod, req[:], out[:wire.SMPDataLen])
 }
 
 // Errors of SendMAD.
