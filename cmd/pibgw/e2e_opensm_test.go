@@ -37,7 +37,10 @@ type osmEnv struct {
 func (e *osmEnv) cmd(ctx context.Context, host string, name string, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, name, args...)
 	c.Dir = e.dir
-	c.Env = append(os.Environ(), "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+e.sock)
+	// opensm keeps its caches (guid2lid…) and dumps in OSM_CACHE_DIR and OSM_TMP_DIR:
+	// the test's directory, not /var/cache/opensm.
+	c.Env = append(os.Environ(), "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+e.sock,
+		"OSM_CACHE_DIR="+e.dir, "OSM_TMP_DIR="+e.dir)
 	if host != "" {
 		c.Env = append(c.Env, "SIM_HOST="+host)
 	}
