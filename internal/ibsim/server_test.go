@@ -567,3 +567,26 @@ func TestExternalSM(t *testing.T) {
 		t.Error("an SA request reached the client after SET_ISSM(0)")
 	}
 }
+
+// TestUndeliverable: a MAD the server cannot send comes back at once with status
+// ETIMEDOUT (110), as ibsim answers, so libibmad fails in a millisecond instead of
+// waiting out its timeout.
+func TestUndeliverable(t *testing.T) {
+	f, base := testFabric(t, nil)
+	c, _ := dial(t, base, "pib_0", false)
+	pm := make([]byte, 256)
+	m := wire.MAD(pm)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassPerfMgt)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x41)
+	c.send(0, 1, pm) // to LID 0
+	r, ok := c.recv(5 * time.Second)
+	if !ok || binary.BigEndian.Uint32(r[16:]) != 110 || wire.MAD(r[32:]).TID()&0xFFFF != 0x41 {
+		t.Fatalf("echo of an undeliverable MAD: %v %x", ok, r[:32])
+	}
+	if s := f.IBSim.Stats(); s.Undeliverable != 1 {
+		t.Errorf("Undeliverable = %d, want 1", s.Undeliverable)
+	}
+}
