@@ -243,9 +243,11 @@ socket_name = %q
 			t.Errorf("smpquery portinfo %s (%s):\n%s", p.lid, h, pi)
 		}
 	}
-	if pi := e.diag("", "smpquery", "-D", "portinfo", "0,1", "2"); diagField(pi, "LinkState") != "Active" || diagField(pi, "Lid") != "0" {
-		// The switch's port 2 (to pib_1): Active; only port 0 of a switch has a LID.
-		t.Errorf("smpquery -D portinfo 0,1 2:\n%s", pi)
+	for port := 1; port <= 3; port++ {
+		// The switch's ports to the HCAs: Active; only port 0 of a switch has a LID.
+		if pi := e.diag("", "smpquery", "-D", "portinfo", "0,1", fmt.Sprint(port)); diagField(pi, "LinkState") != "Active" || diagField(pi, "Lid") != "0" {
+			t.Errorf("smpquery -D portinfo 0,1 %d:\n%s", port, pi)
+		}
 	}
 
 	// perfquery: pib_1's PortXmitPkts/PortRcvPkts move with a ping to it.
