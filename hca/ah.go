@@ -43,7 +43,9 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	id := d.nextID()
 	d.mu.Unlock()
 	pd.refs.Add(1)
-	return &AH{pd: pd, id: id, attr: attr}, nil
+	ah := &AH{pd: pd, id: id, attr: attr}
+	d.register(ah)
+	return ah, nil
 }
 
 // Attr returns the address vector.
@@ -61,6 +63,7 @@ func (ah *AH) Destroy() error {
 	d.mu.Lock()
 	d.counts.ah--
 	d.mu.Unlock()
+	d.unregister(ah)
 	ah.pd.refs.Add(-1)
 	return nil
 }

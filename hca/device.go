@@ -150,6 +150,7 @@ type Device struct {
 	watchers []*portWatcher
 
 	ids atomic.Uint32 // object ids for inspection
+	reg registry      // every object, for inspection (registry.go)
 }
 
 type objectCounts struct{ pd, cq, mr, srq, ah, qp int }

@@ -59,6 +59,7 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	d.mrs.store(idx, mr)
 	d.counts.mr++
 	pd.refs.Add(1)
+	d.register(mr)
 	return mr, nil
 }
 
@@ -194,6 +195,7 @@ func (mr *MR) Dereg() error {
 	d.freeMR = append(d.freeMR, idx)
 	d.counts.mr--
 	mr.pd.refs.Add(-1)
+	d.unregister(mr)
 	return nil
 }
 

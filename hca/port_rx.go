@@ -3,6 +3,7 @@ package hca
 import (
 	"sync"
 
+	"github.com/pibgw/pibgw/trace"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -64,6 +65,9 @@ func (p *Port) Receive(pkts [][]byte) { p.ReceiveFrom(pkts, false) }
 // daemon's port looped back (loopback set): its own multicast is not delivered back to
 // the QP that sent it.
 func (p *Port) ReceiveFrom(pkts [][]byte, loopback bool) {
+	if trace.On() {
+		p.traceRx(pkts)
+	}
 	pk := packetPool.Get().(*Packet)
 	for _, b := range pkts {
 		p.receiveOne(pk, b, loopback)
@@ -86,18 +90,18 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	c := &p.counters
 	if err := pk.Parse(b); err != nil {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropMalformed)
+		p.drop(CntDropMalformed, b)
 		return
 	}
 	if pk.BTH == nil { // raw packets: no consumer yet
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropMalformed)
+		p.drop(CntDropMalformed, b)
 		return
 	}
 	// IBA 7.8.1: a packet whose ICRC does not check is dropped.
 	if !wire.CheckReceivedICRC(b) {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropICRC)
+		p.drop(CntDropICRC, b)
 		return
 	}
 	pk.Raw, pk.Loopback = b, loop
@@ -111,12 +115,12 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	if dqp == 0 {
 		if pk.LRH.VL() != 15 {
 			c.Inc(CntRcvErrors)
-			c.Inc(CntDropQPType)
+			p.drop(CntDropQPType, b)
 			return
 		}
 		if dlid != permissiveLID && !p.ownsLID(pi, dlid) {
 			c.Inc(CntVL15Dropped)
-			c.Inc(CntDropDLID)
+			p.drop(CntDropDLID, b)
 			return
 		}
 		pk.PKeyIndex = 0
@@ -127,7 +131,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		qp := p.qp0.Load()
 		if qp == nil {
 			c.Inc(CntVL15Dropped)
-			c.Inc(CntDropNoQP)
+			p.drop(CntDropNoQP, b)
 			return
 		}
 		p.deliver(qp, pk)
@@ -135,7 +139,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	}
 	// Data packets need an Armed or Active port (IBA 7.2: Init accepts only SMPs).
 	if pi.state != PortArmed && pi.state != PortActive {
-		c.Inc(CntDropPortState)
+		p.drop(CntDropPortState, b)
 		return
 	}
 	if isMulticastLID(dlid) {
@@ -146,7 +150,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	c.Inc(CntUnicastRcvPkts)
 	if !p.ownsLID(pi, dlid) {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropDLID)
+		p.drop(CntDropDLID, b)
 		return
 	}
 	var qp *QP
@@ -160,7 +164,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		}
 		qp = p.qp1.Load()
 		if qp == nil {
-			c.Inc(CntDropNoQP)
+			p.drop(CntDropNoQP, b)
 			return
 		}
 		p.deliver(qp, pk)
@@ -177,7 +181,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		}
 	}
 	if qp == nil {
-		c.Inc(CntDropNoQP)
+		p.drop(CntDropNoQP, b)
 		return
 	}
 	if !p.checkPKey(pk, pi, qp) {
@@ -211,7 +215,7 @@ func (p *Port) checkPKey(pk *Packet, pi *portInfo, qp *QP) bool {
 			return true
 		}
 	}
-	p.counters.Inc(CntPKeyViolations)
+	p.drop(CntPKeyViolations, pk.Raw)
 	p.counters.Inc(CntRcvErrors)
 	return false
 }
@@ -221,7 +225,7 @@ var gsiPKeyCheck = &QP{typ: QPTypeGSI}
 
 func (p *Port) deliver(qp *QP, pk *Packet) {
 	if !qp.receiving() {
-		p.counters.Inc(CntDropQPState)
+		p.drop(CntDropQPState, pk.Raw)
 		return
 	}
 	pk.Port = p
@@ -237,7 +241,7 @@ func (p *Port) receiveMulticast(pk *Packet, pi *portInfo) {
 	c := &p.counters
 	if pk.GRH == nil || pk.BTH.DestQP() != mcastQPN {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropMalformed)
+		p.drop(CntDropMalformed, pk.Raw)
 		return
 	}
 	mgid := pk.GRH.DGID()
@@ -245,7 +249,7 @@ func (p *Port) receiveMulticast(pk *Packet, pi *portInfo) {
 	qps := p.mcast[mgid]
 	p.mcMu.RUnlock()
 	if len(qps) == 0 {
-		c.Inc(CntDropMcastNoGroup)
+		p.drop(CntDropMcastNoGroup, pk.Raw)
 		return
 	}
 	src := pk.DETH.SrcQP()

@@ -1,5 +1,7 @@
 package hca
 
+import "github.com/pibgw/pibgw/trace"
+
 // PostSend posts send WRs (ibv_post_send). It returns how many were posted; on error,
 // wrs[n] is the WR that was refused (libibverbs' bad_wr) and none after it was posted.
 //
@@ -7,6 +9,9 @@ package hca
 // accepted and completes with IBV_WC_WR_FLUSH_ERR; in SQD it waits for the return to RTS.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	const op = "post_send"
+	if trace.On() {
+		qp.tracePostSend(wrs)
+	}
 	if bs, ok := qp.tr.(BatchSender); ok && len(wrs) > 1 && qp.State() == QPStateRTS {
 		return qp.postSendBatch(bs, wrs)
 	}
@@ -175,6 +180,9 @@ func MessageLen(sgl []SGE) uint64 {
 // they complete at once with IBV_WC_WR_FLUSH_ERR.
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	const op = "post_recv"
+	if trace.On() {
+		qp.tracePostRecv(wrs)
+	}
 	if qp.typ == QPTypeXRCSend || qp.typ == QPTypeXRCRecv {
 		return 0, errorf(op, EINVAL, "an %s QP has no receive queue", qp.typ)
 	}

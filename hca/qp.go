@@ -3,6 +3,8 @@ package hca
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/pibgw/pibgw/trace"
 )
 
 const (
@@ -167,6 +169,7 @@ func (pd *PD) createQP(init QPInitAttr, xrcd *XRCD) (*QP, error) {
 	}
 	qp.attr.Cap = c
 	qp.attr.QPState = QPStateReset
+	d.register(qp)
 	if special != nil {
 		qp.attr.PortNum = special.num
 	}
@@ -293,6 +296,9 @@ func (qp *QP) Modify(a *QPAttr, mask QPAttrMask) error {
 		qp.dev.raise(AsyncEvent{Type: EventPathMig, QP: qp})
 	}
 
+	if trace.On() {
+		qp.traceModify(cur, next)
+	}
 	// The transport hears of every successful modify, state change or not (RTS→RTS
 	// updates timers and access flags).
 	qp.changed(cur, next)
@@ -500,6 +506,7 @@ func (qp *QP) Destroy() error {
 	if d.cfg.Remote != nil && qp.num > 1 {
 		d.cfg.Remote.FreeQPN(qp.num)
 	}
+	d.unregister(qp)
 	qp.pd.refs.Add(-1)
 	if qp.sendCQ != nil {
 		qp.sendCQ.refs.Add(-1)

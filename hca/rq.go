@@ -153,7 +153,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	id := d.nextID()
 	d.mu.Unlock()
 	pd.refs.Add(1)
-	return &SRQ{pd: pd, id: id, rq: newRecvQueue(int(attr.MaxWR), int(attr.MaxSGE)), limit: attr.SRQLimit}, nil
+	s := &SRQ{pd: pd, id: id, rq: newRecvQueue(int(attr.MaxWR), int(attr.MaxSGE)), limit: attr.SRQLimit}
+	d.register(s)
+	return s, nil
 }
 
 // ID is the object id pibgw's inspection shows.
@@ -216,5 +218,6 @@ func (s *SRQ) Destroy() error {
 	d.counts.srq--
 	s.destroyXRC(d)
 	s.pd.refs.Add(-1)
+	d.unregister(s)
 	return nil
 }

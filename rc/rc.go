@@ -183,19 +183,19 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 		want = wire.TransportXRC
 	}
 	if op.Transport() != want {
-		qp.Port().Counters().Inc(hca.CntDropQPType)
+		qp.Port().Drop(hca.CntDropQPType, pk.Raw)
 		return
 	}
 	// IBA 9.6.1.5 (C9-54): a connected QP takes packets only from its peer, on its
 	// primary path, or on its alternate path once the peer has migrated (17.2.8).
 	p := c.path.Load()
 	if p == nil {
-		qp.Port().Counters().Inc(hca.CntDropNoQP)
+		qp.Port().Drop(hca.CntDropNoQP, pk.Raw)
 		return
 	}
 	if pk.LRH.SLID() != p.dlid || pk.Port != nil && pk.Port != p.port {
 		if !c.peerMigrated(pk) {
-			qp.Port().Counters().Inc(hca.CntDropNoQP)
+			qp.Port().Drop(hca.CntDropNoQP, pk.Raw)
 			return
 		}
 	} else if !pk.BTH.MigReq() && qp.PathMigState() == hca.MigRearm {
@@ -205,7 +205,7 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 	case wire.RCAcknowledge, wire.RCAtomicAcknowledge, wire.RCRDMAReadResponseFirst,
 		wire.RCRDMAReadResponseMiddle, wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly:
 		if qp.State() < hca.QPStateRTS {
-			qp.Port().Counters().Inc(hca.CntDropQPState)
+			qp.Port().Drop(hca.CntDropQPState, pk.Raw)
 			return
 		}
 		c.mu.Lock()
@@ -213,7 +213,7 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 		c.mu.Unlock()
 	default:
 		if qp.Type() == hca.QPTypeXRCSend { // a requester only (Annex A14)
-			qp.Port().Counters().Inc(hca.CntDropQPType)
+			qp.Port().Drop(hca.CntDropQPType, pk.Raw)
 			return
 		}
 		c.rmu.Lock()
@@ -261,7 +261,7 @@ func (c *conn) drainOnce() bool {
 	}
 	n := b.n
 	if n > 0 {
-		p.port.Transmit(b.pkts[:n])
+		p.port.TransmitQP(c.qp, b.pkts[:n])
 	}
 	for i := range b.pkts[:n] {
 		b.pkts[i] = nil
@@ -316,7 +316,7 @@ func (c *conn) sendOwedAcks() {
 	r.out, r.outHead = r.out[:0], 0
 	c.rmu.Unlock()
 	if b.n > 0 {
-		p.port.Transmit(b.pkts[:b.n])
+		p.port.TransmitQP(c.qp, b.pkts[:b.n])
 	}
 	for i := range b.pkts[:b.n] {
 		b.pkts[i] = nil

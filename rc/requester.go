@@ -7,6 +7,7 @@ import (
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/trace"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -493,6 +494,9 @@ func (r *requester) nak(c *conn, psn uint32, code uint8) {
 		}
 		r.nakPSN, r.nakSet, r.sentSinceNak = psn, true, 0
 		c.stats.SeqNAKs.Add(1)
+		if trace.On() {
+			traceRetry(c, "seq_nak", psn, r.retryLeft)
+		}
 		r.goBack(psn)
 		return
 	}
@@ -528,6 +532,9 @@ func (r *requester) rnr(c *conn, psn uint32, code uint8) {
 	}
 	r.rnrWait = true
 	c.stats.RNRNAKs.Add(1)
+	if trace.On() {
+		traceRetry(c, "rnr_nak", psn, r.rnrLeft)
+	}
 	r.stopTimer()
 	f := func() {
 		c.mu.Lock()
@@ -759,6 +766,9 @@ func (c *conn) ackTimeout() {
 		return
 	}
 	c.stats.Timeouts.Add(1)
+	if trace.On() {
+		traceRetry(c, "timeout", psnAdd(r.ackedPSN, 1), r.retryLeft)
+	}
 	r.nakSet, r.readGapSet = false, false
 	// READs and atomics whose answers are missing though later PSNs were acknowledged
 	// are asked again; everything unacknowledged is sent again.

@@ -100,7 +100,7 @@ func rcOp(op wire.Opcode) wire.Opcode { return op & 0x1F }
 func (r *responder) request(c *conn, pk *hca.Packet) {
 	qp := c.qp
 	if s := qp.State(); s < hca.QPStateRTR || s > hca.QPStateSQE {
-		qp.Port().Counters().Inc(hca.CntDropQPState)
+		qp.Port().Drop(hca.CntDropQPState, pk.Raw)
 		return
 	}
 	if r.res == nil {

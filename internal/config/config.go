@@ -29,6 +29,14 @@ const (
 	MaxHCAs             = 64
 	MaxSwitchPorts      = 254
 	MaxHCAPorts         = 32
+	DefaultIBSimSocket  = "sim" // ibsim's and libumad2sim's IBSIM_SOCKNAME default
+	DefaultIBSimClients = 256
+)
+
+// sm.mode values.
+const (
+	SMInternal = "internal" // the built-in SM and SA run on sm.hca/sm.port
+	SMExternal = "external" // no built-in SM or SA: opensm (through the ibsim server) is the SM
 )
 
 // Interface stacks: the IP side of an interface.
@@ -50,7 +58,22 @@ type Config struct {
 	Daemon     Daemon
 	Fabric     Fabric
 	SM         SM
+	IBSim      IBSim
 	Interfaces []Interface
+}
+
+// IBSim is the [ibsim] section: the server of OFED ibsim's MAD protocol through which
+// unmodified opensm and infiniband-diags (LD_PRELOAD=libumad2sim.so) use the fabric.
+type IBSim struct {
+	Enable bool
+	// SocketName is the Unix abstract sockets' base name (IBSIM_SOCKNAME): the server
+	// binds @<name>:ctl and @<name>:out<N>.
+	SocketName string
+	// UDP, when set ("127.0.0.1:7070"), also serves clients that set IBSIM_SERVER_NAME
+	// and IBSIM_SERVER_PORT: control on that port, client N's data on port+1+N.
+	UDP string
+	// MaxClients bounds the clients attached at once (ibsim's limit is 10).
+	MaxClients int
 }
 
 // Daemon is the [daemon] section.
@@ -112,6 +135,9 @@ func (h HCA) PortGUID(n int) uint64 { return h.NodeGUID | uint64(n) }
 
 // SM is the [sm] section: the built-in subnet manager and SA.
 type SM struct {
+	// Mode is SMInternal (the built-in SM and SA) or SMExternal (none: opensm through the
+	// ibsim server manages the fabric; HCA and Port still name the default ibsim node).
+	Mode          string
 	HCA           string // device the SM runs on
 	Port          int
 	Priority      uint8

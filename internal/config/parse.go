@@ -35,12 +35,19 @@ type file struct {
 		HCAs         []fileHCA `toml:"hcas"`
 	} `toml:"fabric"`
 	SM struct {
+		Mode          any             `toml:"mode"`
 		HCA           any             `toml:"hca"`
 		Port          any             `toml:"port"`
 		Priority      any             `toml:"priority"`
 		SweepInterval any             `toml:"sweep_interval"`
 		Partitions    []filePartition `toml:"partitions"`
 	} `toml:"sm"`
+	IBSim struct {
+		Enable     any `toml:"enable"`
+		SocketName any `toml:"socket_name"`
+		UDP        any `toml:"udp"`
+		MaxClients any `toml:"max_clients"`
+	} `toml:"ibsim"`
 	Interfaces []fileInterface `toml:"interfaces"`
 }
 
@@ -103,6 +110,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	p.daemon(c, &f)
 	p.fabric(c, &f)
 	p.sm(c, &f)
+	p.ibsim(c, &f)
 	p.interfaces(c, &f, md.IsDefined("interfaces"))
 	if p.err != nil {
 		return nil, p.err
@@ -343,6 +351,11 @@ func (p *parser) fabric(c *Config, f *file) {
 
 func (p *parser) sm(c *Config, f *file) {
 	s := &f.SM
+	c.SM.Mode = p.str("sm.mode", s.Mode, SMInternal)
+	if c.SM.Mode != SMInternal && c.SM.Mode != SMExternal {
+		p.errf("sm.mode", "%q: want %q (the built-in SM and SA) or %q (opensm through the ibsim server)",
+			c.SM.Mode, SMInternal, SMExternal)
+	}
 	c.SM.HCA = p.str("sm.hca", s.HCA, HCAName(0))
 	h, ok := c.HCA(c.SM.HCA)
 	if !ok {
@@ -452,6 +465,30 @@ func hcaNames(c *Config) string {
 }
 
 // pkey reads a P_Key: a TOML integer (0x8001) or a string ("0x8001", "8001").
+func (p *parser) ibsim(c *Config, f *file) {
+	s := &f.IBSim
+	c.IBSim.Enable = p.boolean("ibsim.enable", s.Enable, false)
+	c.IBSim.SocketName = p.str("ibsim.socket_name", s.SocketName, DefaultIBSimSocket)
+	// sockaddr_un's 108 bytes hold a NUL, the name, ":out" and a slot number, and a NUL.
+	if n := len(c.IBSim.SocketName); n > 90 || strings.ContainsRune(c.IBSim.SocketName, 0) {
+		p.errf("ibsim.socket_name", "%q: want at most 90 bytes and no NUL", c.IBSim.SocketName)
+	}
+	c.IBSim.UDP = p.str("ibsim.udp", s.UDP, "")
+	if c.IBSim.UDP != "" {
+		ap, err := netip.ParseAddrPort(c.IBSim.UDP)
+		if err != nil || ap.Port() == 0 {
+			p.errf("ibsim.udp", "%q: want address:port, e.g. \"127.0.0.1:7070\"", c.IBSim.UDP)
+		}
+	}
+	c.IBSim.MaxClients = int(p.intIn("ibsim.max_clients", s.MaxClients, DefaultIBSimClients, 1, 4096))
+	if c.IBSim.Enable && c.IBSim.SocketName == "" && c.IBSim.UDP == "" {
+		p.errf("ibsim.socket_name", "empty, and ibsim.udp is not set: the server would listen nowhere")
+	}
+	if c.SM.Mode == SMExternal && !c.IBSim.Enable {
+		p.errf("sm.mode", "%q needs ibsim.enable = true: the external SM reaches the fabric through the ibsim server", SMExternal)
+	}
+}
+
 func (p *parser) pkey(field string, v any) uint16 {
 	var (
 		k   uint16

@@ -17,6 +17,7 @@ import (
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/ibsim"
 	"github.com/pibgw/pibgw/rc"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/ud"
@@ -35,11 +36,14 @@ type Fabric struct {
 	Cables []*fabric.Cable
 	SM     *sa.SM
 	SA     *sa.Agent
+	// IBSim serves OFED ibsim's protocol to opensm and infiniband-diags (nil when off).
+	IBSim *ibsim.Server
 
 	log *slog.Logger
 
-	capMu    sync.Mutex
+	capMu    sync.Mutex // guards captures and faults, and the cables' wrappers
 	captures []*capture
+	faults   map[*fabric.Cable]*cableFault // pibgw fault (debug.go)
 }
 
 // BuildFabric builds the fabric cfg describes and waits for the SM's first sweep, so that
@@ -92,6 +96,26 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	smDev := f.Device(cfg.SM.HCA)
 	if smDev == nil {
 		return nil, fmt.Errorf("sm: no HCA %q", cfg.SM.HCA)
+	}
+	if cfg.IBSim.Enable {
+		f.IBSim, err = ibsim.New(ibsim.Config{
+			SocketName: cfg.IBSim.SocketName,
+			UDP:        cfg.IBSim.UDP,
+			MaxClients: cfg.IBSim.MaxClients,
+			Devices:    f.Devs,
+			Default:    smDev.Port(cfg.SM.Port),
+			ExternalSM: cfg.SM.Mode == config.SMExternal,
+			Logger:     log,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.SM.Mode == config.SMExternal {
+		// opensm, through the ibsim server, brings the ports up; ipoib waits for them.
+		log.Info("fabric up without a subnet manager: waiting for an external one (sm.mode = external)",
+			"hcas", len(f.Devs), "switch_ports", fc.SwitchPorts)
+		return f, nil
 	}
 	sweep := cfg.SM.SweepInterval
 	if sweep == 0 {
@@ -160,6 +184,9 @@ func (f *Fabric) Devices() []control.Device {
 
 // Close stops the SA and SM and unplugs every cable; captures are closed.
 func (f *Fabric) Close() {
+	if f.IBSim != nil {
+		f.IBSim.Close()
+	}
 	if f.SA != nil {
 		f.SA.Close()
 	}
@@ -239,12 +266,17 @@ func (f *Fabric) StopCapture(cw *fabric.CaptureWriter) {
 	}
 }
 
-// rewrapLocked rebuilds every cable's wrappers from f.captures: Cable.Unwrap removes all
-// of a direction's wrappers, so the captures that stay are wrapped again.
+// rewrapLocked rebuilds every cable's wrappers from f.faults and f.captures:
+// Cable.Unwrap removes all of a direction's wrappers, so the ones that stay are wrapped
+// again, faults innermost.
 func (f *Fabric) rewrapLocked() {
 	for _, cb := range f.Cables {
 		cb.Unwrap(fabric.AtoB)
 		cb.Unwrap(fabric.BtoA)
+		if cf := f.faults[cb]; cf != nil {
+			cb.Wrap(fabric.AtoB, cf.wrapper(fabric.AtoB))
+			cb.Wrap(fabric.BtoA, cf.wrapper(fabric.BtoA))
+		}
 		for _, c := range f.captures {
 			cb.Wrap(fabric.AtoB, fabric.CaptureWrapper(c.cw, captureIfaceFromHCA))
 			cb.Wrap(fabric.BtoA, fabric.CaptureWrapper(c.cw, captureIfaceToHCA))
