@@ -213,11 +213,19 @@ func (cq *CQ) inspect() *CQInfo {
 		Events: cq.events, Acked: cq.acked, Refs: int(cq.refs.Load())}
 }
 
+// cqID is a CQ's id, 0 for none (the XRC QPs have no receive CQ, XRC_RECV no send CQ).
+func cqID(cq *CQ) uint32 {
+	if cq == nil {
+		return 0
+	}
+	return cq.id
+}
+
 func (qp *QP) inspect() *QPInfo {
 	a := qp.Attr()
 	qi := &QPInfo{
 		Type: qp.typ.String(), State: a.QPState.String(), Port: a.PortNum, PKeyIndex: a.PKeyIndex,
-		QKey: a.QKey, SendCQ: qp.sendCQ.id, RecvCQ: qp.recvCQ.id,
+		QKey: a.QKey, SendCQ: cqID(qp.sendCQ), RecvCQ: cqID(qp.recvCQ),
 		MaxSendWR: qp.cap.MaxSendWR, MaxRecvWR: qp.cap.MaxRecvWR, MaxSendSGE: qp.cap.MaxSendSGE,
 		MaxRecvSGE: qp.cap.MaxRecvSGE, MaxInline: qp.cap.MaxInlineData, SQSigAll: qp.sigAll,
 		RecvPosted: qp.rqLen(), SQPSN: a.SQPSN, RQPSN: a.RQPSN, DestQPN: a.DestQPNum,

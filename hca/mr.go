@@ -135,6 +135,8 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*
 	}
 	nmr.key = idx<<8 | uint32(d.keyGen)
 	d.mrs.store(idx, nmr)
+	d.unregister(mr)
+	d.register(nmr)
 	if nmr.pd != mr.pd {
 		nmr.pd.refs.Add(1)
 		mr.pd.refs.Add(-1)

@@ -2,6 +2,7 @@ package hca
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -242,6 +243,14 @@ func TestReregMRRules(t *testing.T) {
 	}
 	if f.d.LookupKey(f.mr.LKey()) != nil || f.d.LookupKey(nmr.LKey()) != nmr {
 		t.Fatal("key lookup after rereg")
+	}
+	objs, _ := f.d.Inspect(KindMR)
+	var keys []uint32
+	for _, o := range objs {
+		keys = append(keys, o.MR.LKey)
+	}
+	if len(objs) != 2 || !slices.Contains(keys, nmr.LKey()) || slices.Contains(keys, f.mr.LKey()) {
+		t.Fatalf("inspected MR keys %#x after rereg (new %#x, old %#x)", keys, nmr.LKey(), f.mr.LKey())
 	}
 	if err := f.mr.Dereg(); !errors.Is(err, EINVAL) {
 		t.Fatalf("dereg of the old handle: %v", err)
