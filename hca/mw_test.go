@@ -278,3 +278,31 @@ func TestQueryAH(t *testing.T) {
 		t.Fatalf("query_ah %+v, want %+v", got, attr)
 	}
 }
+
+// TestInspectMWAndXRCD: windows and XRC domains are listed while they exist, a window
+// with what it is bound to.
+func TestInspectMWAndXRCD(t *testing.T) {
+	f := newMWFixture(t)
+	w, _ := f.pd.AllocMW(MWType2)
+	b := MWBind{MW: w, RKey: IncRKey(w.RKey()), MR: f.mr, Addr: f.mr.Addr() + 8, Length: 16, Access: AccessRemoteRead}
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRBindMW, Bind: b}); st != WCSuccess {
+		t.Fatal(st)
+	}
+	x, err := f.pd.Context().OpenXRCD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, _ := f.d.Inspect(KindMW)
+	if len(objs) != 1 || objs[0].MW == nil || !objs[0].MW.Bound || objs[0].MW.RKey != b.RKey || objs[0].MW.MR != f.mr.LKey() ||
+		objs[0].MW.QPN != f.qp.Num() || objs[0].MW.Length != 16 || objs[0].MW.Access != "REMOTE_READ" {
+		t.Fatalf("inspected windows %+v", objs)
+	}
+	if objs, _ := f.d.Inspect(KindXRCD); len(objs) != 1 || objs[0].ID != x.ID() {
+		t.Fatalf("inspected XRC domains %+v", objs)
+	}
+	w.Dealloc()
+	x.Close()
+	if objs, _ := f.d.Inspect(""); slices.ContainsFunc(objs, func(o ObjectInfo) bool { return o.Kind == KindMW || o.Kind == KindXRCD }) {
+		t.Fatalf("freed window or domain still listed: %+v", objs)
+	}
+}
