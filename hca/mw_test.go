@@ -21,7 +21,7 @@ type mwFixture struct {
 func newMWFixture(t *testing.T) *mwFixture {
 	t.Helper()
 	d, err := NewDevice(Config{Name: "pib_0", NodeGUID: 0x0002c90300000300,
-		Transports: map[QPType]Transport{QPTypeRC: nopTransport{}}})
+		Transports: map[QPType]Transport{QPTypeRC: nopTransport{}, QPTypeUC: nopTransport{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +90,15 @@ func TestMWPostValidation(t *testing.T) {
 		if err := f.qp.validateSend(&wr); !errors.Is(err, EINVAL) {
 			t.Errorf("%s: %v, want EINVAL", name, err)
 		}
+	}
+	// IBA table 38: UC has no SEND with Invalidate.
+	cq, _ := f.pd.Context().CreateCQ(4, nil)
+	uc, err := f.pd.CreateQP(QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: QPTypeUC, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uc.validateSend(&SendWR{Opcode: WRSendWithInv}); !errors.Is(err, EINVAL) {
+		t.Errorf("SEND_WITH_INV on UC: %v, want EINVAL", err)
 	}
 	if _, err := f.qp.BindMW(w2, 0, 0, MWBind{}); !errors.Is(err, EINVAL) {
 		t.Errorf("ibv_bind_mw of a type 2 window: %v", err)
