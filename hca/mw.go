@@ -340,7 +340,7 @@ func (qp *QP) invalidate(rkey uint32, remote bool) bool {
 }
 
 // InvalidateRemote carries out the invalidation a SEND_WITH_INV asks of its responder
-// (IBA 10.6.7.2.2). False is the IBA's class J error (9.9.3.1: Invalid Request NAK, the
+// (IBA 10.6.7.2.2). False is the IBA's class J error (9.9.3: Invalid Request NAK, the
 // receive WQE completes with IBV_WC_REM_INV_REQ_ERR): the key names no type 2 window
 // bound through this QP, or a type 1 window (o10-37.2.26).
 func (qp *QP) InvalidateRemote(rkey uint32) bool { return qp.invalidate(rkey, true) }
