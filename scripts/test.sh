@@ -54,6 +54,7 @@ FUZZ=(
 	"./internal/shmring FuzzConsumer"
 	"./trace FuzzDecode"
 	"./internal/ibsim FuzzDatagrams"
+	"./fabric/udplink FuzzReceive"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")

@@ -33,6 +33,10 @@ func init() {
 		os.Exit(tcpSink(os.Args[1:]))
 	case "tcp-source":
 		os.Exit(tcpSource(os.Args[1:]))
+	case "udp-flood":
+		os.Exit(udpFlood(os.Args[1:]))
+	case "udp-dial":
+		os.Exit(udpDial(os.Args[1:]))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown %s mode %q\n", helperEnv, os.Getenv(helperEnv))
 		os.Exit(2)

@@ -31,12 +31,19 @@ const (
 	MaxHCAPorts         = 32
 	DefaultIBSimSocket  = "sim" // ibsim's and libumad2sim's IBSIM_SOCKNAME default
 	DefaultIBSimClients = 256
+	// DefaultSwitchUDPPort is where pibgw switch listens (pib's pibnetd port).
+	DefaultSwitchUDPPort = 8432
+	DefaultKeepalive     = 250 * time.Millisecond
+	DefaultLinkTimeout   = 2 * time.Second
 )
 
 // sm.mode values.
 const (
-	SMInternal = "internal" // the built-in SM and SA run on sm.hca/sm.port
-	SMExternal = "external" // no built-in SM or SA: opensm (through the ibsim server) is the SM
+	SMInternal = "internal" // the built-in SM and SA run here, on sm.hca/sm.port
+	// SMExternal: no built-in SM or SA in this process; the SM runs elsewhere: opensm
+	// through the ibsim server, the switch process of fabric.switch, or a host of this
+	// switch process (fabric.listen).
+	SMExternal = "external"
 )
 
 // Interface stacks: the IP side of an interface.
@@ -117,10 +124,21 @@ func AutoMaxProcs(ncpu int) int { return max(1, ncpu/2) }
 
 // Fabric is the [fabric] section: HCAs pib_0…pib_{n-1} cabled, port by port, to ports
 // 1, 2, … of one managed switch.
+//
+// With Switch set the fabric's switch is another process (pibgw switch): every HCA port
+// is plugged into it over a UDP link instead of into a switch of this process.
 type Fabric struct {
 	NodeGUIDBase uint64
 	SwitchPorts  int
 	HCAs         []HCA
+
+	Switch      string         // HOST:PORT of the switch process; "" for the built-in switch
+	Listen      string         // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
+	PSKFile     string         // psk_file as configured
+	PSK         []byte         // its key; nil: no authentication, Allow applies
+	Allow       []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
+	Keepalive   time.Duration  // keepalive interval of UDP links
+	LinkTimeout time.Duration  // a UDP link silent this long is down
 }
 
 // HCA is one soft HCA.
@@ -135,8 +153,10 @@ func (h HCA) PortGUID(n int) uint64 { return h.NodeGUID | uint64(n) }
 
 // SM is the [sm] section: the built-in subnet manager and SA.
 type SM struct {
-	// Mode is SMInternal (the built-in SM and SA) or SMExternal (none: opensm through the
-	// ibsim server manages the fabric; HCA and Port still name the default ibsim node).
+	// Mode is SMInternal (the built-in SM and SA run here) or SMExternal (not here:
+	// opensm through the ibsim server, or the switch process of a multi-host fabric;
+	// HCA and Port still name the default ibsim node). The default is SMInternal, and
+	// SMExternal on a host whose fabric.switch is another process.
 	Mode          string
 	HCA           string // device the SM runs on
 	Port          int

@@ -173,8 +173,8 @@ func TestErrors(t *testing.T) {
 		{"[daemon]\nlog_level = \"loud\"\n", "x.toml: daemon.log_level: \"loud\": want debug, info, warn or error"},
 		{"[daemon]\ncontrol = \"\"\n", "x.toml: daemon.control: empty path"},
 		{"[sm]\nhca = \"pib_7\"\n", "x.toml: sm.hca: \"pib_7\": no such HCA (have pib_0, pib_1)"},
-		{"[sm]\nmode = \"opensm\"\n", "x.toml: sm.mode: \"opensm\": want \"internal\" (the built-in SM and SA) or \"external\" (opensm through the ibsim server)"},
-		{"[sm]\nmode = \"external\"\n", "x.toml: sm.mode: \"external\" needs ibsim.enable = true: the external SM reaches the fabric through the ibsim server"},
+		{"[sm]\nmode = \"opensm\"\n", "x.toml: sm.mode: \"opensm\": want \"internal\" (the built-in SM and SA run here) or \"external\" (the SM runs elsewhere: opensm through the ibsim server, or a multi-host fabric's switch process)"},
+		{"[sm]\nmode = \"external\"\n", "x.toml: sm.mode: \"external\" needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric"},
 		{"[ibsim]\nudp = \"localhost\"\n", "x.toml: ibsim.udp: \"localhost\": want address:port, e.g. \"127.0.0.1:7070\""},
 		{"[ibsim]\nmax_clients = 0\n", "x.toml: ibsim.max_clients: 0 out of range 1..4096"},
 		{"[ibsim]\nenable = true\nsocket_name = \"\"\n", "x.toml: ibsim.socket_name: empty, and ibsim.udp is not set: the server would listen nowhere"},
@@ -215,6 +215,15 @@ func TestErrors(t *testing.T) {
 		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\n[[interfaces]]\nparent = \"ib0\"\n", "x.toml: interfaces[1].pkey: missing: a child needs its partition's P_Key"},
 		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nnetns = \"a\"\n[[interfaces]]\nparent = \"ib0\"\npkey = 2\nnetns = \"b\"\n", "x.toml: interfaces[1].netns: \"b\": a child lives in its parent's namespace \"a\""},
 		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\n[[interfaces]]\nparent = \"ib0\"\npkey = 2\nhca = \"pib_1\"\n", "x.toml: interfaces[1].hca: a child runs on its parent's HCA port"},
+		{"[fabric]\nswitch = \"10.0.0.1\"\n", "x.toml: fabric.switch: \"10.0.0.1\": want HOST:PORT"},
+		{"[fabric]\nswitch = \"10.0.0.1:8432\"\nswitch_ports = 4\n", "x.toml: fabric.switch_ports: not used with fabric.switch"},
+		{"[fabric]\nswitch = \"10.0.0.1:8432\"\nlisten = \":8432\"\n", "x.toml: fabric.listen: a fabric with fabric.switch has no switch"},
+		{"[fabric]\nlisten = \"8432\"\n", "x.toml: fabric.listen: \"8432\": want [HOST]:PORT"},
+		{"[fabric]\npsk_file = \"/nonexistent/psk\"\n", "x.toml: fabric.psk_file: open /nonexistent/psk"},
+		{"[fabric]\nallow = [\"10.0.0.0/33\"]\n", "x.toml: fabric.allow[0]: \"10.0.0.0/33\": want an address or a prefix"},
+		{"[fabric]\nkeepalive = \"1s\"\nlink_timeout = \"1s\"\n", "x.toml: fabric.link_timeout: 1s is shorter than two keepalives (2s)"},
+		{"[fabric]\nkeepalive = \"-1s\"\n", "x.toml: fabric.keepalive: \"-1s\": want a positive duration"},
+		{"[sm]\nenabled = true\n", "x.toml: sm.enabled: unknown option"},
 		{"[fabric\n", "x.toml:2: "},
 		{"a = 1\n", "x.toml: a: unknown option"},
 	} {
@@ -226,6 +235,34 @@ func TestErrors(t *testing.T) {
 		if !strings.HasPrefix(err.Error(), tc.want) {
 			t.Errorf("%q:\n got %q\nwant %q…", tc.toml, err, tc.want)
 		}
+	}
+}
+
+// A host of a multi-host fabric: the switch process's address, a PSK file relative to
+// the configuration, an allow-list; the SM is off unless asked for.
+func TestRemoteSwitch(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/psk", []byte("  0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse(dir+"/h.toml", []byte("[fabric]\nswitch = \"10.0.0.1:8432\"\npsk_file = \"psk\"\nallow = [\"10.0.0.0/24\", \"10.1.0.1\"]\nkeepalive = \"100ms\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.Fabric
+	if f.Switch != "10.0.0.1:8432" || string(f.PSK) != "0123456789abcdef0123" || c.SM.Mode != SMExternal ||
+		!reflect.DeepEqual(f.Allow, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.1.0.1/32")}) ||
+		f.Keepalive != 100*time.Millisecond || f.LinkTimeout != DefaultLinkTimeout {
+		t.Fatalf("fabric %+v sm %+v", f, c.SM)
+	}
+	if Default().SM.Mode != SMInternal {
+		t.Fatal("the SM is off by default with the built-in switch")
+	}
+	if err := os.WriteFile(dir+"/short", []byte("abc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(dir+"/h.toml", []byte("[fabric]\npsk_file = \"short\"\n")); err == nil || !strings.Contains(err.Error(), "need at least 16") {
+		t.Fatalf("short key: %v", err)
 	}
 }
 
@@ -243,5 +280,27 @@ func TestChildNaming(t *testing.T) {
 	}
 	if c.Interfaces[1].Name != "ib0.8001" || c.Interfaces[1].PKey != 0x8001 {
 		t.Errorf("%+v", c.Interfaces[1])
+	}
+}
+
+// The multi-host examples parse (with their PSK file pointed at a test key).
+func TestMultiHostExamples(t *testing.T) {
+	psk := t.TempDir() + "/psk"
+	if err := os.WriteFile(psk, []byte("0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"switch", "host-a", "host-b"} {
+		b, err := os.ReadFile("../../configs/" + name + ".toml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := strings.Replace(string(b), "/etc/pibgw/fabric.psk", psk, 1)
+		c, err := Parse(name+".toml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Fabric.PSK == nil || (name == "switch") != (c.Fabric.Listen != "") || (name == "switch") != (c.SM.Mode == SMInternal) {
+			t.Errorf("%s: fabric %+v sm %+v", name, c.Fabric, c.SM)
+		}
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -33,6 +35,12 @@ type file struct {
 		NodeGUIDBase any       `toml:"node_guid_base"`
 		SwitchPorts  any       `toml:"switch_ports"`
 		HCAs         []fileHCA `toml:"hcas"`
+		Switch       any       `toml:"switch"`
+		Listen       any       `toml:"listen"`
+		PSKFile      any       `toml:"psk_file"`
+		Allow        any       `toml:"allow"`
+		Keepalive    any       `toml:"keepalive"`
+		LinkTimeout  any       `toml:"link_timeout"`
 	} `toml:"fabric"`
 	SM struct {
 		Mode          any             `toml:"mode"`
@@ -347,13 +355,109 @@ func (p *parser) fabric(c *Config, f *file) {
 	if c.Fabric.SwitchPorts < total {
 		p.errf("fabric.switch_ports", "%d ports cannot take the %d HCA ports configured", c.Fabric.SwitchPorts, total)
 	}
+	p.remote(c, f)
+}
+
+// remote reads the options of a fabric whose switch is another process (pibgw switch).
+func (p *parser) remote(c *Config, f *file) {
+	fb := &f.Fabric
+	c.Fabric.Switch = p.str("fabric.switch", fb.Switch, "")
+	c.Fabric.Listen = p.str("fabric.listen", fb.Listen, "")
+	if l := c.Fabric.Listen; l != "" {
+		if c.Fabric.Switch != "" {
+			p.errf("fabric.listen", "a fabric with fabric.switch has no switch of its own to serve")
+		}
+		if _, port, err := net.SplitHostPort(l); err != nil || port == "" {
+			p.errf("fabric.listen", "%q: want [HOST]:PORT, e.g. \":%d\"", l, DefaultSwitchUDPPort)
+		}
+	}
+	if sw := c.Fabric.Switch; sw != "" {
+		host, port, err := net.SplitHostPort(sw)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || n == 0 {
+			p.errf("fabric.switch", "%q: want HOST:PORT, e.g. \"10.0.0.1:%d\"", sw, DefaultSwitchUDPPort)
+		}
+		if fb.SwitchPorts != nil {
+			p.errf("fabric.switch_ports", "not used with fabric.switch (the switch process has the ports)")
+		}
+	}
+	if path := p.str("fabric.psk_file", fb.PSKFile, ""); path != "" {
+		c.Fabric.PSKFile = path
+		if !filepath.IsAbs(path) && p.src != "" {
+			path = filepath.Join(filepath.Dir(p.src), path)
+		}
+		k, err := ReadPSK(path)
+		if err != nil {
+			p.errf("fabric.psk_file", "%v", err)
+		}
+		c.Fabric.PSK = k
+	}
+	for i, s := range p.strings("fabric.allow", fb.Allow) {
+		pf, err := ParsePrefixOrAddr(s)
+		if err != nil {
+			p.errf(fmt.Sprintf("fabric.allow[%d]", i), "%q: want an address or a prefix such as \"10.0.0.0/24\"", s)
+			continue
+		}
+		c.Fabric.Allow = append(c.Fabric.Allow, pf)
+	}
+	c.Fabric.Keepalive = p.duration("fabric.keepalive", fb.Keepalive, DefaultKeepalive)
+	c.Fabric.LinkTimeout = p.duration("fabric.link_timeout", fb.LinkTimeout, DefaultLinkTimeout)
+	if c.Fabric.LinkTimeout < 2*c.Fabric.Keepalive {
+		p.errf("fabric.link_timeout", "%v is shorter than two keepalives (%v)", c.Fabric.LinkTimeout, 2*c.Fabric.Keepalive)
+	}
+}
+
+// duration returns v as a positive duration ("250ms"), def when unset.
+func (p *parser) duration(field string, v any, def time.Duration) time.Duration {
+	if v == nil {
+		return def
+	}
+	s := p.str(field, v, "")
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		p.errf(field, "%q: want a positive duration such as \"250ms\"", s)
+		return def
+	}
+	return d
+}
+
+// ParsePrefixOrAddr parses "10.0.0.0/24" or a single address ("10.0.0.1": a /32).
+func ParsePrefixOrAddr(s string) (netip.Prefix, error) {
+	if pf, err := netip.ParsePrefix(s); err == nil {
+		return pf.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// PSKMinLen is the shortest pre-shared key accepted.
+const PSKMinLen = 16
+
+// ReadPSK reads a pre-shared key file: its contents with surrounding white space
+// trimmed, at least PSKMinLen bytes.
+func ReadPSK(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	k := []byte(strings.TrimSpace(string(b)))
+	if len(k) < PSKMinLen {
+		return nil, fmt.Errorf("%s: the pre-shared key is %d bytes, need at least %d", path, len(k), PSKMinLen)
+	}
+	return k, nil
 }
 
 func (p *parser) sm(c *Config, f *file) {
 	s := &f.SM
-	c.SM.Mode = p.str("sm.mode", s.Mode, SMInternal)
+	def := SMInternal
+	if c.Fabric.Switch != "" {
+		def = SMExternal // the switch process runs the SM
+	}
+	c.SM.Mode = p.str("sm.mode", s.Mode, def)
 	if c.SM.Mode != SMInternal && c.SM.Mode != SMExternal {
-		p.errf("sm.mode", "%q: want %q (the built-in SM and SA) or %q (opensm through the ibsim server)",
+		p.errf("sm.mode", "%q: want %q (the built-in SM and SA run here) or %q (the SM runs elsewhere: opensm through the ibsim server, or a multi-host fabric's switch process)",
 			c.SM.Mode, SMInternal, SMExternal)
 	}
 	c.SM.HCA = p.str("sm.hca", s.HCA, HCAName(0))
@@ -484,8 +588,8 @@ func (p *parser) ibsim(c *Config, f *file) {
 	if c.IBSim.Enable && c.IBSim.SocketName == "" && c.IBSim.UDP == "" {
 		p.errf("ibsim.socket_name", "empty, and ibsim.udp is not set: the server would listen nowhere")
 	}
-	if c.SM.Mode == SMExternal && !c.IBSim.Enable {
-		p.errf("sm.mode", "%q needs ibsim.enable = true: the external SM reaches the fabric through the ibsim server", SMExternal)
+	if c.SM.Mode == SMExternal && !c.IBSim.Enable && c.Fabric.Switch == "" && c.Fabric.Listen == "" {
+		p.errf("sm.mode", "%q needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric (fabric.switch, fabric.listen) whose other process runs the SM", SMExternal)
 	}
 }
 

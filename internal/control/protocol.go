@@ -19,12 +19,14 @@
 //	child-add iface pkey [addrs]  Interface (the child)
 //	child-del iface pkey    nothing
 //	mode     iface mode     Interface (after the switch; mode "datagram" or "connected")
-//	devinfo                 []Device
+//	devinfo                 []Device (a switch process adds its switch, named "switch")
 //	inspect  [kind pid]     []hca.ObjectInfo: verbs objects of the daemon and of attached
 //	                        processes (kind "" for all; pid 0 for every owner)
 //	inject   kind id [dev pid]  nothing: QP error (id = QPN), CQ or SRQ error (id = object id)
 //	link     [cable state]  []Cable (all, or the one named; state "up"/"down" changes it)
 //	fault    cable fault    Cable (after the change; an all-zero Fault removes the faults)
+//	nodes                   []Link (the UDP links: a switch's hosts, or a host's switch)
+//	counters                LinkCounters
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
 //	                        a pcap file (fabric.CaptureWriter's format) until count
 //	                        packets were captured, the client closes the connection, or
@@ -60,7 +62,33 @@ const (
 	VerbInject   = "inject"
 	VerbLink     = "link"
 	VerbFault    = "fault"
+	VerbNodes    = "nodes"
+	VerbCounters = "counters"
 )
+
+// Link is one UDP link of a multi-host fabric: on a switch process, a host's port; on a
+// host, its connection to the switch.
+type Link struct {
+	SwitchPort    int       `json:"switch_port"`        // the switch port it plugs into (0: none yet)
+	PortGUID      string    `json:"port_guid"`          // the host port's GUID
+	Addr          string    `json:"addr"`               // the far end's UDP address
+	Up            bool      `json:"up"`                 // a session is open
+	State         string    `json:"state"`              // the switch port's PortState (switch) or the HCA port's (host)
+	LID           uint16    `json:"lid,omitempty"`      // the host port's LID (host side)
+	Since         time.Time `json:"since,omitempty"`    // when the session opened
+	LastRx        time.Time `json:"last_rx,omitempty"`  // the last datagram from the far end
+	RxPackets     uint64    `json:"rx_packets"`         // IB packets received on the session
+	TxPackets     uint64    `json:"tx_packets"`         // IB packets sent on the session
+	Refusal       string    `json:"refusal,omitempty"`  // the switch's last refusal (host side)
+	Attempts      uint64    `json:"attempts,omitempty"` // connects sent (host side)
+	Authenticated bool      `json:"authenticated"`      // datagrams carry PSK tags
+	Local         string    `json:"local,omitempty"`    // the local UDP address
+}
+
+// LinkCounters are the UDP links' counters (udplink.Counters by name: rx_datagrams,
+// drop_auth, …) summed over the process's links, with the switch ports' when it is a
+// switch process (switch_port_N_xmit_discards …).
+type LinkCounters map[string]uint64
 
 // Request is one request. Iface, PKey, Addrs, Count and Snaplen are the verbs'
 // arguments; each verb reads the ones it needs.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/fabric/udplink"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
@@ -32,12 +33,22 @@ func SwitchGUID(base uint64) uint64 { return base&^0xFF_0000_0000 | 0x02_0000_00
 // free switch port, and the subnet manager and SA on the configured port.
 type Fabric struct {
 	Devs   []*hca.Device
-	Switch *fabric.Switch
+	Switch *fabric.Switch // nil when the switch is another process (fabric.switch)
 	Cables []*fabric.Cable
-	SM     *sa.SM
+	SM     *sa.SM // nil when the SM runs elsewhere (sm.mode = "external")
 	SA     *sa.Agent
 	// IBSim serves OFED ibsim's protocol to opensm and infiniband-diags (nil when off).
 	IBSim *ibsim.Server
+
+	// UDP links (udplink): a host's dialers, one per HCA port, or a switch process's
+	// listener and the ports it hands out. Each link is joined to its port by a Jack,
+	// whose cable is in Cables; remoteSide marks cables whose A end is a switch port.
+	Dialers    []*udplink.Dialer
+	dialPorts  []*hca.Port // the HCA port of each dialer
+	Listener   *udplink.Listener
+	Ports      *udplink.SwitchPorts
+	remoteSide map[*fabric.Cable]bool
+	psk        bool // the UDP links authenticate with a PSK
 
 	log *slog.Logger
 
@@ -59,12 +70,17 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		}
 	}()
 	fc := cfg.Fabric
-	f.Switch = fabric.NewSwitch(fabric.SwitchConfig{
-		Ports:    fc.SwitchPorts,
-		NodeGUID: SwitchGUID(fc.NodeGUIDBase),
-		NodeDesc: "pibgw switch-1",
-		Managed:  true,
-	})
+	remote := fc.Switch != ""
+	if !remote {
+		f.Switch = fabric.NewSwitch(fabric.SwitchConfig{
+			Ports:    fc.SwitchPorts,
+			NodeGUID: SwitchGUID(fc.NodeGUIDBase),
+			NodeDesc: "pibgw switch-1",
+			Managed:  true,
+		})
+	}
+	lc := linkConfig(fc, log)
+	f.psk = fc.PSK != nil
 	swPort := 1
 	for i, hc := range fc.HCAs {
 		d, err := hca.NewDevice(hca.Config{
@@ -82,9 +98,26 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		d.StartAgents()
 		f.Devs = append(f.Devs, d)
 		for _, p := range d.Ports() {
+			if remote {
+				j := udplink.NewJack(p)
+				f.Cables = append(f.Cables, j.Cable())
+				dl, err := udplink.Dial(fc.Switch, p.GUID(), j.UDP(), lc)
+				if err != nil {
+					return nil, fmt.Errorf("fabric.switch: %w", err)
+				}
+				f.Dialers = append(f.Dialers, dl)
+				f.dialPorts = append(f.dialPorts, p)
+				log.Debug("plugged into the switch process", "device", d.Name(), "port", p.Num(), "switch", fc.Switch)
+				continue
+			}
 			f.Cables = append(f.Cables, fabric.NewCable(p, f.Switch.Port(swPort)))
 			log.Debug("cabled", "device", d.Name(), "port", p.Num(), "switch_port", swPort)
 			swPort++
+		}
+	}
+	if fc.Listen != "" && !remote {
+		if err := f.listen(fc, swPort, lc); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.Daemon.Capture != "" {
@@ -112,9 +145,10 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		}
 	}
 	if cfg.SM.Mode == config.SMExternal {
-		// opensm, through the ibsim server, brings the ports up; ipoib waits for them.
-		log.Info("fabric up without a subnet manager: waiting for an external one (sm.mode = external)",
-			"hcas", len(f.Devs), "switch_ports", fc.SwitchPorts)
+		// The SM runs elsewhere (opensm through the ibsim server, or the switch process of
+		// fabric.switch) and brings the ports up; ipoib waits for them.
+		log.Info("fabric up without a subnet manager here: waiting for the external one (sm.mode = external)",
+			"hcas", len(f.Devs), "switch_ports", fc.SwitchPorts, "switch", fc.Switch)
 		return f, nil
 	}
 	sweep := cfg.SM.SweepInterval
@@ -149,6 +183,40 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	return f, nil
 }
 
+// linkConfig is the UDP links' configuration.
+func linkConfig(fc config.Fabric, log *slog.Logger) udplink.Config {
+	return udplink.Config{PSK: fc.PSK, Allow: fc.Allow, Keepalive: fc.Keepalive, DeadAfter: fc.LinkTimeout, Logger: log}
+}
+
+// listen makes this fabric's switch the switch of other processes: ports first..last
+// get Jacks, and hosts connecting to fabric.listen get them by port GUID.
+func (f *Fabric) listen(fc config.Fabric, first int, lc udplink.Config) error {
+	jacks := map[int]*udplink.Jack{}
+	var nums []int
+	for n := first; n <= f.Switch.NumPorts(); n++ {
+		j := udplink.NewJack(f.Switch.Port(n))
+		jacks[n] = j
+		nums = append(nums, n)
+		f.Cables = append(f.Cables, j.Cable())
+		if f.remoteSide == nil {
+			f.remoteSide = map[*fabric.Cable]bool{}
+		}
+		f.remoteSide[j.Cable()] = true
+	}
+	if len(nums) == 0 {
+		return fmt.Errorf("fabric.listen: no switch port left for hosts (switch_ports %d)", f.Switch.NumPorts())
+	}
+	f.Ports = udplink.NewSwitchPorts(nums, func(n int) fabric.Port { return jacks[n].UDP() })
+	l, err := udplink.Listen(fc.Listen, f.Ports, lc)
+	if err != nil {
+		return fmt.Errorf("fabric.listen: %w", err)
+	}
+	f.Listener = l
+	f.log.Info("switch listening", "addr", l.Addr(), "host_ports", fmt.Sprintf("%d..%d", first, f.Switch.NumPorts()),
+		"psk", fc.PSK != nil)
+	return nil
+}
+
 // saPartitions converts the configuration's partitions.
 func saPartitions(ps []config.Partition) []sa.Partition {
 	var out []sa.Partition
@@ -173,11 +241,14 @@ func (f *Fabric) Device(name string) *hca.Device {
 	return nil
 }
 
-// Devices snapshots every HCA.
+// Devices snapshots every HCA, and the switch of a switch process.
 func (f *Fabric) Devices() []control.Device {
 	out := make([]control.Device, 0, len(f.Devs))
 	for _, d := range f.Devs {
 		out = append(out, control.SnapshotDevice(d))
+	}
+	if f.Listener != nil {
+		out = append(out, f.switchDevice())
 	}
 	return out
 }
@@ -186,6 +257,14 @@ func (f *Fabric) Devices() []control.Device {
 func (f *Fabric) Close() {
 	if f.IBSim != nil {
 		f.IBSim.Close()
+	}
+	for _, d := range f.Dialers {
+		d.Close()
+	}
+	f.Dialers = nil
+	if f.Listener != nil {
+		f.Listener.Close()
+		f.Listener = nil
 	}
 	if f.SA != nil {
 		f.SA.Close()
@@ -239,8 +318,7 @@ func (f *Fabric) StartCapture(w io.Writer, opts fabric.CaptureOptions) *fabric.C
 	f.capMu.Lock()
 	f.captures = append(f.captures, c)
 	for _, cb := range f.Cables {
-		cb.Wrap(fabric.AtoB, fabric.CaptureWrapper(c.cw, captureIfaceFromHCA))
-		cb.Wrap(fabric.BtoA, fabric.CaptureWrapper(c.cw, captureIfaceToHCA))
+		f.wrapCapture(cb, c)
 	}
 	f.capMu.Unlock()
 	return c.cw
@@ -278,10 +356,21 @@ func (f *Fabric) rewrapLocked() {
 			cb.Wrap(fabric.BtoA, cf.wrapper(fabric.BtoA))
 		}
 		for _, c := range f.captures {
-			cb.Wrap(fabric.AtoB, fabric.CaptureWrapper(c.cw, captureIfaceFromHCA))
-			cb.Wrap(fabric.BtoA, fabric.CaptureWrapper(c.cw, captureIfaceToHCA))
+			f.wrapCapture(cb, c)
 		}
 	}
+}
+
+// wrapCapture records both directions of cb: what comes from a host on interface 0,
+// what goes to one on interface 1. A cable's A end is the HCA port, except on the
+// Jacks of a switch process, whose A end is the switch port facing a remote host.
+func (f *Fabric) wrapCapture(cb *fabric.Cable, c *capture) {
+	from, to := fabric.AtoB, fabric.BtoA
+	if f.remoteSide[cb] {
+		from, to = to, from
+	}
+	cb.Wrap(from, fabric.CaptureWrapper(c.cw, captureIfaceFromHCA))
+	cb.Wrap(to, fabric.CaptureWrapper(c.cw, captureIfaceToHCA))
 }
 
 // errNoFabric is returned by control calls before the fabric exists.

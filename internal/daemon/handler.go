@@ -75,6 +75,16 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 			return nil, errNoFabric
 		}
 		return d.Fabric.Devices(), nil
+	case control.VerbNodes:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		return d.Fabric.UDPLinks(), nil
+	case control.VerbCounters:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		return d.Fabric.LinkCounters(), nil
 	case control.VerbMode:
 		if req.Iface == "" {
 			return nil, fmt.Errorf("%s: no interface given", req.Verb)

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/fabric/udplink"
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/control"
+)
+
+// TestE2EMultiHost is issue 15's acceptance run, as root: a `pibgw switch` in namespace
+// fab and three hosts, each a `pibgw up` in its own namespace joined to fab by a veth
+// pair, on UDP links authenticated with a PSK. It checks IPoIB ping and iperf3 across
+// hosts, P_Key child isolation (A and B are members of 0x8001, C is not), the switch's
+// `pibgw stat` listing the hosts' ports Active, a host with the wrong PSK dropped and
+// counted, 100,000 random datagrams (0–9000 bytes) leaving the switch serving with its
+// RSS bounded, kill -9 of a host (its port down at the switch within 5 s, A↔B traffic
+// uninterrupted), and kill -9 of the switch and a restart (A↔B ping back within 5 s).
+func TestE2EMultiHost(t *testing.T) {
+	requireE2E(t, "ping", "iperf3")
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	fab := e2eNetNS("fab")
+	hosts := []string{e2eNetNS("ha"), e2eNetNS("hb"), e2eNetNS("hc")}
+	for _, ns := range append([]string{fab}, hosts...) {
+		mustCmd(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		mustCmd(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	// veth pairs: 10.77.X.1 in fab, 10.77.X.2 in host X.
+	for i, ns := range hosts {
+		a, b := fmt.Sprintf("pm%d%ds", os.Getpid()%100000, i), fmt.Sprintf("pm%d%dh", os.Getpid()%100000, i)
+		mustCmd(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
+		mustCmd(t, "ip", "link", "set", a, "netns", fab)
+		mustCmd(t, "ip", "link", "set", b, "netns", ns)
+		mustCmd(t, "ip", "-n", fab, "addr", "add", fmt.Sprintf("10.77.%d.1/24", i+1), "dev", a)
+		mustCmd(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.77.%d.2/24", i+1), "dev", b)
+		mustCmd(t, "ip", "-n", fab, "link", "set", a, "up")
+		mustCmd(t, "ip", "-n", ns, "link", "set", b, "up")
+	}
+	psk := filepath.Join(dir, "psk")
+	if err := os.WriteFile(psk, []byte("e2e multi-host pre-shared key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	guid := func(i int) string { return fmt.Sprintf("0x0002c903%02x000301", i+1) }
+	swSock := filepath.Join(dir, "sw.sock")
+	swCfg := filepath.Join(dir, "switch.toml")
+	writeFile(t, swCfg, fmt.Sprintf(`interfaces = []
+[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+switch_ports = 16
+listen = ":%d"
+psk_file = %q
+[sm]
+sweep_interval = "1s"
+[[sm.partitions]]
+name = "e2e"
+pkey = 0x8001
+members = [%q, %q]
+ipoib = true
+`, swSock, config.DefaultSwitchUDPPort, psk, guid(0), guid(1)))
+	sw := startNSProc(t, bin, fab, swSock, "switch", "--config", swCfg)
+
+	var hs []*nsProc
+	for i, ns := range hosts {
+		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
+		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		writeFile(t, cfg, fmt.Sprintf(`[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903%02x000000"
+switch = "10.77.%d.1:%d"
+psk_file = %q
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+addresses = ["10.10.0.%d/24"]
+[[interfaces]]
+parent = "ib0"
+pkey = 0x8001
+addresses = ["10.20.0.%d/24"]
+`, sock, i+1, i+1, config.DefaultSwitchUDPPort, psk, i+1, i+1))
+		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+	}
+	// Every host's ib0 up (the SM in the switch process brought the ports Active).
+	for i, h := range hs {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
+			var ifs []control.Interface
+			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
+		})
+	}
+	if ok, out := pingNS(hosts[0], "10.10.0.2", 5); !ok {
+		t.Fatalf("A → B:\n%s", out)
+	}
+	if ok, out := pingNS(hosts[2], "10.10.0.1", 3); !ok {
+		t.Errorf("C → A:\n%s", out)
+	}
+
+	// The switch's stat: the three hosts' ports Active, and its nodes listing names them.
+	var devs []control.Device
+	if err := sw.do(control.VerbDevinfo, &devs); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := sw.pibgw("stat", "switch")
+	if err != nil || strings.Count(out, "State: Active") != 4 { // port 1: the SM's HCA
+		t.Errorf("pibgw stat switch: %v\n%s", err, out)
+	}
+	var links []control.Link
+	if err := sw.do(control.VerbNodes, &links); err != nil {
+		t.Fatal(err)
+	}
+	portOf := map[string]int{}
+	for _, l := range links {
+		if !l.Up || l.State != "PORT_ACTIVE" || !l.Authenticated {
+			t.Errorf("switch link %+v", l)
+		}
+		portOf[l.PortGUID] = l.SwitchPort
+	}
+	if len(portOf) != 3 {
+		t.Fatalf("switch nodes: %+v", links)
+	}
+
+	// iperf3 A → B across the switch process.
+	srv := exec.Command("ip", "netns", "exec", hosts[1], "iperf3", "-s", "-1", "-B", "10.10.0.2", "-p", "5201")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	var res iperfResult
+	for try := 0; ; try++ { // until the server listens
+		out, err := exec.Command("ip", "netns", "exec", hosts[0], "iperf3", "-c", "10.10.0.2", "-p", "5201", "-t", "2", "-J").Output()
+		jerr := json.Unmarshal(out, &res)
+		if err == nil && jerr == nil && res.Error == "" {
+			break
+		}
+		if try == 20 {
+			t.Fatalf("iperf3 -c: %v %v %s", err, jerr, res.Error)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("iperf3 A→B across the UDP switch, 2 s TCP: %.0f Mbit/s received", res.End.SumReceived.BitsPerSecond/1e6)
+	if res.End.SumReceived.Bytes <= 0 {
+		t.Error("iperf3 received nothing")
+	}
+
+	// P_Key 0x8001: A ↔ B over the children; C is no member, reaches neither.
+	if ok, out := pingNS(hosts[0], "10.20.0.2", 3); !ok {
+		t.Errorf("A → B on 0x8001:\n%s", out)
+	}
+	if ok, out := unreachableNS(hosts[2], "10.20.0.1"); !ok {
+		t.Errorf("C reached A on 0x8001:\n%s", out)
+	}
+
+	// A host with the wrong key: dropped and counted, never connected; the switch serves on.
+	var before control.LinkCounters
+	sw.do(control.VerbCounters, &before)
+	_, sc := nsHelper(t, hosts[2], "udp-dial", "10.77.3.1:8432", "another pre-shared key, wrong", "0x0002c903ff000301", "1s")
+	if !sc.Scan() || sc.Text() != "down" {
+		t.Errorf("a host with the wrong PSK: %q", sc.Text())
+	}
+	var after control.LinkCounters
+	sw.do(control.VerbCounters, &after)
+	if after["drop_auth"] <= before["drop_auth"] || after["connects"] != before["connects"] {
+		t.Errorf("wrong PSK: drop_auth %d → %d, connects %d → %d", before["drop_auth"], after["drop_auth"], before["connects"], after["connects"])
+	}
+
+	// 100,000 random datagrams of 0–9000 bytes at the switch's port: it keeps serving.
+	rss0 := rssKB(t, sw.cmd.Process.Pid)
+	_, fl := nsHelper(t, hosts[2], "udp-flood", "10.77.3.1:8432", "100000", "9000")
+	if !fl.Scan() || !strings.HasPrefix(fl.Text(), "sent 100000") {
+		t.Fatalf("udp-flood: %q", fl.Text())
+	}
+	if ok, out := pingNS(hosts[0], "10.10.0.3", 3); !ok {
+		t.Errorf("A → C after the flood:\n%s", out)
+	}
+	rss1 := rssKB(t, sw.cmd.Process.Pid)
+	var flooded control.LinkCounters
+	sw.do(control.VerbCounters, &flooded)
+	t.Logf("switch RSS %d KiB before 100,000 random datagrams, %d KiB after; drops: auth %d, short %d, truncated %d",
+		rss0, rss1, flooded["drop_auth"]-after["drop_auth"], flooded["drop_short"]-after["drop_short"],
+		flooded["drop_truncated"]-after["drop_truncated"])
+	if rss1 > rss0+32<<10 {
+		t.Errorf("switch RSS grew from %d to %d KiB", rss0, rss1)
+	}
+
+	// kill -9 host C: its switch port is down within 5 s; A ↔ B does not notice.
+	pinging := make(chan string, 1)
+	go func() { _, out := pingNS(hosts[0], "10.10.0.2", 25); pinging <- out }()
+	killed := time.Now()
+	hs[2].kill()
+	cPort := portOf[guid(2)]
+	waitUntil(t, 5*time.Second, "C's switch port down", func() bool {
+		var ls []control.Link
+		if sw.do(control.VerbNodes, &ls) != nil {
+			return false
+		}
+		for _, l := range ls {
+			if l.SwitchPort == cPort {
+				return l.State != "PORT_ACTIVE"
+			}
+		}
+		return false
+	})
+	t.Logf("C's port %d down at the switch %v after kill -9", cPort, time.Since(killed).Round(time.Millisecond))
+	if out := <-pinging; !strings.Contains(out, " 0% packet loss") {
+		t.Errorf("A → B while C died:\n%s", out)
+	}
+
+	// kill -9 the switch, start it again: A ↔ B is back within 5 s.
+	sw.kill()
+	restarted := time.Now()
+	sw = startNSProc(t, bin, fab, swSock, "switch", "--config", swCfg)
+	waitUntil(t, 5*time.Second, "A → B after the switch restart", func() bool {
+		ok, _ := runPing(hosts[0], "10.10.0.2")
+		return ok
+	})
+	t.Logf("A → B back %v after the switch restarted", time.Since(restarted).Round(time.Millisecond))
+}
+
+// nsProc is a pibgw process (up or switch) running in a namespace.
+type nsProc struct {
+	t      *testing.T
+	bin    string
+	sock   string
+	cmd    *exec.Cmd
+	logs   *syncBuffer
+	exited chan error
+}
+
+// startNSProc runs `pibgw ARGS` in ns and waits until it answers on sock. The cleanup
+// stops it (SIGTERM, then SIGKILL) and shows its log if the test failed.
+func startNSProc(t *testing.T, bin, ns, sock string, args ...string) *nsProc {
+	t.Helper()
+	p := &nsProc{t: t, bin: bin, sock: sock, logs: &syncBuffer{}, exited: make(chan error, 1)}
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PIBGW_CONTROL=") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+		default:
+			p.cmd.Process.Signal(syscall.SIGTERM) // ip netns exec execs pibgw: this is its pid
+			select {
+			case <-p.exited:
+			case <-time.After(10 * time.Second):
+				p.cmd.Process.Kill()
+				<-p.exited
+			}
+		}
+		if t.Failed() {
+			t.Logf("pibgw %s in %s:\n%s", strings.Join(args, " "), ns, p.logs.String())
+		}
+	})
+	waitUntil(t, 30*time.Second, "pibgw "+args[0]+" answering", func() bool {
+		var st control.Status
+		return p.do(control.VerbStatus, &st) == nil && st.PID == p.cmd.Process.Pid
+	})
+	return p
+}
+
+// do asks the process's control socket.
+func (p *nsProc) do(verb string, v any) error {
+	return control.NewClient(p.sock).Do(context.Background(), control.Request{Verb: verb}, v)
+}
+
+// pibgw runs a CLI verb against the process.
+func (p *nsProc) pibgw(args ...string) (string, string, error) {
+	cmd := exec.Command(p.bin, append(args, "--control", p.sock)...)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *nsProc) kill() {
+	p.cmd.Process.Kill()
+	err := <-p.exited
+	p.exited <- err
+}
+
+func mustCmd(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func writeFile(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitUntil polls cond (the processes it watches give no other signal) until it holds
+// or d passes.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// runPing sends one echo (one second to answer) from ns to addr.
+func runPing(ns, addr string) (bool, string) {
+	out, err := runCmd("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "1", addr)
+	return err == nil, out
+}
+
+// rssKB is a process's resident set size (VmRSS).
+func rssKB(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// udpFlood: ADDR COUNT MAXSIZE sends COUNT datagrams of random bytes, each of a random
+// size 0..MAXSIZE, to ADDR, and prints "sent COUNT".
+func udpFlood(args []string) int {
+	if len(args) != 3 {
+		fmt.Fprintln(os.Stderr, "udp-flood: want ADDR COUNT MAXSIZE")
+		return 2
+	}
+	count, err1 := strconv.Atoi(args[1])
+	maxSize, err2 := strconv.Atoi(args[2])
+	c, err3 := net.Dial("udp", args[0])
+	if err := firstErr(err1, err2, err3); err != nil {
+		fmt.Fprintln(os.Stderr, "udp-flood:", err)
+		return 2
+	}
+	r := rand.New(rand.NewChaCha8([32]byte{15}))
+	buf := make([]byte, maxSize)
+	for i := 0; i < count; i++ {
+		b := buf[:r.IntN(maxSize+1)]
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		if i%2 == 0 && len(b) >= udplink.HeaderLen {
+			b[0], b[1] = udplink.Version, byte(1+i%6) // well-formed headers too
+		}
+		c.Write(b) // ECONNREFUSED from an earlier ICMP error is fine
+		if i%256 == 0 {
+			time.Sleep(time.Millisecond) // let the switch's socket buffer drain a little
+		}
+	}
+	fmt.Printf("sent %d\n", count)
+	return 0
+}
+
+// udpDial: ADDR PSK GUID WAIT plugs a port (no HCA behind it) into the switch at ADDR
+// with key PSK and prints "up" or "down" after WAIT.
+func udpDial(args []string) int {
+	if len(args) != 4 {
+		fmt.Fprintln(os.Stderr, "udp-dial: want ADDR PSK GUID WAIT")
+		return 2
+	}
+	guid, err1 := strconv.ParseUint(strings.TrimPrefix(args[2], "0x"), 16, 64)
+	wait, err2 := time.ParseDuration(args[3])
+	if err := firstErr(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, "udp-dial:", err)
+		return 2
+	}
+	d, err := udplink.Dial(args[0], guid, udplink.NewJack(nullPort{}).UDP(), udplink.Config{PSK: []byte(args[1])})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "udp-dial:", err)
+		return 1
+	}
+	time.Sleep(wait)
+	if d.Status().Up {
+		fmt.Println("up")
+	} else {
+		fmt.Println("down")
+	}
+	d.Close()
+	return 0
+}
+
+// nullPort is a port that drops what it receives.
+type nullPort struct{}
+
+func (nullPort) Receive([][]byte)   {}
+func (nullPort) Attach(fabric.Link) {}

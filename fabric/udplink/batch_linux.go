@@ -1,0 +1,209 @@
+package udplink
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Batched datagram I/O with recvmmsg(2)/sendmmsg(2). golang.org/x/net's ReadBatch returns
+// each source address as a new *net.UDPAddr, an allocation per datagram; these batches
+// keep their headers, iovecs and socket addresses in arrays made once, so the steady state
+// allocates nothing.
+
+// mmsghdr is struct mmsghdr (linux/socket.h) on 64-bit platforms.
+type mmsghdr struct {
+	hdr unix.Msghdr
+	n   uint32
+	_   [4]byte
+}
+
+// batch is a set of datagram slots for one recvmmsg or sendmmsg call.
+type batch struct {
+	msgs  []mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6 // big enough for sockaddr_in too
+	bufs  [][]byte
+	lens  []int    // payload length of each slot (send) or received length (receive)
+	nonce nonce    // AEAD scratch of the sender that holds the batch
+	run   [][]byte // received packets being collected for one Receive call
+
+	count int // slots in use (send) or received (receive)
+	errno syscall.Errno
+	sent  int
+	rfn   func(fd uintptr) bool // method values, made once
+	wfn   func(fd uintptr) bool
+}
+
+func newBatch(n, bufSize int) *batch {
+	b := &batch{
+		msgs:  make([]mmsghdr, n),
+		iovs:  make([]unix.Iovec, n),
+		names: make([]unix.RawSockaddrInet6, n),
+		bufs:  make([][]byte, n),
+		lens:  make([]int, n),
+		run:   make([][]byte, 0, n),
+	}
+	mem := make([]byte, n*bufSize)
+	for i := range b.msgs {
+		b.bufs[i] = mem[i*bufSize : (i+1)*bufSize : (i+1)*bufSize]
+		b.iovs[i].Base = &b.bufs[i][0]
+		b.msgs[i].hdr.Iov = &b.iovs[i]
+		b.msgs[i].hdr.Iovlen = 1
+		b.msgs[i].hdr.Name = (*byte)(unsafe.Pointer(&b.names[i]))
+	}
+	b.rfn = b.recv
+	b.wfn = b.send
+	return b
+}
+
+func (b *batch) recv(fd uintptr) bool {
+	for i := range b.msgs {
+		m := &b.msgs[i]
+		m.hdr.Namelen = unix.SizeofSockaddrInet6
+		m.hdr.Flags = 0
+		m.n = 0
+		b.iovs[i].SetLen(len(b.bufs[i]))
+	}
+	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&b.msgs[0])),
+		uintptr(len(b.msgs)), unix.MSG_DONTWAIT, 0, 0)
+	if e == unix.EAGAIN || e == unix.EINTR {
+		return false
+	}
+	b.errno = e
+	if e == 0 {
+		b.count = int(r)
+		for i := 0; i < b.count; i++ {
+			b.lens[i] = int(b.msgs[i].n)
+		}
+	}
+	return true
+}
+
+// readBatch receives up to len(b.msgs) datagrams, blocking until at least one arrives.
+func (b *batch) readBatch(rc syscall.RawConn) error {
+	b.count, b.errno = 0, 0
+	if err := rc.Read(b.rfn); err != nil {
+		return err
+	}
+	if b.errno != 0 {
+		return b.errno
+	}
+	return nil
+}
+
+// truncated reports whether slot i's datagram was longer than its buffer.
+func (b *batch) truncated(i int) bool { return b.msgs[i].hdr.Flags&unix.MSG_TRUNC != 0 }
+
+// from returns slot i's source address.
+func (b *batch) from(i int) netip.AddrPort {
+	sa := &b.names[i]
+	port := binary.BigEndian.Uint16((*[2]byte)(unsafe.Pointer(&sa.Port))[:])
+	switch sa.Family {
+	case unix.AF_INET:
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		return netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), port)
+	case unix.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), port)
+	}
+	return netip.AddrPort{}
+}
+
+// setTo addresses slot i to the raw address sa.
+func (b *batch) setTo(i int, sa *rawAddr) {
+	b.names[i] = sa.sa
+	b.msgs[i].hdr.Namelen = sa.len
+}
+
+func (b *batch) send(fd uintptr) bool {
+	for b.sent < b.count {
+		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.msgs[b.sent])),
+			uintptr(b.count-b.sent), unix.MSG_DONTWAIT, 0, 0)
+		switch {
+		case e == unix.EAGAIN:
+			return false
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			// A datagram the kernel will not take (e.g. ECONNREFUSED from an earlier ICMP
+			// error, EHOSTUNREACH): skip it and send the rest, as UDP loses datagrams.
+			b.errno = e
+			b.sent++
+			continue
+		}
+		b.sent += int(r)
+	}
+	return true
+}
+
+// writeBatch sends slots 0..count-1.
+func (b *batch) writeBatch(rc syscall.RawConn) error {
+	for i := 0; i < b.count; i++ {
+		b.iovs[i].SetLen(b.lens[i])
+		b.msgs[i].hdr.Flags = 0
+	}
+	b.sent, b.errno = 0, 0
+	if err := rc.Write(b.wfn); err != nil {
+		return err
+	}
+	if b.errno != 0 {
+		return b.errno
+	}
+	return nil
+}
+
+// rawAddr is a peer's socket address in the form sendmmsg takes, built once per peer.
+type rawAddr struct {
+	sa  unix.RawSockaddrInet6
+	len uint32
+}
+
+// makeRawAddr converts ap for a socket of family fam (AF_INET or AF_INET6).
+func makeRawAddr(ap netip.AddrPort, fam int) (rawAddr, error) {
+	var r rawAddr
+	a := ap.Addr()
+	var port [2]byte
+	binary.BigEndian.PutUint16(port[:], ap.Port())
+	if fam == unix.AF_INET {
+		if !a.Unmap().Is4() {
+			return r, errors.New("udplink: IPv6 peer on an IPv4 socket")
+		}
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(&r.sa))
+		s4.Family = unix.AF_INET
+		*(*[2]byte)(unsafe.Pointer(&s4.Port)) = port
+		s4.Addr = a.Unmap().As4()
+		r.len = unix.SizeofSockaddrInet4
+		return r, nil
+	}
+	r.sa.Family = unix.AF_INET6
+	*(*[2]byte)(unsafe.Pointer(&r.sa.Port)) = port
+	r.sa.Addr = a.As16() // an IPv4 address becomes v4-mapped
+	r.len = unix.SizeofSockaddrInet6
+	return r, nil
+}
+
+// listenUDP opens the socket: udp4 for an IPv4 (or empty) host, udp6 otherwise, so the
+// socket's address family is known.
+func listenUDP(addr string) (*net.UDPConn, int, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, 0, err
+	}
+	network, fam := "udp4", unix.AF_INET
+	if ua.IP != nil && ua.IP.To4() == nil {
+		network, fam = "udp6", unix.AF_INET6
+	}
+	c, err := net.ListenUDP(network, ua)
+	if err != nil {
+		return nil, 0, err
+	}
+	// Bursts of full-size packets: give the socket room (the kernel caps it at rmem_max).
+	_ = c.SetReadBuffer(4 << 20)
+	_ = c.SetWriteBuffer(4 << 20)
+	return c, fam, nil
+}
