@@ -337,7 +337,8 @@ type MannerInfo struct {
 // MannerCheck is one pitfall check.
 type MannerCheck struct {
 	hca.PitfallInfo
-	Count uint64 `json:"count"` // on the daemon's HCAs (attached processes count their own)
+	Count    uint64 `json:"count"`    // on the daemon's HCAs
+	Attached uint64 `json:"attached"` // in the attached processes, summed
 }
 
 // Manner describes the daemon's manner.
