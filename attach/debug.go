@@ -59,18 +59,33 @@ func (x *session) ask(ctx context.Context, m *msg) ([]*msg, error) {
 		return nil, fmt.Errorf("process %d: %w", x.pid, err)
 	}
 	var out []*msg
+	// take adds an answer; done when it was the last.
+	take := func(r *msg) (done bool, err error) {
+		if !r.OK {
+			return true, &Error{Op: m.Op, Errno: syscall.Errno(r.Errno), Msg: fmt.Sprintf("process %d: %s", x.pid, r.Err)}
+		}
+		out = append(out, r)
+		return !r.More, nil
+	}
 	for {
 		select {
 		case r := <-ch:
-			if !r.OK {
-				return nil, &Error{Op: m.Op, Errno: syscall.Errno(r.Errno), Msg: fmt.Sprintf("process %d: %s", x.pid, r.Err)}
-			}
-			out = append(out, r)
-			if !r.More {
-				return out, nil
+			if done, err := take(r); done {
+				return out, err
 			}
 		case <-x.ctx.Done():
-			return nil, fmt.Errorf("process %d detached", x.pid)
+			// The process went; its answers, read before the session ended, may still
+			// wait in ch (a process may exit right after answering: an injected error).
+			for {
+				select {
+				case r := <-ch:
+					if done, err := take(r); done {
+						return out, err
+					}
+				default:
+					return nil, fmt.Errorf("process %d detached", x.pid)
+				}
+			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("process %d did not answer %s: %w", x.pid, m.Op, ctx.Err())
 		}
