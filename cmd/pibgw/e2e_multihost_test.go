@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/fabric/udplink"
 	"github.com/pibgw/pibgw/internal/config"
@@ -78,13 +79,14 @@ ipoib = true
 `, swSock, config.DefaultSwitchUDPPort, psk, guid(0), guid(1)))
 	sw := startNSProc(t, bin, fab, swSock, "switch", "--config", swCfg)
 
+	attachSock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("h%d.attach", i)) }
 	var hs []*nsProc
 	for i, ns := range hosts {
 		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
 		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
 		writeFile(t, cfg, fmt.Sprintf(`[daemon]
 control = %q
-attach = "none"
+attach = %q
 log_level = "debug"
 [fabric]
 hca_count = 1
@@ -99,7 +101,7 @@ addresses = ["10.10.0.%d/24"]
 parent = "ib0"
 pkey = 0x8001
 addresses = ["10.20.0.%d/24"]
-`, sock, i+1, i+1, config.DefaultSwitchUDPPort, psk, i+1, i+1))
+`, sock, attachSock(i), i+1, i+1, config.DefaultSwitchUDPPort, psk, i+1, i+1))
 		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
 	}
 	// Every host's ib0 up (the SM in the switch process brought the ports Active).
@@ -161,6 +163,26 @@ addresses = ["10.20.0.%d/24"]
 	t.Logf("iperf3 A→B across the UDP switch, 2 s TCP: %.0f Mbit/s received", res.End.SumReceived.BitsPerSecond/1e6)
 	if res.End.SumReceived.Bytes <= 0 {
 		t.Error("iperf3 received nothing")
+	}
+
+	// rdma_cm across hosts: the rping example, its server attached to B's daemon, its
+	// client to A's, 1,000 validated iterations.
+	binDir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/pibgw/pibgw/examples/rping").CombinedOutput(); err != nil {
+		t.Fatalf("go build rping: %v\n%s", err, out)
+	}
+	rsrv := startAttached(t, attachSock(1), exec.Command(binDir+"/rping", "-s", "-a", "10.10.0.2", "-C", "1000", "-V"))
+	waitUntil(t, 10*time.Second, "the rping server listening on B", func() bool {
+		var ss []attach.SessionInfo
+		return hs[1].do(control.VerbPS, &ss) == nil && len(ss) == 1 && ss[0].Listens == 1
+	})
+	rcli := startAttached(t, attachSock(0), exec.Command(binDir+"/rping", "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", "1000", "-V"))
+	rcli.mustSucceed(t, time.Minute)
+	rsrv.mustSucceed(t, 30*time.Second)
+	if m := rpingRateRE.FindStringSubmatch(rcli.stderr.String()); m == nil || m[1] != "1000" {
+		t.Errorf("rping client across hosts:\n%s", rcli.stderr.String())
+	} else {
+		t.Logf("rping A → B across the switch process: %s", m[0])
 	}
 
 	// P_Key 0x8001: A ↔ B over the children; C is no member, reaches neither.

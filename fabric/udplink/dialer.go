@@ -74,10 +74,21 @@ func Dial(remote string, guid uint64, port fabric.Port, cfg Config) (*Dialer, er
 	d := &Dialer{e: e, remote: rap, raw: raw, guid: guid, port: port, delay: cfg.ReconnectMin}
 	e.role = d
 	e.start()
-	d.mu.Lock()
-	d.connectLocked()
-	d.mu.Unlock()
+	d.connect()
 	return d, nil
+}
+
+// connect sends a connect (outside d.mu: no lock across I/O) and arms the retry timer,
+// unless a session is up.
+func (d *Dialer) connect() {
+	d.mu.Lock()
+	if p := d.cur.Load(); p != nil && !p.gone.Load() {
+		d.mu.Unlock()
+		return
+	}
+	send := d.connectLocked()
+	d.mu.Unlock()
+	send()
 }
 
 // DialStatus is a dialer's state.
@@ -125,17 +136,18 @@ func (d *Dialer) Close() {
 	d.e.close()
 }
 
-// connectLocked sends a connect and arms the retry timer with the back-off.
-func (d *Dialer) connectLocked() {
+// connectLocked prepares a connect, arms the retry timer with the back-off, and returns
+// the function that sends the connect.
+func (d *Dialer) connectLocked() (send func()) {
 	if d.closed {
-		return
+		return func() {}
 	}
 	rand.Read(d.crand[:])
 	var body [connectLen]byte
 	binary.BigEndian.PutUint64(body[:], d.guid)
 	binary.BigEndian.PutUint64(body[8:], uint64(d.e.cfg.Clock.Now().UnixNano()))
 	copy(body[16:], d.crand[:])
-	d.e.sendControl(&d.raw, d.e.hs, MsgConnect, 0, randUint64(), body[:])
+	send = func() { d.e.sendControl(&d.raw, d.e.hs, MsgConnect, 0, randUint64(), body[:]) }
 	d.attempts++
 	d.unanswered++
 	if d.unanswered == 10 || d.unanswered%100 == 0 {
@@ -150,16 +162,10 @@ func (d *Dialer) connectLocked() {
 	} else {
 		d.timer.Reset(wait)
 	}
+	return send
 }
 
-func (d *Dialer) retry() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p := d.cur.Load(); p != nil && !p.gone.Load() {
-		return
-	}
-	d.connectLocked()
-}
+func (d *Dialer) retry() { d.connect() }
 
 func (d *Dialer) lookup(src netip.AddrPort) *peer {
 	if src != d.remote {
@@ -248,8 +254,8 @@ func (d *Dialer) ended(p *peer, dead bool) {
 	if d.endSession(p, dead) {
 		d.mu.Lock()
 		d.delay = d.e.cfg.ReconnectMin
-		d.connectLocked()
 		d.mu.Unlock()
+		d.connect()
 	}
 }
 
