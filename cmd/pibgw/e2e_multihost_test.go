@@ -176,7 +176,7 @@ addresses = ["10.20.0.%d/24"]
 		var ss []attach.SessionInfo
 		return hs[1].do(control.VerbPS, &ss) == nil && len(ss) == 1 && ss[0].Listens == 1
 	})
-	rcli := startAttached(t, attachSock(0), exec.Command(binDir+"/rping", "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", "1000", "-V"))
+	rcli := startAttached(t, attachSock(0), exec.Command(binDir+"/rping", "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", "1000", "-V", "-d"))
 	rcli.mustSucceed(t, time.Minute)
 	rsrv.mustSucceed(t, 30*time.Second)
 	if m := rpingRateRE.FindStringSubmatch(rcli.stderr.String()); m == nil || m[1] != "1000" {
