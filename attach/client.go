@@ -240,6 +240,10 @@ func (s *Session) readLoop() {
 		if err != nil {
 			break
 		}
+		if m.Req != 0 {
+			go s.serveDaemon(m)
+			continue
+		}
 		if m.ID == 0 {
 			s.event(m)
 			continue

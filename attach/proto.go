@@ -96,6 +96,13 @@ type msg struct {
 	Path  *sa.Path                  `json:"path,omitempty"`
 	Group *sa.MCGroup               `json:"group,omitempty"`
 	Ports []portRef                 `json:"ports,omitempty"`
+
+	// Requests from the daemon to the process (debug.go).
+	Req     uint64            `json:"req,omitempty"`
+	Kind    string            `json:"kind,omitempty"`
+	Obj     uint32            `json:"obj,omitempty"`
+	Objects []json.RawMessage `json:"objects,omitempty"`
+	More    bool              `json:"more,omitempty"`
 }
 
 // portRef names a port of the daemon and the P_Key of an IPoIB interface on it.

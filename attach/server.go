@@ -242,6 +242,10 @@ func (s *Server) serveConn(c *net.UnixConn) {
 		if err != nil {
 			return
 		}
+		if m.Req != 0 {
+			x.answered(m)
+			continue
+		}
 		if m.ID == 0 {
 			continue
 		}

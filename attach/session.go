@@ -48,6 +48,7 @@ type session struct {
 	kick  chan struct{}
 
 	police policeCounters
+	dbg    debugCalls // the daemon's requests to the process (debug.go)
 }
 
 type mcastKey struct {
@@ -218,6 +219,28 @@ func (x *session) transmit(bufs *[64][maxPacket]byte, batchp *[][]byte) func(t u
 	}
 }
 
+// txSync waits until the daemon has sent what the process wrote into its ring before the
+// request being handled. Packets and requests travel apart (the ring, the socket), and a
+// request that takes something away must not overtake the packets posted before it: a
+// UD program sends its last message and destroys its QP at once, and the policing would
+// drop that message as coming from a QPN the process no longer owns. The wait is bounded:
+// txLoop may itself wait a head-of-queue lifetime for a slow receiver.
+func (x *session) txSync() {
+	_, head := x.tx.Indexes()
+	deadline := time.Now().Add(2 * hoqLife)
+	for {
+		tail, _ := x.tx.Indexes()
+		if int64(tail-head) >= 0 || x.ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-x.txDone:
+			return
+		case <-time.After(20 * time.Microsecond):
+		}
+	}
+}
+
 // daemonSpin is how many times the daemon re-checks a process's ring before it sleeps
 // on the doorbell (a blocking poll(2), woken in about 5 µs): a little, since on a small
 // machine the processes it serves need the CPUs. Measured between two processes on two
@@ -338,6 +361,7 @@ func (x *session) fast(m *msg) *msg {
 		if e != nil {
 			return e
 		}
+		x.txSync()
 		x.mu.Lock()
 		_, ok := x.qpns[m.Dev][m.QPN]
 		delete(x.qpns[m.Dev], m.QPN)

@@ -43,11 +43,16 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	id := d.nextID()
 	d.mu.Unlock()
 	pd.refs.Add(1)
-	return &AH{pd: pd, id: id, attr: attr}, nil
+	ah := &AH{pd: pd, id: id, attr: attr}
+	d.register(ah)
+	return ah, nil
 }
 
 // Attr returns the address vector.
 func (ah *AH) Attr() *AHAttr { return &ah.attr }
+
+// Query returns the address vector (ibv_query_ah).
+func (ah *AH) Query() AHAttr { return ah.attr }
 
 // PD returns the AH's protection domain.
 func (ah *AH) PD() *PD { return ah.pd }
@@ -58,6 +63,7 @@ func (ah *AH) Destroy() error {
 	d.mu.Lock()
 	d.counts.ah--
 	d.mu.Unlock()
+	d.unregister(ah)
 	ah.pd.refs.Add(-1)
 	return nil
 }

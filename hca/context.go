@@ -3,12 +3,15 @@ package hca
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/pibgw/pibgw/trace"
 )
 
 // Context is an open device (ibv_context): it owns PDs, CQs and completion channels and
 // receives the device's asynchronous events.
 type Context struct {
 	dev    *Device
+	id     uint32
 	events chan AsyncEvent
 	lost   atomic.Uint64
 	once   sync.Once
@@ -20,7 +23,8 @@ const asyncQueueLen = 1024
 
 // Open opens the device (ibv_open_device).
 func (d *Device) Open() *Context {
-	c := &Context{dev: d, events: make(chan AsyncEvent, asyncQueueLen)}
+	c := &Context{dev: d, id: d.nextID(), events: make(chan AsyncEvent, asyncQueueLen)}
+	d.register(c)
 	d.mu.Lock()
 	d.contexts[c] = struct{}{}
 	d.mu.Unlock()
@@ -36,6 +40,7 @@ func (c *Context) Close() error {
 		c.dev.mu.Lock()
 		delete(c.dev.contexts, c)
 		c.dev.mu.Unlock()
+		c.dev.unregister(c)
 	})
 	return nil
 }
@@ -67,6 +72,9 @@ func (d *Device) raise(ev AsyncEvent) {
 		owner = ev.SRQ.pd.ctx
 	}
 	d.log.Debug("async event", "event", ev.Type.String(), "port", ev.Port)
+	if trace.On() {
+		d.traceEvent(&ev)
+	}
 	if owner != nil {
 		owner.post(ev)
 		return

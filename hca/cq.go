@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/trace"
 )
 
 // CompChannel is a completion event channel (ibv_comp_channel).
@@ -62,7 +63,9 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 		return nil, errorf("create_cq", ENOMEM, "device has %d CQs (max_cq)", MaxCQ)
 	}
 	d.counts.cq++
-	return &CQ{ctx: c, id: d.nextID(), ch: ch, ring: make([]WC, cqe)}, nil
+	cq := &CQ{ctx: c, id: d.nextID(), ch: ch, ring: make([]WC, cqe)}
+	d.register(cq)
+	return cq, nil
 }
 
 // ID is the object id pibgw's inspection shows.
@@ -162,6 +165,7 @@ func (cq *CQ) Destroy() error {
 	d.mu.Lock()
 	d.counts.cq--
 	d.mu.Unlock()
+	d.unregister(cq)
 	return nil
 }
 
@@ -169,6 +173,9 @@ func (cq *CQ) Destroy() error {
 // completion is lost, the CQ enters the error state and IBV_EVENT_CQ_ERR is raised once
 // (IBA 11.4.2.1).
 func (cq *CQ) Push(wc *WC, solicited bool) bool {
+	if trace.On() {
+		cq.traceCompletion(wc)
+	}
 	cq.mu.Lock()
 	if cq.n == len(cq.ring) || cq.overflowed {
 		cq.lost++

@@ -118,10 +118,14 @@ const (
 	DeviceBadPKeyCntr     = 1 << 1
 	DeviceBadQKeyCntr     = 1 << 2
 	DeviceRawMulti        = 1 << 3
+	DeviceAutoPathMig     = 1 << 4 // automatic path migration (apm.go)
 	DevicePortActiveEvent = 1 << 10
 	DeviceSysImageGUID    = 1 << 11
 	DeviceRCRNRNAKGen     = 1 << 12
 	DeviceSRQResize       = 1 << 13
+	DeviceMemWindow       = 1 << 17 // memory windows (mw.go)
+	DeviceXRC             = 1 << 20 // XRC (xrc.go)
+	DeviceMemWindowType2B = 1 << 24
 )
 
 // Device is one soft HCA.
@@ -139,11 +143,14 @@ type Device struct {
 	nextMR   uint32        // the lowest key index never used
 	freeMR   []uint32
 	keyGen   uint8
+	mws      mwTable  // memory windows (mw.go)
+	xrc      xrcState // XRC domains and SRQs (xrc.go)
 	counts   objectCounts
 	contexts map[*Context]struct{}
 	watchers []*portWatcher
 
 	ids atomic.Uint32 // object ids for inspection
+	reg registry      // every object, for inspection (registry.go)
 }
 
 type objectCounts struct{ pd, cq, mr, srq, ah, qp int }
@@ -203,10 +210,10 @@ func NewDevice(cfg Config) (*Device, error) {
 		VendorID: cfg.VendorID, VendorPartID: cfg.VendorPartID, HWVer: cfg.HWVer,
 		MaxQP: MaxQP, MaxQPWR: MaxQPWR,
 		DeviceCapFlags: DeviceBadPKeyCntr | DeviceBadQKeyCntr | DevicePortActiveEvent |
-			DeviceSysImageGUID | DeviceRCRNRNAKGen,
+			DeviceSysImageGUID | DeviceRCRNRNAKGen | DeviceMemWindow | DeviceMemWindowType2B | DeviceAutoPathMig | DeviceXRC,
 		MaxSGE: MaxSGE, MaxSGERd: MaxSGE, MaxCQ: MaxCQ, MaxCQE: MaxCQE, MaxMR: MaxMR, MaxPD: MaxPD,
 		MaxQPRdAtom: MaxQPRdAtom, MaxResRdAtom: MaxQPRdAtom * MaxQP, MaxQPInitRdAtom: MaxQPInitRdAtom,
-		AtomicCap: 1, MaxMcastGrp: MaxMcastGroups, MaxMcastQPAttach: MaxMcastQPAttach,
+		AtomicCap: 1, MaxMW: MaxMW, MaxMcastGrp: MaxMcastGroups, MaxMcastQPAttach: MaxMcastQPAttach,
 		MaxTotalMcastQPAttach: MaxMcastGroups * MaxMcastQPAttach,
 		MaxAH:                 MaxAH, MaxSRQ: MaxSRQ, MaxSRQWR: MaxSRQWR, MaxSRQSGE: MaxSGE,
 		MaxPKeys: PKeyTableLen, LocalCAAckDelay: 15, PhysPortCnt: cfg.NumPorts,

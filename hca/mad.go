@@ -2,6 +2,7 @@ package hca
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/pibgw/pibgw/wire"
 )
@@ -74,6 +75,39 @@ func (p *Port) SetMADRouter(r MADRouter) {
 type madTable struct {
 	mu sync.RWMutex
 	h  [256][2]MADHandler // [class][response]
+
+	ext   atomic.Pointer[madHandlerBox] // responses with TIDExternal (SetExternalMADHandler)
+	smFwd atomic.Pointer[madHandlerBox] // SMInfo requests for an SM outside (SetSMInfoHandler)
+}
+
+type madHandlerBox struct{ h MADHandler }
+
+// TIDExternal is bit 63 of a transaction ID. The ibsim server sets it (with its client's
+// slot in bits 48-62) in every request one of its clients (opensm, infiniband-diags) sends
+// from a port, and the port hands responses carrying it to the external handler instead of
+// the class's response handler — as the kernel's MAD layer routes a response to the agent
+// whose hi_tid is in the TID's upper bits (IBA 13.4.6.4: the requester chooses the TID and
+// the responder returns it unchanged). Port.TID never sets it.
+const TIDExternal = 1 << 63
+
+// SetExternalMADHandler installs h, which receives every response (and TrapRepress)
+// arriving at the port, on QP0 or QP1, whose TID has TIDExternal set; nil removes it.
+func (p *Port) SetExternalMADHandler(h MADHandler) {
+	if h == nil {
+		p.mads.ext.Store(nil)
+		return
+	}
+	p.mads.ext.Store(&madHandlerBox{h})
+}
+
+// responseHandler returns the handler of a response of class with transaction ID tid.
+func (p *Port) responseHandler(class uint8, tid uint64) MADHandler {
+	if tid&TIDExternal != 0 {
+		if b := p.mads.ext.Load(); b != nil {
+			return b.h
+		}
+	}
+	return p.madHandler(class, true)
 }
 
 // RegisterMADHandler installs h for MADs of the management class arriving at this port:
@@ -131,7 +165,12 @@ func (p *Port) receiveMAD(pk *Packet) bool {
 		}
 	}
 	resp := m.IsResponse() || m.Method() == wire.MethodTrapRepress
-	h := p.madHandler(class, resp)
+	var h MADHandler
+	if resp {
+		h = p.responseHandler(class, m.TID())
+	} else {
+		h = p.madHandler(class, false)
+	}
 	if h == nil {
 		return false
 	}

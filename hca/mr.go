@@ -1,6 +1,7 @@
 package hca
 
 import (
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -13,6 +14,7 @@ type MR struct {
 	addr   uint64
 	key    uint32
 	access AccessFlags
+	mwRefs atomic.Int32 // memory windows bound to the region
 }
 
 // BufAddr returns the virtual address of b[0] (of b's array when b is empty), the value an
@@ -27,14 +29,8 @@ func BufAddr(b []byte) uint64 {
 // RegMR registers buf with the given access (ibv_reg_mr). Remote write or atomic access
 // requires local write (ibv_reg_mr(3): EINVAL otherwise).
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
-	if len(buf) == 0 {
-		return nil, errorf("reg_mr", EINVAL, "empty buffer")
-	}
-	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind|AccessZeroBased) != 0 {
-		return nil, errorf("reg_mr", EINVAL, "unknown access flags %#x", uint32(access))
-	}
-	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
-		return nil, errorf("reg_mr", EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+	if err := checkRegion("reg_mr", buf, access); err != nil {
+		return nil, err
 	}
 	if pd.dead.Load() {
 		return nil, errorf("reg_mr", EINVAL, "PD %d is freed", pd.id)
@@ -63,7 +59,102 @@ func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
 	d.mrs.store(idx, mr)
 	d.counts.mr++
 	pd.refs.Add(1)
+	d.register(mr)
 	return mr, nil
+}
+
+func checkRegion(op string, buf []byte, access AccessFlags) error {
+	if len(buf) == 0 {
+		return errorf(op, EINVAL, "empty buffer")
+	}
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind|AccessZeroBased) != 0 {
+		return errorf(op, EINVAL, "unknown access flags %#x", uint32(access))
+	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return errorf(op, EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+	}
+	return nil
+}
+
+// ReregFlags is ibv_rereg_mr_flags: what a Rereg changes.
+type ReregFlags uint32
+
+const (
+	ReregChangeTranslation ReregFlags = 1 << 0 // IBV_REREG_MR_CHANGE_TRANSLATION: new buffer
+	ReregChangePD          ReregFlags = 1 << 1 // IBV_REREG_MR_CHANGE_PD
+	ReregChangeAccess      ReregFlags = 1 << 2 // IBV_REREG_MR_CHANGE_ACCESS
+)
+
+// Rereg modifies a registered region (ibv_rereg_mr, IBA 11.2.8.4 Reregister Memory
+// Region): its translation (buf), PD or access, as flags say; the others stay. It returns
+// the region's new handle with new keys (ibv_rereg_mr(3): the keys may change; pibgw
+// keeps the key index and moves its 8-bit generation, so a peer's stale R_Key fails);
+// mr is deregistered. A region with memory windows bound to it cannot be reregistered
+// (EBUSY, IBA 10.6.7.1), nor can one whose arguments are invalid (EINVAL; mr stays).
+func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*MR, error) {
+	const op = "rereg_mr"
+	if flags == 0 || flags&^(ReregChangeTranslation|ReregChangePD|ReregChangeAccess) != 0 {
+		return nil, errorf(op, EINVAL, "flags %#x (want a non-empty set of CHANGE_TRANSLATION, CHANGE_PD, CHANGE_ACCESS)", uint32(flags))
+	}
+	nmr := &MR{pd: mr.pd, buf: mr.buf, addr: mr.addr, access: mr.access}
+	if flags&ReregChangePD != 0 {
+		if pd == nil || pd.ctx != mr.pd.ctx {
+			return nil, errorf(op, EINVAL, "CHANGE_PD without a PD of the region's context")
+		}
+		nmr.pd = pd
+	}
+	if flags&ReregChangeAccess != 0 {
+		nmr.access = access
+	}
+	if flags&ReregChangeTranslation != 0 {
+		nmr.buf = buf
+	}
+	if err := checkRegion(op, nmr.buf, nmr.access); err != nil {
+		return nil, err
+	}
+	if nmr.pd.dead.Load() {
+		return nil, errorf(op, EINVAL, "PD %d is freed", nmr.pd.id)
+	}
+	nmr.addr = BufAddr(nmr.buf)
+	if nmr.access&AccessZeroBased != 0 {
+		nmr.addr = 0
+	}
+	d := mr.pd.ctx.dev
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	idx := mr.key >> 8
+	if d.mrs.load(idx) != mr {
+		return nil, errorf(op, EINVAL, "MR %#x is not registered", mr.key)
+	}
+	if n := mr.mwRefs.Load(); n > 0 {
+		return nil, errorf(op, EBUSY, "MR %#x has %d memory windows bound", mr.key, n)
+	}
+	d.keyGen++
+	if uint8(d.keyGen) == uint8(mr.key) {
+		d.keyGen++
+	}
+	nmr.key = idx<<8 | uint32(d.keyGen)
+	d.mrs.store(idx, nmr)
+	if nmr.pd != mr.pd {
+		nmr.pd.refs.Add(1)
+		mr.pd.refs.Add(-1)
+	}
+	return nmr, nil
+}
+
+// MRAttr is what a region query returns: ibv_mr's fields.
+type MRAttr struct {
+	Addr   uint64
+	Length uint64
+	LKey   uint32
+	RKey   uint32
+	Access AccessFlags
+	PD     *PD
+}
+
+// Query returns the region's attributes (the fields of struct ibv_mr).
+func (mr *MR) Query() MRAttr {
+	return MRAttr{Addr: mr.addr, Length: uint64(len(mr.buf)), LKey: mr.key, RKey: mr.key, Access: mr.access, PD: mr.pd}
 }
 
 // LKey is the local key; RKey the remote key (the same value, as on most HCAs).
@@ -96,10 +187,15 @@ func (mr *MR) Dereg() error {
 	if d.mrs.load(idx) != mr {
 		return errorf("dereg_mr", EINVAL, "MR %#x is not registered", mr.key)
 	}
+	// IBA 10.6.7.1: a region with windows bound to it cannot be deregistered.
+	if n := mr.mwRefs.Load(); n > 0 {
+		return errorf("dereg_mr", EBUSY, "MR %#x has %d memory windows bound", mr.key, n)
+	}
 	d.mrs.store(idx, nil)
 	d.freeMR = append(d.freeMR, idx)
 	d.counts.mr--
 	mr.pd.refs.Add(-1)
+	d.unregister(mr)
 	return nil
 }
 

@@ -19,7 +19,9 @@ func (c *Context) AllocPD() (*PD, error) {
 		return nil, errorf("alloc_pd", ENOMEM, "device has %d PDs (max_pd)", MaxPD)
 	}
 	d.counts.pd++
-	return &PD{ctx: c, id: d.nextID()}, nil
+	pd := &PD{ctx: c, id: d.nextID()}
+	d.register(pd)
+	return pd, nil
 }
 
 // ID is the object id pibgw's inspection shows.
@@ -40,5 +42,6 @@ func (pd *PD) Dealloc() error {
 	d.mu.Lock()
 	d.counts.pd--
 	d.mu.Unlock()
+	d.unregister(pd)
 	return nil
 }

@@ -3,6 +3,7 @@ package hca
 import (
 	"sync"
 
+	"github.com/pibgw/pibgw/trace"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -14,6 +15,8 @@ type Packet struct {
 	Raw []byte
 	// PKeyIndex is the index in the port's P_Key table of the entry that matched.
 	PKeyIndex uint16
+	// Port is the port the packet arrived on.
+	Port *Port
 	// Loopback is set when the packet never left this port (sent to its own LID or a
 	// multicast group with local members).
 	Loopback bool
@@ -62,6 +65,9 @@ func (p *Port) Receive(pkts [][]byte) { p.ReceiveFrom(pkts, false) }
 // daemon's port looped back (loopback set): its own multicast is not delivered back to
 // the QP that sent it.
 func (p *Port) ReceiveFrom(pkts [][]byte, loopback bool) {
+	if trace.On() {
+		p.traceRx(pkts)
+	}
 	pk := packetPool.Get().(*Packet)
 	for _, b := range pkts {
 		p.receiveOne(pk, b, loopback)
@@ -84,18 +90,18 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	c := &p.counters
 	if err := pk.Parse(b); err != nil {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropMalformed)
+		p.drop(CntDropMalformed, b)
 		return
 	}
 	if pk.BTH == nil { // raw packets: no consumer yet
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropMalformed)
+		p.drop(CntDropMalformed, b)
 		return
 	}
 	// IBA 7.8.1: a packet whose ICRC does not check is dropped.
 	if !wire.CheckReceivedICRC(b) {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropICRC)
+		p.drop(CntDropICRC, b)
 		return
 	}
 	pk.Raw, pk.Loopback = b, loop
@@ -109,12 +115,12 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	if dqp == 0 {
 		if pk.LRH.VL() != 15 {
 			c.Inc(CntRcvErrors)
-			c.Inc(CntDropQPType)
+			p.drop(CntDropQPType, b)
 			return
 		}
 		if dlid != permissiveLID && !p.ownsLID(pi, dlid) {
 			c.Inc(CntVL15Dropped)
-			c.Inc(CntDropDLID)
+			p.drop(CntDropDLID, b)
 			return
 		}
 		pk.PKeyIndex = 0
@@ -125,7 +131,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		qp := p.qp0.Load()
 		if qp == nil {
 			c.Inc(CntVL15Dropped)
-			c.Inc(CntDropNoQP)
+			p.drop(CntDropNoQP, b)
 			return
 		}
 		p.deliver(qp, pk)
@@ -133,7 +139,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	}
 	// Data packets need an Armed or Active port (IBA 7.2: Init accepts only SMPs).
 	if pi.state != PortArmed && pi.state != PortActive {
-		c.Inc(CntDropPortState)
+		p.drop(CntDropPortState, b)
 		return
 	}
 	if isMulticastLID(dlid) {
@@ -144,7 +150,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	c.Inc(CntUnicastRcvPkts)
 	if !p.ownsLID(pi, dlid) {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropDLID)
+		p.drop(CntDropDLID, b)
 		return
 	}
 	var qp *QP
@@ -158,7 +164,7 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		}
 		qp = p.qp1.Load()
 		if qp == nil {
-			c.Inc(CntDropNoQP)
+			p.drop(CntDropNoQP, b)
 			return
 		}
 		p.deliver(qp, pk)
@@ -170,12 +176,12 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 			qp.fwd.Forward(p, b, loop)
 			return
 		}
-		if qp != nil && qp.port.Load() != p {
-			qp = nil
+		if qp != nil && qp.port.Load() != p && qp.apm.altPort.Load() != p {
+			qp = nil // IBA 17.2.8: a QP takes packets on its alternate path's port too
 		}
 	}
 	if qp == nil {
-		c.Inc(CntDropNoQP)
+		p.drop(CntDropNoQP, b)
 		return
 	}
 	if !p.checkPKey(pk, pi, qp) {
@@ -209,7 +215,7 @@ func (p *Port) checkPKey(pk *Packet, pi *portInfo, qp *QP) bool {
 			return true
 		}
 	}
-	p.counters.Inc(CntPKeyViolations)
+	p.drop(CntPKeyViolations, pk.Raw)
 	p.counters.Inc(CntRcvErrors)
 	return false
 }
@@ -219,11 +225,14 @@ var gsiPKeyCheck = &QP{typ: QPTypeGSI}
 
 func (p *Port) deliver(qp *QP, pk *Packet) {
 	if !qp.receiving() {
-		p.counters.Inc(CntDropQPState)
+		p.drop(CntDropQPState, pk.Raw)
 		return
 	}
+	pk.Port = p
 	qp.tr.Receive(qp, pk)
-	pk.noteCQ(qp.recvCQ)
+	if qp.recvCQ != nil {
+		pk.noteCQ(qp.recvCQ)
+	}
 }
 
 // receiveMulticast delivers a multicast packet to every QP attached to its MGID (IBA
@@ -232,7 +241,7 @@ func (p *Port) receiveMulticast(pk *Packet, pi *portInfo) {
 	c := &p.counters
 	if pk.GRH == nil || pk.BTH.DestQP() != mcastQPN {
 		c.Inc(CntRcvErrors)
-		c.Inc(CntDropMalformed)
+		p.drop(CntDropMalformed, pk.Raw)
 		return
 	}
 	mgid := pk.GRH.DGID()
@@ -240,7 +249,7 @@ func (p *Port) receiveMulticast(pk *Packet, pi *portInfo) {
 	qps := p.mcast[mgid]
 	p.mcMu.RUnlock()
 	if len(qps) == 0 {
-		c.Inc(CntDropMcastNoGroup)
+		p.drop(CntDropMcastNoGroup, pk.Raw)
 		return
 	}
 	src := pk.DETH.SrcQP()

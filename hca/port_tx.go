@@ -1,12 +1,22 @@
 package hca
 
-import "github.com/pibgw/pibgw/wire"
+import (
+	"github.com/pibgw/pibgw/trace"
+	"github.com/pibgw/pibgw/wire"
+)
 
 // Transmit sends packets out of the port (transports call it with finished packets, LRH
 // through ICRC). Packets to the port's own LID are looped back inside the HCA, as an HCA
 // does; multicast goes to the fabric and to the port's other attached QPs. The caller
 // keeps ownership of pkts.
 func (p *Port) Transmit(pkts [][]byte) {
+	if trace.On() {
+		p.traceTx(0, pkts)
+	}
+	p.transmit(pkts)
+}
+
+func (p *Port) transmit(pkts [][]byte) {
 	c := &p.counters
 	pi := p.info.Load()
 	lb := p.link.Load()
@@ -16,7 +26,7 @@ func (p *Port) Transmit(pkts [][]byte) {
 		if end > start {
 			if lb == nil {
 				c.Add(CntXmitDiscards, uint64(end-start))
-				c.Add(CntDropNoLink, uint64(end-start))
+				p.dropTx(CntDropNoLink, pkts[start:end])
 			} else {
 				lb.l.Send(pkts[start:end])
 			}
@@ -36,7 +46,7 @@ func (p *Port) Transmit(pkts [][]byte) {
 			flush(i)
 			start = i + 1
 			c.Inc(CntXmitDiscards)
-			c.Inc(CntDropPortState)
+			p.dropTx(CntDropPortState, pkts[i:i+1])
 			continue
 		}
 		c.Inc(CntXmitPkts)

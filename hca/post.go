@@ -1,5 +1,7 @@
 package hca
 
+import "github.com/pibgw/pibgw/trace"
+
 // PostSend posts send WRs (ibv_post_send). It returns how many were posted; on error,
 // wrs[n] is the WR that was refused (libibverbs' bad_wr) and none after it was posted.
 //
@@ -7,6 +9,9 @@ package hca
 // accepted and completes with IBV_WC_WR_FLUSH_ERR; in SQD it waits for the return to RTS.
 func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	const op = "post_send"
+	if trace.On() {
+		qp.tracePostSend(wrs)
+	}
 	if bs, ok := qp.tr.(BatchSender); ok && len(wrs) > 1 && qp.State() == QPStateRTS {
 		return qp.postSendBatch(bs, wrs)
 	}
@@ -120,6 +125,11 @@ func (qp *QP) validateSend(wr *SendWR) error {
 			return errorf(op, EINVAL, "%s cannot be inline", wr.Opcode)
 		}
 	}
+	if wr.Opcode == WRBindMW {
+		if err := validateBind(wr); err != nil {
+			return err
+		}
+	}
 	if n > MaxMsgSize {
 		return errorf(op, EINVAL, "message of %d bytes above max_msg_sz %d", n, MaxMsgSize)
 	}
@@ -149,9 +159,10 @@ func opcodeAllowed(t QPType, o WROpcode) bool {
 	case QPTypeUD, QPTypeSMI, QPTypeGSI:
 		return o == WRSend || o == WRSendWithImm
 	case QPTypeUC:
-		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm || o == WRSendWithInv
-	case QPTypeRC:
-		return o <= WRAtomicFetchAndAdd || o == WRSendWithInv || o == WRLocalInv
+		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm || o == WRSendWithInv ||
+			o == WRLocalInv || o == WRBindMW
+	case QPTypeRC, QPTypeXRCSend:
+		return o <= WRAtomicFetchAndAdd || o == WRSendWithInv || o == WRLocalInv || o == WRBindMW
 	}
 	return false
 }
@@ -169,6 +180,12 @@ func MessageLen(sgl []SGE) uint64 {
 // they complete at once with IBV_WC_WR_FLUSH_ERR.
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	const op = "post_recv"
+	if trace.On() {
+		qp.tracePostRecv(wrs)
+	}
+	if qp.typ == QPTypeXRCSend || qp.typ == QPTypeXRCRecv {
+		return 0, errorf(op, EINVAL, "an %s QP has no receive queue", qp.typ)
+	}
 	if qp.srq != nil {
 		return 0, errorf(op, EINVAL, "QP %#x uses an SRQ; post to the SRQ", qp.num)
 	}
@@ -217,6 +234,8 @@ func wcOpcode(o WROpcode) WCOpcode {
 		return WCFetchAdd
 	case WRLocalInv:
 		return WCLocalInv
+	case WRBindMW:
+		return WCBindMW
 	}
 	return WCSend
 }
@@ -268,6 +287,7 @@ func (qp *QP) SetError() {
 
 // TakeRecv pops the next receive WQE (from the SRQ if the QP has one) into w.
 func (qp *QP) TakeRecv(w *RecvWQE) bool {
+	w.pd, w.cq = nil, nil
 	if qp.srq != nil {
 		return qp.srq.take(w)
 	}
@@ -354,12 +374,20 @@ func InlineBytes(wr *SendWR, dst []byte) []byte {
 // Scatter writes src at byte offset off of w's scatter list, checking each SGE's L_Key,
 // PD, LOCAL_WRITE access and bounds (LOC_PROT_ERR) and the list's length (LOC_LEN_ERR).
 func (qp *QP) Scatter(w *RecvWQE, off uint64, src []byte) WCStatus {
-	return qp.ScatterSGL(w.SGE[:w.NumSGE], off, src)
+	pd := qp.pd
+	if w.pd != nil {
+		pd = w.pd
+	}
+	return qp.scatter(pd, w.SGE[:w.NumSGE], off, src)
 }
 
 // ScatterSGL writes src at byte offset off of a scatter list (a receive WQE's, or the
 // local buffers of an RDMA READ or atomic), with Scatter's checks.
 func (qp *QP) ScatterSGL(sgl []SGE, off uint64, src []byte) WCStatus {
+	return qp.scatter(qp.pd, sgl, off, src)
+}
+
+func (qp *QP) scatter(pd *PD, sgl []SGE, off uint64, src []byte) WCStatus {
 	for _, s := range sgl {
 		if len(src) == 0 {
 			break
@@ -373,7 +401,7 @@ func (qp *QP) ScatterSGL(sgl []SGE, off uint64, src []byte) WCStatus {
 			n = uint64(len(src))
 		}
 		mr := qp.dev.LookupKey(s.LKey)
-		if mr == nil || mr.pd != qp.pd || mr.access&AccessLocalWrite == 0 {
+		if mr == nil || mr.pd != pd || mr.access&AccessLocalWrite == 0 {
 			return WCLocProtErr
 		}
 		b, ok := mr.Slice(s.Addr+off, uint32(n))

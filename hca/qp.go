@@ -3,6 +3,8 @@ package hca
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/pibgw/pibgw/trace"
 )
 
 const (
@@ -13,6 +15,7 @@ const (
 // QP is a queue pair (ibv_qp).
 type QP struct {
 	pd     *PD
+	xrcd   *XRCD // XRC_RECV QPs (xrc.go)
 	dev    *Device
 	num    uint32
 	typ    QPType
@@ -30,6 +33,7 @@ type QP struct {
 	qkey      atomic.Uint32
 	pkeyIndex atomic.Uint32
 	port      atomic.Pointer[Port]
+	apm       apmState // alternate path and migration state (apm.go)
 
 	mu   sync.Mutex // guards attr and state changes
 	attr QPAttr
@@ -51,13 +55,28 @@ type QP struct {
 // CreateQP creates a queue pair (ibv_create_qp). SMI and GSI types create the port's QP0
 // and QP1.
 func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
+	if init.QPType == QPTypeXRCRecv {
+		return nil, errorf("create_qp", EINVAL, "XRC_RECV QPs are created in an XRC domain")
+	}
+	return pd.createQP(init, nil)
+}
+
+func (pd *PD) createQP(init QPInitAttr, xrcd *XRCD) (*QP, error) {
 	d := pd.ctx.dev
 	const op = "create_qp"
-	if init.SendCQ == nil || init.RecvCQ == nil {
+	// An XRC send QP has no receive side (Annex A14), an XRC receive QP no queues at all.
+	needSend, needRecv := init.QPType != QPTypeXRCRecv, init.QPType != QPTypeXRCRecv && init.QPType != QPTypeXRCSend
+	if needSend && init.SendCQ == nil || needRecv && init.RecvCQ == nil {
 		return nil, errorf(op, EINVAL, "send_cq and recv_cq are required")
 	}
-	if init.SendCQ.ctx.dev != d || init.RecvCQ.ctx.dev != d {
+	if init.SendCQ != nil && init.SendCQ.ctx.dev != d || init.RecvCQ != nil && init.RecvCQ.ctx.dev != d {
 		return nil, errorf(op, EINVAL, "CQ of another device")
+	}
+	if !needRecv {
+		if init.SRQ != nil {
+			return nil, errorf(op, EINVAL, "an %s QP takes no SRQ", init.QPType)
+		}
+		init.RecvCQ, init.Cap.MaxRecvWR, init.Cap.MaxRecvSGE = nil, 0, 0
 	}
 	tr := d.transport(init.QPType)
 	if tr == nil {
@@ -86,7 +105,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 		return nil, errorf(op, EINVAL, "PD %d is freed", pd.id)
 	}
 	qp := &QP{
-		pd: pd, dev: d, typ: init.QPType, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
+		pd: pd, xrcd: xrcd, dev: d, typ: init.QPType, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
 		srq: init.SRQ, sigAll: init.SQSigAll, cap: c, tr: tr, csumP: init.IPCsumPartial && init.QPType == QPTypeUD,
 	}
 	if init.SRQ == nil {
@@ -137,8 +156,12 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	d.mu.Unlock()
 
 	pd.refs.Add(1)
-	init.SendCQ.refs.Add(1)
-	init.RecvCQ.refs.Add(1)
+	if init.SendCQ != nil {
+		init.SendCQ.refs.Add(1)
+	}
+	if init.RecvCQ != nil {
+		init.RecvCQ.refs.Add(1)
+	}
 	if init.SRQ != nil {
 		d.mu.Lock()
 		init.SRQ.refs++
@@ -146,6 +169,7 @@ func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
 	}
 	qp.attr.Cap = c
 	qp.attr.QPState = QPStateReset
+	d.register(qp)
 	if special != nil {
 		qp.attr.PortNum = special.num
 	}
@@ -256,11 +280,25 @@ func (qp *QP) Modify(a *QPAttr, mask QPAttrMask) error {
 		qp.mu.Unlock()
 		return err
 	}
+	if err := qp.checkAPM(a, mask); err != nil {
+		qp.mu.Unlock()
+		return err
+	}
 	qp.apply(a, mask)
+	migrated := qp.applyAPM(a, mask)
+	if next == QPStateReset {
+		qp.resetAPMLocked()
+	}
 	qp.attr.QPState = next
 	qp.state.Store(uint32(next))
 	qp.mu.Unlock()
+	if migrated {
+		qp.dev.raise(AsyncEvent{Type: EventPathMig, QP: qp})
+	}
 
+	if trace.On() {
+		qp.traceModify(cur, next)
+	}
 	// The transport hears of every successful modify, state change or not (RTS→RTS
 	// updates timers and access flags).
 	qp.changed(cur, next)
@@ -350,9 +388,6 @@ func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
 	if mask&QPAttrAV != 0 {
 		t.AHAttr = a.AHAttr
 	}
-	if mask&QPAttrAltPath != 0 {
-		t.AltAHAttr, t.AltPKeyIndex, t.AltPortNum, t.AltTimeout = a.AltAHAttr, a.AltPKeyIndex, a.AltPortNum, a.AltTimeout
-	}
 	if mask&QPAttrPathMTU != 0 {
 		t.PathMTU = a.PathMTU
 	}
@@ -379,9 +414,6 @@ func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
 	}
 	if mask&QPAttrMinRNRTimer != 0 {
 		t.MinRNRTimer = a.MinRNRTimer
-	}
-	if mask&QPAttrPathMigState != 0 {
-		t.PathMigState = a.PathMigState
 	}
 	if mask&QPAttrDestQPN != 0 {
 		t.DestQPNum = a.DestQPNum
@@ -474,9 +506,17 @@ func (qp *QP) Destroy() error {
 	if d.cfg.Remote != nil && qp.num > 1 {
 		d.cfg.Remote.FreeQPN(qp.num)
 	}
+	d.unregister(qp)
 	qp.pd.refs.Add(-1)
-	qp.sendCQ.refs.Add(-1)
-	qp.recvCQ.refs.Add(-1)
+	if qp.sendCQ != nil {
+		qp.sendCQ.refs.Add(-1)
+	}
+	if qp.recvCQ != nil {
+		qp.recvCQ.refs.Add(-1)
+	}
+	if qp.xrcd != nil {
+		qp.xrcd.refs.Add(-1)
+	}
 	return nil
 }
 

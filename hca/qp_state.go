@@ -23,6 +23,8 @@ func init() {
 	const (
 		ud  = QPTypeUD
 		rc  = QPTypeRC
+		xi  = QPTypeXRCSend // XRC_INI
+		xt  = QPTypeXRCRecv // XRC_TGT
 		uc  = QPTypeUC
 		smi = QPTypeSMI
 		gsi = QPTypeGSI
@@ -32,6 +34,8 @@ func init() {
 		ud:  {req: QPAttrPKeyIndex | QPAttrPort | QPAttrQKey},
 		uc:  {req: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		rc:  {req: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
+		xi:  {req: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
+		xt:  {req: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		smi: {req: QPAttrQKey},
 		gsi: {req: QPAttrPKeyIndex | QPAttrQKey},
 	})
@@ -40,6 +44,8 @@ func init() {
 		ud:  {opt: QPAttrPKeyIndex | QPAttrPort | QPAttrQKey},
 		uc:  {opt: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		rc:  {opt: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
+		xi:  {opt: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
+		xt:  {opt: QPAttrPKeyIndex | QPAttrPort | QPAttrAccessFlags},
 		smi: {opt: QPAttrQKey},
 		gsi: {opt: QPAttrPKeyIndex | QPAttrQKey},
 	})
@@ -48,6 +54,8 @@ func init() {
 		ud:  {opt: QPAttrPKeyIndex | QPAttrQKey},
 		uc:  {req: QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN, opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex},
 		rc:  {req: QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer, opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex},
+		xi:  {req: QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN, opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex},
+		xt:  {req: QPAttrAV | QPAttrPathMTU | QPAttrDestQPN | QPAttrRQPSN | QPAttrMaxDestRdAtomic | QPAttrMinRNRTimer, opt: QPAttrAltPath | QPAttrAccessFlags | QPAttrPKeyIndex},
 		smi: {opt: QPAttrQKey},
 		gsi: {opt: QPAttrPKeyIndex | QPAttrQKey},
 	})
@@ -56,6 +64,8 @@ func init() {
 		ud:  {req: QPAttrSQPSN, opt: QPAttrCurState | QPAttrQKey},
 		uc:  {req: QPAttrSQPSN, opt: QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrPathMigState},
 		rc:  {req: QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic, opt: QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrMinRNRTimer | QPAttrPathMigState},
+		xi:  {req: QPAttrSQPSN | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrMaxQPRdAtomic, opt: QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrPathMigState},
+		xt:  {req: QPAttrSQPSN | QPAttrTimeout, opt: QPAttrCurState | QPAttrAltPath | QPAttrAccessFlags | QPAttrMinRNRTimer | QPAttrPathMigState},
 		smi: {req: QPAttrSQPSN, opt: QPAttrCurState | QPAttrQKey},
 		gsi: {req: QPAttrSQPSN, opt: QPAttrCurState | QPAttrQKey},
 	})
@@ -64,6 +74,8 @@ func init() {
 		ud:  {opt: QPAttrCurState | QPAttrQKey},
 		uc:  {opt: QPAttrCurState | QPAttrAccessFlags | QPAttrAltPath | QPAttrPathMigState},
 		rc:  {opt: QPAttrCurState | QPAttrAccessFlags | QPAttrAltPath | QPAttrPathMigState | QPAttrMinRNRTimer},
+		xi:  {opt: QPAttrCurState | QPAttrAccessFlags | QPAttrAltPath | QPAttrPathMigState},
+		xt:  {opt: QPAttrCurState | QPAttrAccessFlags | QPAttrAltPath | QPAttrPathMigState | QPAttrMinRNRTimer},
 		smi: {opt: QPAttrCurState | QPAttrQKey},
 		gsi: {opt: QPAttrCurState | QPAttrQKey},
 	}
@@ -78,6 +90,7 @@ func init() {
 	// RTS → SQD
 	addTrans(QPStateRTS, QPStateSQD, map[QPType]transMasks{
 		ud: {opt: QPAttrEnSQDAsyncNotify}, uc: {opt: QPAttrEnSQDAsyncNotify}, rc: {opt: QPAttrEnSQDAsyncNotify},
+		xi: {opt: QPAttrEnSQDAsyncNotify}, xt: {opt: QPAttrEnSQDAsyncNotify},
 		smi: {opt: QPAttrEnSQDAsyncNotify}, gsi: {opt: QPAttrEnSQDAsyncNotify},
 	})
 	// SQD → SQD

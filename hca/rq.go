@@ -7,6 +7,9 @@ type RecvWQE struct {
 	WRID   uint64
 	NumSGE int
 	SGE    [MaxSGE]SGE
+
+	pd *PD // an XRC SRQ's WQE: the PD its SGEs are checked against (else the QP's)
+	cq *CQ // an XRC SRQ's WQE: the CQ it completes on (else the QP's receive CQ)
 }
 
 // SGL returns the WQE's scatter list.
@@ -116,6 +119,9 @@ const (
 // SRQ is a shared receive queue (ibv_srq).
 type SRQ struct {
 	pd    *PD
+	xrcd  *XRCD // XRC SRQs (xrc.go): their domain, CQ and number
+	cq    *CQ
+	num   uint32
 	id    uint32
 	rq    recvQueue
 	refs  int32
@@ -147,7 +153,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 	id := d.nextID()
 	d.mu.Unlock()
 	pd.refs.Add(1)
-	return &SRQ{pd: pd, id: id, rq: newRecvQueue(int(attr.MaxWR), int(attr.MaxSGE)), limit: attr.SRQLimit}, nil
+	s := &SRQ{pd: pd, id: id, rq: newRecvQueue(int(attr.MaxWR), int(attr.MaxSGE)), limit: attr.SRQLimit}
+	d.register(s)
+	return s, nil
 }
 
 // ID is the object id pibgw's inspection shows.
@@ -208,6 +216,8 @@ func (s *SRQ) Destroy() error {
 		return errorf("destroy_srq", EBUSY, "SRQ %d is used by %d QPs", s.id, s.refs)
 	}
 	d.counts.srq--
+	s.destroyXRC(d)
 	s.pd.refs.Add(-1)
+	d.unregister(s)
 	return nil
 }

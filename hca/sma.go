@@ -56,6 +56,30 @@ func (p *Port) SetSMInfoAgent(a SMInfoAgent) {
 	p.smInfo.Store(&smInfoBox{a})
 }
 
+// SetSMInfoHandler installs h, which receives the SMInfo requests (IBA 14.2.5.13) that
+// arrive at this port while no SMInfoAgent is installed: an SM outside the daemon (opensm
+// through the ibsim server) answers them itself with its own GetResp. A directed-route
+// request arrives with its hop pointer and return path as the SMA would answer it. nil
+// removes it.
+func (p *Port) SetSMInfoHandler(h MADHandler) {
+	if h == nil {
+		p.mads.smFwd.Store(nil)
+		return
+	}
+	p.mads.smFwd.Store(&madHandlerBox{h})
+}
+
+// SMAGet runs a SubnGet of attr with modifier mod on the port's SMA as if it had arrived
+// at this port, writing the 64-byte attribute into out; it returns the MAD status. The
+// ibsim server's control messages (GET_NODEINFO, GET_PORTINFO, GET_PKEYS) read it.
+func (p *Port) SMAGet(attr uint16, mod uint32, out []byte) uint16 {
+	if len(out) < wire.SMPDataLen {
+		return wire.StatusInvalidAttrOrModVal
+	}
+	var req [wire.SMPDataLen]byte
+	return p.dev.smaAttr(p, wire.MethodGet, attr, mod, req[:], out[:wire.SMPDataLen])
+}
+
 type trapBox struct{ h MADHandler }
 
 // SetTrapHandler installs the handler of Trap(Notice) SMPs (IBA 14.2.5.1, method 0x05)
@@ -139,6 +163,27 @@ func (p *Port) handleSMP(m *MAD) {
 		}
 	}
 	s := madScratchPool.Get().(*madScratch)
+	if req.MAD().AttrID() == wire.AttrSMInfo && p.smInfo.Load() == nil {
+		if f := p.mads.smFwd.Load(); f != nil {
+			// An SM outside the daemon answers SMInfo itself; a directed-route request
+			// reaches it with its return path complete, as the SMA's answer would be.
+			fwd := wire.SMP(s.b[:])
+			copy(fwd, req)
+			if fwd.IsDirectedRoute() {
+				fwd.SetHopPointer(hp)
+				if a.DLID == permissiveLID {
+					fwd.ReturnPath()[hp] = p.num
+				}
+			}
+			in := madPool.Get().(*MAD)
+			*in = MAD{Port: m.Port, From: m.From, Data: fwd}
+			f.h.HandleMAD(in)
+			*in = MAD{}
+			madPool.Put(in)
+			madScratchPool.Put(s)
+			return
+		}
+	}
 	resp := wire.SMP(s.b[:])
 	copy(resp, req)
 	p.answerSMP(m.Port, req, resp)
@@ -183,7 +228,7 @@ func (p *Port) SendSMP(a MADAddr, mad []byte) error {
 		// C14-9:3 advanced the hop pointer to 1 for the SMA; C14-13:3 takes it back to 0
 		// and hands the response to the SM.
 		out.SetHopPointer(0)
-		h := p.madHandler(wire.MgmtClassSubnDirected, true)
+		h := p.responseHandler(wire.MgmtClassSubnDirected, out.MAD().TID())
 		if h == nil {
 			p.counters.Inc(CntDropNoQP)
 			return nil

@@ -32,6 +32,10 @@ func (t QPType) String() string {
 		return "SMI"
 	case QPTypeGSI:
 		return "GSI"
+	case QPTypeXRCSend:
+		return "XRC_SEND"
+	case QPTypeXRCRecv:
+		return "XRC_RECV"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }
@@ -365,13 +369,20 @@ type SendWR struct {
 	RemoteQPN  uint32
 	RemoteQKey uint32
 
+	// XRC send QPs: the XRC SRQ at the remote domain (ibv_send_wr.qp_type.xrc.remote_srqn).
+	RemoteSRQN uint32
+
 	// RDMA and atomics.
 	RemoteAddr uint64
 	RKey       uint32
 	CompareAdd uint64
 	Swap       uint64
 
-	inline []byte // a copy of inline data for a WR queued while the QP is in SQD
+	// Bind is what a BIND_MW WR binds (ibv_send_wr.bind_mw).
+	Bind MWBind
+
+	inline    []byte
+	bindType1 bool // a BIND_MW of a type 1 window, posted by BindMW (ibv_bind_mw) // a copy of inline data for a WR queued while the QP is in SQD
 }
 
 // RecvWR is ibv_recv_wr.

@@ -27,14 +27,16 @@ func BenchmarkMemcpy64K(b *testing.B) {
 }
 
 // BenchmarkRCWriteBW is ib_write_bw between two in-process HCAs: RDMA WRITEs of 64 KiB
-// at MTU 4096, up to 32 outstanding, every 16th signaled.
+// at MTU 4096, up to 32 outstanding, every 16th signaled; "window" writes through a type
+// 2 memory window over the responder's region (its R_Key checks against the window's).
 func BenchmarkRCWriteBW(b *testing.B) {
 	for _, loss := range []float64{0, 1e-9, 0.01} {
-		b.Run(fmt.Sprintf("64KiB/loss=%g", loss), func(b *testing.B) { benchWrite(b, 64<<10, loss) })
+		b.Run(fmt.Sprintf("64KiB/loss=%g", loss), func(b *testing.B) { benchWrite(b, 64<<10, loss, false) })
 	}
+	b.Run("64KiB/window", func(b *testing.B) { benchWrite(b, 64<<10, 0, true) })
 }
 
-func benchWrite(b *testing.B, size int, loss float64) {
+func benchWrite(b *testing.B, size int, loss float64, window bool) {
 	var wrap func(int, fabric.Direction, fabric.Link) fabric.Link
 	if loss > 0 {
 		wrap = func(i int, d fabric.Direction, l fabric.Link) fabric.Link {
@@ -43,9 +45,13 @@ func benchWrite(b *testing.B, size int, loss float64) {
 	}
 	// Real time; the local ACK timeout 4.096 µs × 2^6 ≈ 262 µs only fires when the last
 	// packets before a pause are lost.
-	_, a, r := connect(b, connOpts{bufLen: size, timeout: 6, retry: 7, wrap: wrap, depth: 64})
-	wr := []hca.SendWR{{Opcode: hca.WRRDMAWrite, SGL: []hca.SGE{a.sge(0, size)}, RemoteAddr: r.mr.Addr(), RKey: r.mr.RKey()}}
-	const window = 32
+	_, a, r := connect(b, connOpts{bufLen: size, timeout: 6, retry: 7, wrap: wrap, depth: 64, access: mwAccess})
+	rkey := r.mr.RKey()
+	if window {
+		rkey = r.bindType2(b, 0, size, hca.AccessRemoteWrite)
+	}
+	wr := []hca.SendWR{{Opcode: hca.WRRDMAWrite, SGL: []hca.SGE{a.sge(0, size)}, RemoteAddr: r.mr.Addr(), RKey: rkey}}
+	const outstanding = 32
 	var wcs [16]hca.WC
 	posted, sigPosted, sigDone := 0, 0, 0
 	var idle time.Duration
@@ -79,7 +85,7 @@ func benchWrite(b *testing.B, size int, loss float64) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for posted-16*sigDone >= window {
+		for posted-16*sigDone >= outstanding {
 			reap()
 		}
 		post(posted%16 == 15)

@@ -22,6 +22,7 @@ type side struct {
 	buf  []byte
 	mr   *hca.MR
 	port *hca.Port
+	mw2  *hca.MW // a type 2 window (bindType2)
 }
 
 type connOpts struct {

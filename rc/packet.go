@@ -20,6 +20,8 @@ type path struct {
 	pkey    uint16
 	destQPN uint32
 	mtu     int
+	migReq  bool // BTH:MigReq: the QP is in the MIGRATED state (IBA 9.2, 17.2.8)
+	xrc     bool // XRC opcodes; requests carry an XRCETH (Annex A14)
 }
 
 const (
@@ -45,13 +47,25 @@ type hdr struct {
 	psn     uint32
 	ackReq  bool
 	se      bool
-	payload int // bytes
+	payload int    // bytes
+	srqn    uint32 // XRC requests: the XRCETH's destination SRQ
 }
 
 // start writes LRH, optional GRH and BTH for a packet with ethLen bytes of extended
 // headers and h.payload bytes of payload into the next buffer of b. It returns the
 // buffer (cut to the packet's length) and the offset of the first extended header.
 func (b *batch) start(p *path, h hdr, ethLen int) ([]byte, int) {
+	xrceth := false
+	if p.xrc {
+		// Annex A14: XRC opcodes are RC's with transport bits 101; requests (not read
+		// responses and acknowledgements, 0x0D..0x12) carry an XRCETH after the BTH.
+		low := h.op & 0x1F
+		h.op = low | wire.Opcode(wire.TransportXRC)<<5
+		xrceth = low < 0x0D || low > 0x12
+		if xrceth {
+			ethLen += wire.XRCETHLen
+		}
+	}
 	pad := wire.PadFor(h.payload)
 	n := wire.LRHLen + wire.BTHLen + ethLen + h.payload + pad + wire.ICRCLen
 	if p.global {
@@ -88,8 +102,13 @@ func (b *batch) start(p *path, h hdr, ethLen int) ([]byte, int) {
 	bth.SetPKey(p.pkey)
 	bth.SetDestQP(p.destQPN)
 	bth.SetAckReq(h.ackReq)
+	bth.SetMigReq(p.migReq)
 	bth.SetPSN(h.psn)
 	off += wire.BTHLen
+	if xrceth {
+		wire.XRCETH(buf[off : off+wire.XRCETHLen]).SetSRQ(h.srqn)
+		off += wire.XRCETHLen
+	}
 	if pad > 0 {
 		clear(buf[n-wire.ICRCLen-pad : n-wire.ICRCLen])
 	}

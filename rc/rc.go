@@ -24,6 +24,8 @@ func Register(d *hca.Device) {
 	t := &Transport{}
 	d.SetTransport(hca.QPTypeRC, t)
 	d.SetTransport(hca.QPTypeUC, t)
+	d.SetTransport(hca.QPTypeXRCSend, t)
+	d.SetTransport(hca.QPTypeXRCRecv, t)
 }
 
 // Transport implements hca.Transport for RC and UC QPs.
@@ -33,9 +35,11 @@ type Transport struct{}
 type conn struct {
 	qp  *hca.QP
 	uc  bool
+	xrc bool // an XRC send (requester) or receive (responder) QP
 	clk clock.Clock
 
 	path atomic.Pointer[path]
+	alt  atomic.Pointer[path] // the alternate path while one is loaded (apm.go)
 
 	mu  sync.Mutex // requester state
 	req requester
@@ -57,6 +61,7 @@ type Stats struct {
 	RNRNAKs       atomic.Uint64 // RNR NAKs received
 	Retransmitted atomic.Uint64 // request packets sent again
 	Duplicates    atomic.Uint64 // duplicate requests answered by the responder
+	Migrations    atomic.Uint64 // path migrations (IBA 17.2.8)
 }
 
 // ConnStats returns the recovery counters of an RC/UC QP (nil for other QPs).
@@ -80,7 +85,8 @@ func getConn(qp *hca.QP) *conn {
 func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
 	c := getConn(qp)
 	if c == nil {
-		c = &conn{qp: qp, uc: qp.Type() == hca.QPTypeUC, clk: qp.Device().Clock()}
+		t := qp.Type()
+		c = &conn{qp: qp, uc: t == hca.QPTypeUC, xrc: t == hca.QPTypeXRCSend || t == hca.QPTypeXRCRecv, clk: qp.Device().Clock()}
 		qp.TransportState = c
 	}
 	a := qp.Attr()
@@ -94,7 +100,7 @@ func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
 		c.flush()
 	case to == hca.QPStateRTR && from == hca.QPStateInit:
 		c.rmu.Lock()
-		c.resp = responder{ePSN: a.RQPSN & psnMask}
+		c.resp = responder{ePSN: a.RQPSN & psnMask, xrc: c.xrc}
 		c.resp.res = make([]rdRes, max(int(a.MaxDestRdAtomic), 1))
 		c.rmu.Unlock()
 	case to == hca.QPStateRTS && (from == hca.QPStateRTR || from == hca.QPStateSQD || from == hca.QPStateRTS):
@@ -119,21 +125,36 @@ func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
 }
 
 func (c *conn) setPath(a *hca.QPAttr) {
-	port := c.qp.Port()
-	pkey, _ := port.PKey(int(a.PKeyIndex))
+	p := newPath(c.qp.Port(), &a.AHAttr, a.PKeyIndex, a)
+	p.migReq = a.PathMigState == hca.MigMigrated
+	p.xrc = c.xrc
+	c.path.Store(p)
+	var alt *path
+	if c.qp.AltPort() != nil {
+		if port := c.qp.Device().Port(int(a.AltPortNum)); port != nil {
+			alt = newPath(port, &a.AltAHAttr, a.AltPKeyIndex, a)
+			alt.migReq = true // used once migrated
+			alt.xrc = c.xrc
+		}
+	}
+	c.alt.Store(alt)
+}
+
+func newPath(port *hca.Port, ah *hca.AHAttr, pkeyIndex uint16, a *hca.QPAttr) *path {
+	pkey, _ := port.PKey(int(pkeyIndex))
 	p := &path{
-		port: port, dlid: a.AHAttr.DLID, sl: a.AHAttr.SL, global: a.AHAttr.IsGlobal,
-		grh: a.AHAttr.GRH, pkey: pkey, destQPN: a.DestQPNum, mtu: a.PathMTU.Bytes(),
+		port: port, dlid: ah.DLID, sl: ah.SL, global: ah.IsGlobal,
+		grh: ah.GRH, pkey: pkey, destQPN: a.DestQPNum, mtu: a.PathMTU.Bytes(),
 	}
 	lmcMask := uint16(1)<<port.LMC() - 1
-	p.slid = port.LID() | uint16(a.AHAttr.SrcPathBits)&lmcMask
+	p.slid = port.LID() | uint16(ah.SrcPathBits)&lmcMask
 	if p.global {
-		p.sgid, _ = port.GID(int(a.AHAttr.GRH.SGIDIndex))
+		p.sgid, _ = port.GID(int(ah.GRH.SGIDIndex))
 	}
 	if p.mtu == 0 {
 		p.mtu = 256
 	}
-	c.path.Store(p)
+	return p
 }
 
 // PostSend queues a WR on the send queue and starts sending.
@@ -158,27 +179,43 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 	want := wire.TransportRC
 	if c.uc {
 		want = wire.TransportUC
+	} else if c.xrc {
+		want = wire.TransportXRC
 	}
 	if op.Transport() != want {
-		qp.Port().Counters().Inc(hca.CntDropQPType)
+		qp.Port().Drop(hca.CntDropQPType, pk.Raw)
 		return
 	}
-	// IBA 9.6.1.5 (C9-54): a connected QP takes packets only from its peer.
-	if p := c.path.Load(); p == nil || pk.LRH.SLID() != p.dlid {
-		qp.Port().Counters().Inc(hca.CntDropNoQP)
+	// IBA 9.6.1.5 (C9-54): a connected QP takes packets only from its peer, on its
+	// primary path, or on its alternate path once the peer has migrated (17.2.8).
+	p := c.path.Load()
+	if p == nil {
+		qp.Port().Drop(hca.CntDropNoQP, pk.Raw)
 		return
 	}
-	switch op {
+	if pk.LRH.SLID() != p.dlid || pk.Port != nil && pk.Port != p.port {
+		if !c.peerMigrated(pk) {
+			qp.Port().Drop(hca.CntDropNoQP, pk.Raw)
+			return
+		}
+	} else if !pk.BTH.MigReq() && qp.PathMigState() == hca.MigRearm {
+		qp.Rearmed() // the peer has its alternate path loaded too
+	}
+	switch rcOp(op) {
 	case wire.RCAcknowledge, wire.RCAtomicAcknowledge, wire.RCRDMAReadResponseFirst,
 		wire.RCRDMAReadResponseMiddle, wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly:
 		if qp.State() < hca.QPStateRTS {
-			qp.Port().Counters().Inc(hca.CntDropQPState)
+			qp.Port().Drop(hca.CntDropQPState, pk.Raw)
 			return
 		}
 		c.mu.Lock()
 		c.req.response(c, pk)
 		c.mu.Unlock()
 	default:
+		if qp.Type() == hca.QPTypeXRCSend { // a requester only (Annex A14)
+			qp.Port().Drop(hca.CntDropQPType, pk.Raw)
+			return
+		}
 		c.rmu.Lock()
 		c.resp.request(c, pk)
 		c.rmu.Unlock()
@@ -224,7 +261,7 @@ func (c *conn) drainOnce() bool {
 	}
 	n := b.n
 	if n > 0 {
-		p.port.Transmit(b.pkts[:n])
+		p.port.TransmitQP(c.qp, b.pkts[:n])
 	}
 	for i := range b.pkts[:n] {
 		b.pkts[i] = nil
@@ -279,7 +316,7 @@ func (c *conn) sendOwedAcks() {
 	r.out, r.outHead = r.out[:0], 0
 	c.rmu.Unlock()
 	if b.n > 0 {
-		p.port.Transmit(b.pkts[:b.n])
+		p.port.TransmitQP(c.qp, b.pkts[:b.n])
 	}
 	for i := range b.pkts[:b.n] {
 		b.pkts[i] = nil

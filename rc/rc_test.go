@@ -28,7 +28,8 @@ func TestRCEveryOpcode(t *testing.T) {
 	}
 	for _, mtu := range []hca.MTU{hca.MTU256, hca.MTU4096} {
 		for _, typ := range []hca.QPType{hca.QPTypeRC, hca.QPTypeUC} {
-			o := connOpts{typ: typ, mtu: mtu, bufLen: 2*(16<<20) + 8192}
+			o := connOpts{typ: typ, mtu: mtu, bufLen: 2*(16<<20) + 8192,
+				access: hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic | hca.AccessMWBind}
 			tsizes := sizes
 			if hcatest.AttachedFromEnv() {
 				// Attached, the responses cross two rings and the daemon: a 16 MiB READ
@@ -70,6 +71,10 @@ func TestRCEveryOpcode(t *testing.T) {
 							clear(dst)
 							wr := hca.SendWR{WRID: seed, Opcode: op, SGL: sges, SendFlags: hca.SendSignaled, ImmData: 0xabcd0000 + uint32(size),
 								RemoteAddr: b.mr.Addr() + uint64(half), RKey: b.mr.RKey(), InvalidateRKey: 0x1234}
+							if op == hca.WRSendWithInv {
+								// The R_Key invalidated is a type 2 window's that b binds first.
+								wr.InvalidateRKey = b.bindType2(t, 0, 64, hca.AccessRemoteRead)
+							}
 							needRecv := op == hca.WRSend || op == hca.WRSendWithImm || op == hca.WRSendWithInv || op == hca.WRRDMAWriteWithImm
 							if needRecv {
 								b.postRecv(t, seed, half, size+1)
@@ -112,7 +117,7 @@ func TestRCEveryOpcode(t *testing.T) {
 								if rwc.Opcode != wantOp || rwc.WCFlags != wantFlags {
 									t.Fatalf("recv WC opcode %s flags %#x, want %s %#x", rwc.Opcode, rwc.WCFlags, wantOp, wantFlags)
 								}
-								if wantFlags == hca.WCWithImm && rwc.ImmData != wr.ImmData || wantFlags == hca.WCWithInv && rwc.ImmData != 0x1234 {
+								if wantFlags == hca.WCWithImm && rwc.ImmData != wr.ImmData || wantFlags == hca.WCWithInv && rwc.ImmData != wr.InvalidateRKey {
 									t.Fatalf("imm/inv %#x", rwc.ImmData)
 								}
 							} else {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/trace"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -108,7 +109,7 @@ func (r *requester) post(c *conn, p *path, wr *hca.SendWR) error {
 		w.npkts = npackets(w.length, p.mtu)
 	case hca.WRAtomicCmpAndSwp, hca.WRAtomicFetchAndAdd:
 		w.npkts = 1
-	case hca.WRLocalInv:
+	case hca.WRLocalInv, hca.WRBindMW:
 		w.npkts = 0
 	default:
 		w.npkts = npackets(w.length, p.mtu)
@@ -154,9 +155,14 @@ func (r *requester) output(c *conn, p *path, b *batch, sqd bool) {
 				break
 			}
 		}
-		if w.npkts == 0 { // local operation: no packets
-			w.done = true
+		if w.npkts == 0 { // local operation (LOCAL_INV, BIND_MW): no packets
 			r.next = r.slot(r.next + 1)
+			if st := c.qp.ExecLocal(&w.wr); st != hca.WCSuccess {
+				r.localError(c, w, st)
+				return
+			}
+			w.done = true
+			r.complete(c)
 			continue
 		}
 		if w.done { // acknowledged while queued for a resend: nothing to send
@@ -200,7 +206,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 			panic(fmt.Sprintf("build READ with recvd %d npkts %d done %v sent %v", w.recvd, w.npkts, w.done, w.sent))
 		}
 		off := uint64(w.recvd) * uint64(w.mtu)
-		buf, o := b.start(p, hdr{op: wire.RCRDMAReadRequest, psn: psnAdd(w.firstPSN, w.recvd), ackReq: true}, wire.RETHLen)
+		buf, o := b.start(p, hdr{op: wire.RCRDMAReadRequest, psn: psnAdd(w.firstPSN, w.recvd), ackReq: true, srqn: wr.RemoteSRQN}, wire.RETHLen)
 		reth := wire.RETH(buf[o : o+wire.RETHLen])
 		reth.SetVA(wr.RemoteAddr + off)
 		reth.SetRKey(wr.RKey)
@@ -217,7 +223,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		if wr.Opcode == hca.WRAtomicFetchAndAdd {
 			op = wire.RCFetchAdd
 		}
-		buf, o := b.start(p, hdr{op: op, psn: w.firstPSN, ackReq: true}, wire.AtomicETHLen)
+		buf, o := b.start(p, hdr{op: op, psn: w.firstPSN, ackReq: true, srqn: wr.RemoteSRQN}, wire.AtomicETHLen)
 		a := wire.AtomicETH(buf[o : o+wire.AtomicETHLen])
 		a.SetVA(wr.RemoteAddr)
 		a.SetRKey(wr.RKey)
@@ -242,7 +248,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		n = 0
 	}
 	op, eth := requestOpcode(wr.Opcode, first, last, c.uc)
-	h := hdr{op: op, psn: psn, payload: n, se: last && wr.SendFlags&hca.SendSolicited != 0}
+	h := hdr{op: op, psn: psn, payload: n, se: last && wr.SendFlags&hca.SendSolicited != 0, srqn: wr.RemoteSRQN}
 	// Ask for an ACK at the end of every message and every 16 packets within a long one,
 	// so the window keeps moving (IBA 9.7.5.1 leaves the choice to the requester).
 	h.ackReq = !c.uc && (last || i%16 == 15)
@@ -358,7 +364,7 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 		return
 	}
 	psn := pk.BTH.PSN()
-	switch op := pk.BTH.OpCode(); op {
+	switch op := rcOp(pk.BTH.OpCode()); op {
 	case wire.RCAcknowledge:
 		a := pk.AETH
 		switch {
@@ -488,6 +494,9 @@ func (r *requester) nak(c *conn, psn uint32, code uint8) {
 		}
 		r.nakPSN, r.nakSet, r.sentSinceNak = psn, true, 0
 		c.stats.SeqNAKs.Add(1)
+		if trace.On() {
+			traceRetry(c, "seq_nak", psn, r.retryLeft)
+		}
 		r.goBack(psn)
 		return
 	}
@@ -523,6 +532,9 @@ func (r *requester) rnr(c *conn, psn uint32, code uint8) {
 	}
 	r.rnrWait = true
 	c.stats.RNRNAKs.Add(1)
+	if trace.On() {
+		traceRetry(c, "rnr_nak", psn, r.rnrLeft)
+	}
 	r.stopTimer()
 	f := func() {
 		c.mu.Lock()
@@ -736,7 +748,16 @@ func (c *conn) ackTimeout() {
 		return
 	}
 	r.timerOn = false
-	if r.retryLeft == 0 {
+	switch {
+	case r.retryLeft > 0:
+		r.retryLeft--
+	case c.migrate():
+		// IBA 17.2.8: the primary path failed and an alternate one is armed: migrate and
+		// resend there, with the alternate path's timeout and a fresh retry count.
+		a := c.qp.Attr()
+		r.timeout = ackTimeout(a.Timeout)
+		r.retryLeft = r.retryCnt
+	default:
 		w := &r.ring[r.head]
 		w.status, w.done = hca.WCRetryExcErr, true
 		r.complete(c)
@@ -744,8 +765,10 @@ func (c *conn) ackTimeout() {
 		c.runFail()
 		return
 	}
-	r.retryLeft--
 	c.stats.Timeouts.Add(1)
+	if trace.On() {
+		traceRetry(c, "timeout", psnAdd(r.ackedPSN, 1), r.retryLeft)
+	}
 	r.nakSet, r.readGapSet = false, false
 	// READs and atomics whose answers are missing though later PSNs were acknowledged
 	// are asked again; everything unacknowledged is sent again.

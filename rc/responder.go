@@ -41,6 +41,7 @@ const (
 
 // responder is the receive side of a connection (IBA 9.7.5.2).
 type responder struct {
+	xrc      bool // an XRC receive QP: requests name their SRQ in an XRCETH (Annex A14)
 	ePSN     uint32
 	ucSkip   bool // UC: a PSN gap was seen, drop until a First or Only (IBA 9.8.3)
 	msn      uint32
@@ -99,7 +100,7 @@ func rcOp(op wire.Opcode) wire.Opcode { return op & 0x1F }
 func (r *responder) request(c *conn, pk *hca.Packet) {
 	qp := c.qp
 	if s := qp.State(); s < hca.QPStateRTR || s > hca.QPStateSQE {
-		qp.Port().Counters().Inc(hca.CntDropQPState)
+		qp.Port().Drop(hca.CntDropQPState, pk.Raw)
 		return
 	}
 	if r.res == nil {
@@ -176,6 +177,12 @@ func (r *responder) fatal(c *conn, psn uint32, code uint8) {
 func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32) {
 	qp := c.qp
 	p := c.path.Load()
+	if r.xrc && !qp.ValidXRCSRQ(pk.XRCETH.SRQ()) {
+		// Annex A14: an XRCETH naming no XRC SRQ of the receive QP's domain is an
+		// invalid request (class C, IBA 9.9.3.1).
+		r.fatal(c, psn, wire.NAKInvalidRequest)
+		return
+	}
 	switch op {
 	case wire.RCSendFirst, wire.RCSendMiddle, wire.RCSendLast, wire.RCSendLastImm,
 		wire.RCSendOnly, wire.RCSendOnlyImm, wire.RCSendLastInv, wire.RCSendOnlyInv:
@@ -189,7 +196,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		}
 		if first {
 			if !r.haveWQE {
-				if !qp.TakeRecv(&r.wqe) {
+				if !r.takeRecv(qp, pk) {
 					r.rnr(c, psn)
 					return
 				}
@@ -210,6 +217,13 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			r.recvError(c, psn, st, code)
 			return
 		}
+		if last && pk.IETH != nil && !qp.InvalidateRemote(pk.IETH.RKey()) {
+			// IBA 9.9.3.1, class J: an R_Key a SEND_WITH_INV cannot invalidate (no type 2
+			// window bound through this QP; a type 1 window, o10-37.2.26) is an invalid
+			// request, and the receive completes with REM_INV_REQ_ERR.
+			r.recvError(c, psn, hca.WCRemInvReqErr, wire.NAKInvalidRequest)
+			return
+		}
 		r.sendOff += uint64(len(pk.Payload))
 		r.ePSN = psnAdd(psn, 1)
 		if last {
@@ -225,7 +239,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			}
 			r.haveWQE, r.inSend = false, false
 			r.msn = (r.msn + 1) & psnMask
-			qp.CompleteRecv(&wc, pk.BTH.SE())
+			qp.CompleteRecvWQE(&r.wqe, &wc, pk.BTH.SE())
 		}
 	case wire.RCRDMAWriteFirst, wire.RCRDMAWriteOnly, wire.RCRDMAWriteOnlyImm,
 		wire.RCRDMAWriteMiddle, wire.RCRDMAWriteLast, wire.RCRDMAWriteLastImm:
@@ -237,12 +251,12 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		}
 		if first {
 			reth := pk.RETH
-			mr, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteWrite)
+			mr, va, ok := r.access_(qp, pk, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteWrite)
 			if !ok {
 				r.fatal(c, psn, wire.NAKRemoteAccessError)
 				return
 			}
-			r.wMR, r.wVA, r.wLeft, r.wTotal = mr, reth.VA(), uint64(reth.DMALen()), uint64(reth.DMALen())
+			r.wMR, r.wVA, r.wLeft, r.wTotal = mr, va, uint64(reth.DMALen()), uint64(reth.DMALen())
 		}
 		n := uint64(len(pk.Payload))
 		if n > r.wLeft || (!last && n != uint64(p.mtu)) || (last && n != r.wLeft) {
@@ -252,7 +266,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		imm := op == wire.RCRDMAWriteOnlyImm || op == wire.RCRDMAWriteLastImm
 		if imm && !r.haveWQE {
 			// WRITE with immediate consumes a receive WQE (IBA 9.4.2); none: RNR NAK.
-			if !qp.TakeRecv(&r.wqe) {
+			if !r.takeRecv(qp, pk) {
 				r.rnr(c, psn)
 				return
 			}
@@ -273,7 +287,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 				wc := hca.WC{WRID: r.wqe.WRID, Status: hca.WCSuccess, Opcode: hca.WCRecvRDMAWithImm,
 					ByteLen: uint32(r.wTotal), SrcQP: p.destQPN, SLID: pk.LRH.SLID(), SL: pk.LRH.SL(),
 					WCFlags: hca.WCWithImm, ImmData: pk.ImmDt.Imm()}
-				qp.CompleteRecv(&wc, pk.BTH.SE())
+				qp.CompleteRecvWQE(&r.wqe, &wc, pk.BTH.SE())
 			}
 		}
 	case wire.RCRDMAReadRequest:
@@ -282,7 +296,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			return
 		}
 		reth := pk.RETH
-		mr, ok := r.access_(qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
+		mr, va, ok := r.access_(qp, pk, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
 		if !ok {
 			r.fatal(c, psn, wire.NAKRemoteAccessError)
 			r.lastFatal += fmt.Sprintf(" READ va %#x len %d rkey %#x", reth.VA(), reth.DMALen(), reth.RKey())
@@ -292,7 +306,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		r.keep(rdRes{valid: true, psn: psn, npkts: n})
 		r.ePSN = psnAdd(psn, n)
 		r.msn = (r.msn + 1) & psnMask
-		r.push(out{kind: outRead, psn: psn, mr: mr, va: reth.VA(), length: uint64(reth.DMALen()), npkts: n, msn: r.msn})
+		r.push(out{kind: outRead, psn: psn, mr: mr, va: va, length: uint64(reth.DMALen()), npkts: n, msn: r.msn})
 		return
 	case wire.RCCompareSwap, wire.RCFetchAdd:
 		if r.inSend || r.inWrite {
@@ -304,12 +318,16 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			r.fatal(c, psn, wire.NAKInvalidRequest)
 			return
 		}
-		mr, ok := r.access_(qp, a.RKey(), a.VA(), 8, hca.AccessRemoteAtomic)
+		mr, va, ok := r.access_(qp, pk, a.RKey(), a.VA(), 8, hca.AccessRemoteAtomic)
 		if !ok {
 			r.fatal(c, psn, wire.NAKRemoteAccessError)
 			return
 		}
-		b, _ := mr.Slice(a.VA(), 8)
+		if va%8 != 0 { // a zero-based window at an unaligned place of its region
+			r.fatal(c, psn, wire.NAKInvalidRequest)
+			return
+		}
+		b, _ := mr.Slice(va, 8)
 		// The 8 bytes are aligned because the VA is the buffer's real address: operate
 		// atomically, so that atomics from several QPs on one location serialise.
 		word := (*uint64)(unsafe.Pointer(&b[0]))
@@ -339,19 +357,26 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 }
 
 // access_ checks an R_Key for an access (IBA 9.7.5.2.4): it names an MR of the QP's
-// PD that allows the access, the QP allows it too, and [va, va+n) lies inside.
-func (r *responder) access_(qp *hca.QP, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, bool) {
-	mr := qp.Device().LookupKey(rkey)
-	if mr == nil || mr.PD() != qp.PD() || mr.Access()&acc == 0 || r.access&acc == 0 {
-		return nil, false
+// PD, or a memory window bound in it, that allows the access, the QP allows it too, and
+// [va, va+n) lies inside. It returns the MR and where in it the access starts.
+func (r *responder) access_(qp *hca.QP, pk *hca.Packet, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, uint64, bool) {
+	if r.access&acc == 0 {
+		return nil, 0, false
 	}
-	if n > 1<<31 {
-		return nil, false
+	if r.xrc {
+		// Annex A14: an XRC request reaches memory through its XRC SRQ's PD.
+		return qp.RemoteAccessXRC(pk.XRCETH.SRQ(), rkey, va, n, acc)
 	}
-	if _, ok := mr.Slice(va, uint32(n)); !ok {
-		return nil, false
+	return qp.RemoteAccess(rkey, va, n, acc)
+}
+
+// takeRecv takes the receive WQE a SEND (or WRITE with immediate) consumes: from the QP's
+// RQ or SRQ, or for an XRC receive QP from the XRC SRQ the request names.
+func (r *responder) takeRecv(qp *hca.QP, pk *hca.Packet) bool {
+	if r.xrc {
+		return qp.TakeRecvXRC(pk.XRCETH.SRQ(), &r.wqe)
 	}
-	return mr, true
+	return qp.TakeRecv(&r.wqe)
 }
 
 func (r *responder) keep(x rdRes) {
@@ -371,7 +396,7 @@ func (r *responder) rnr(c *conn, psn uint32) {
 // recvError completes the receive WQE in error and NAKs (IBA 9.9: the QP goes to ERR).
 func (r *responder) recvError(c *conn, psn uint32, st hca.WCStatus, code uint8) {
 	if r.haveWQE {
-		c.qp.CompleteRecv(&hca.WC{WRID: r.wqe.WRID, Status: st, Opcode: hca.WCRecv}, false)
+		c.qp.CompleteRecvWQE(&r.wqe, &hca.WC{WRID: r.wqe.WRID, Status: st, Opcode: hca.WCRecv}, false)
 		r.haveWQE = false
 	}
 	r.inSend = false
@@ -385,14 +410,14 @@ func (r *responder) duplicate(c *conn, pk *hca.Packet, op wire.Opcode, psn uint3
 	switch op {
 	case wire.RCRDMAReadRequest:
 		reth := pk.RETH
-		mr, ok := r.access_(c.qp, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
+		mr, va, ok := r.access_(c.qp, pk, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteRead)
 		if !ok {
 			return
 		}
 		p := c.path.Load()
 		n := npackets(uint64(reth.DMALen()), p.mtu)
 		msn := r.msn
-		r.push(out{kind: outRead, psn: psn, mr: mr, va: reth.VA(), length: uint64(reth.DMALen()), npkts: n, msn: msn})
+		r.push(out{kind: outRead, psn: psn, mr: mr, va: va, length: uint64(reth.DMALen()), npkts: n, msn: msn})
 	case wire.RCCompareSwap, wire.RCFetchAdd:
 		for _, x := range r.res {
 			if x.valid && x.atomic && x.psn == psn {

@@ -38,6 +38,10 @@ TOOLS=(
 	"ib_write_bw perftest"
 	"/usr/include/rdma/rdma_cma.h librdmacm-dev"
 	"rping rdmacm-utils"
+	"opensm opensm"
+	"ibsim ibsim-utils"
+	"/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so libumad2sim0"
+	"ibnetdiscover infiniband-diags"
 )
 # Fuzz targets: package and function.
 FUZZ=(
@@ -48,6 +52,8 @@ FUZZ=(
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"
 	"./internal/shmring FuzzConsumer"
+	"./trace FuzzDecode"
+	"./internal/ibsim FuzzDatagrams"
 	"./fabric/udplink FuzzReceive"
 )
 

@@ -118,7 +118,7 @@ func (t *Transport) flush(qp *hca.QP, port *hca.Port, b *sendBatch) {
 	if b.n == 0 {
 		return
 	}
-	port.Transmit(b.pkts[:b.n])
+	port.TransmitQP(qp, b.pkts[:b.n])
 	for k := 0; k < b.n; k++ {
 		if wr := b.wrs[k]; qp.Signaled(wr) {
 			qp.CompleteSend(&hca.WC{WRID: wr.WRID, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: b.lens[k]})
@@ -224,19 +224,18 @@ func (t *Transport) build(qp *hca.QP, port *hca.Port, wr *hca.SendWR, buf []byte
 // first 40 bytes, the payload after it.
 func (t *Transport) Receive(qp *hca.QP, p *hca.Packet) {
 	port := qp.Port()
-	c := port.Counters()
 	if p.BTH.OpCode().Transport() != wire.TransportUD || p.DETH == nil {
-		c.Inc(hca.CntDropQPType)
+		port.Drop(hca.CntDropQPType, p.Raw)
 		return
 	}
 	// IBA 10.2.5: the Q_Key must match the QP's; QP0 is exempt, QP1's is fixed.
 	if qp.Type() != hca.QPTypeSMI && p.DETH.QKey() != qp.QKey() {
-		c.Inc(hca.CntQKeyViolations)
+		port.Drop(hca.CntQKeyViolations, p.Raw)
 		return
 	}
 	var w hca.RecvWQE
 	if !qp.TakeRecv(&w) {
-		c.Inc(hca.CntDropNoRecvWQE)
+		port.Drop(hca.CntDropNoRecvWQE, p.Raw)
 		return
 	}
 	n := len(p.Payload)

@@ -100,6 +100,17 @@ func (h ImmDt) Imm() uint32 { return binary.BigEndian.Uint32(h) }
 // SetImm sets the immediate data.
 func (h ImmDt) SetImm(v uint32) { binary.BigEndian.PutUint32(h, v) }
 
+// XRCETH is the XRC Extended Transport Header (IBA Annex A14, XRC), 4 bytes: 8 reserved
+// bits and the 24-bit number of the XRC SRQ at the responder that receives the request.
+// It follows the BTH of every XRC request.
+type XRCETH []byte
+
+// SRQ returns XRCSRQ, the destination XRC SRQ number.
+func (h XRCETH) SRQ() uint32 { return binary.BigEndian.Uint32(h) & 0xFFFFFF }
+
+// SetSRQ sets XRCSRQ (and clears the reserved bits).
+func (h XRCETH) SetSRQ(v uint32) { binary.BigEndian.PutUint32(h, v&0xFFFFFF) }
+
 // IETH is the Invalidate Extended Transport Header (IBA 9.3.8), 4 bytes:
 // the R_Key to invalidate.
 type IETH []byte

@@ -9,7 +9,7 @@ import (
 // lie within the input and are consistent with each other, and that
 // whatever it accepts keeps its shape.
 func FuzzParsePacket(f *testing.F) {
-	for _, op := range []Opcode{RCSendOnly, RCRDMAWriteOnlyImm, RCAtomicAcknowledge, RCCompareSwap, RDRDMAReadResponseFirst, UDSendOnlyImm} {
+	for _, op := range []Opcode{RCSendOnly, RCRDMAWriteOnlyImm, RCAtomicAcknowledge, RCCompareSwap, RDRDMAReadResponseFirst, UDSendOnlyImm, 0xAB, 0xB3} {
 		f.Add(buildPacket(op, false, 5))
 		f.Add(buildPacket(op, true, 3))
 	}
@@ -44,7 +44,8 @@ func FuzzParsePacket(f *testing.F) {
 		if len(p.ICRC) != ICRCLen {
 			t.Fatal("ICRC view")
 		}
-		if (p.DETH != nil) != op.Headers().Has(HasDETH) || (p.AETH != nil) != op.Headers().Has(HasAETH) {
+		if (p.DETH != nil) != op.Headers().Has(HasDETH) || (p.AETH != nil) != op.Headers().Has(HasAETH) ||
+			(p.XRCETH != nil) != op.Headers().Has(HasXRCETH) {
 			t.Fatal("header views disagree with opcode")
 		}
 		// Set then check the ICRC round-trips.

@@ -15,6 +15,7 @@ const (
 	AtomicAckETHLen = 8
 	ImmDtLen        = 4
 	IETHLen         = 4
+	XRCETHLen       = 4
 	ICRCLen         = 4
 	VCRCLen         = 2
 )

@@ -106,9 +106,9 @@ const (
 )
 
 // HeaderSet is a bitmask of the extended transport headers that follow the
-// BTH. The bits are in wire order: when several are present they appear in
-// the order RDETH, DETH, RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH
-// (IBA 9.2, packet header layouts; 9.3).
+// BTH. When several are present they appear in the order RDETH, DETH, XRCETH,
+// RETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH (IBA 9.2, packet header
+// layouts; 9.3; Annex A14 for XRCETH, which comes first after the BTH).
 type HeaderSet uint16
 
 // Extended transport headers.
@@ -121,6 +121,7 @@ const (
 	HasAtomicAckETH
 	HasImmDt
 	HasIETH
+	HasXRCETH
 )
 
 // Has reports whether all headers in x are in s.
@@ -134,6 +135,9 @@ func (s HeaderSet) Len() int {
 	}
 	if s&HasDETH != 0 {
 		n += DETHLen
+	}
+	if s&HasXRCETH != 0 {
+		n += XRCETHLen
 	}
 	if s&HasRETH != 0 {
 		n += RETHLen
@@ -256,6 +260,16 @@ func init() {
 	// UD: SEND Only and SEND Only with Immediate, with DETH (IBA 9.2, 9.3.2).
 	add(TransportUD, "UD", opDesc{0x04, "SendOnly", pO, 0}, HasDETH)
 	add(TransportUD, "UD", opDesc{0x05, "SendOnlyImm", pO, HasImmDt}, HasDETH)
+	// XRC (IBA Annex A14): the RC operations with transport bits 101; requests carry an
+	// XRCETH, responses (read responses, ACKs) do not.
+	for _, d := range append(append(append([]opDesc(nil), sharedOps...), reliableOps...),
+		opDesc{0x16, "SendLastInv", pL, HasIETH}, opDesc{0x17, "SendOnlyInv", pO, HasIETH}) {
+		extra := HasXRCETH
+		if d.low >= 0x0D && d.low <= 0x12 {
+			extra = 0
+		}
+		add(TransportXRC, "XRC", d, extra)
+	}
 }
 
 // String returns the opcode's name, e.g. "RCSendFirst", or "Opcode(0xNN)".
@@ -275,9 +289,9 @@ func (o Opcode) Transport() Transport {
 	return t
 }
 
-// Valid reports whether o is an opcode this package knows: the RC, UC, RD
-// and UD opcodes of IBA table 38 (CNP, XRC and manufacturer-specific
-// opcodes are not supported).
+// Valid reports whether o is an opcode this package knows: the RC, UC, RD,
+// UD and XRC opcodes of IBA table 38 (CNP and manufacturer-specific opcodes
+// are not supported).
 func (o Opcode) Valid() bool { return opTable[o].flags&opValid != 0 }
 
 // Headers returns the extended transport headers that follow the BTH.

@@ -72,6 +72,31 @@ var opcodeSpec = map[Opcode]struct {
 
 	UDSendOnly:    {"UDSendOnly", HasDETH, true, 'O'},
 	UDSendOnlyImm: {"UDSendOnlyImm", HasDETH | HasImmDt, true, 'O'},
+
+	// XRC (Annex A14): requests carry an XRCETH, responses do not.
+	0xA0: {"XRCSendFirst", HasXRCETH, true, 'F'},
+	0xA1: {"XRCSendMiddle", HasXRCETH, true, 'M'},
+	0xA2: {"XRCSendLast", HasXRCETH, true, 'L'},
+	0xA3: {"XRCSendLastImm", HasXRCETH | HasImmDt, true, 'L'},
+	0xA4: {"XRCSendOnly", HasXRCETH, true, 'O'},
+	0xA5: {"XRCSendOnlyImm", HasXRCETH | HasImmDt, true, 'O'},
+	0xA6: {"XRCRDMAWriteFirst", HasXRCETH | HasRETH, true, 'F'},
+	0xA7: {"XRCRDMAWriteMiddle", HasXRCETH, true, 'M'},
+	0xA8: {"XRCRDMAWriteLast", HasXRCETH, true, 'L'},
+	0xA9: {"XRCRDMAWriteLastImm", HasXRCETH | HasImmDt, true, 'L'},
+	0xAA: {"XRCRDMAWriteOnly", HasXRCETH | HasRETH, true, 'O'},
+	0xAB: {"XRCRDMAWriteOnlyImm", HasXRCETH | HasRETH | HasImmDt, true, 'O'},
+	0xAC: {"XRCRDMAReadRequest", HasXRCETH | HasRETH, false, 'O'},
+	0xAD: {"XRCRDMAReadResponseFirst", HasAETH, true, 'F'},
+	0xAE: {"XRCRDMAReadResponseMiddle", 0, true, 'M'},
+	0xAF: {"XRCRDMAReadResponseLast", HasAETH, true, 'L'},
+	0xB0: {"XRCRDMAReadResponseOnly", HasAETH, true, 'O'},
+	0xB1: {"XRCAcknowledge", HasAETH, false, 'O'},
+	0xB2: {"XRCAtomicAcknowledge", HasAETH | HasAtomicAckETH, false, 'O'},
+	0xB3: {"XRCCompareSwap", HasXRCETH | HasAtomicETH, false, 'O'},
+	0xB4: {"XRCFetchAdd", HasXRCETH | HasAtomicETH, false, 'O'},
+	0xB6: {"XRCSendLastInv", HasXRCETH | HasIETH, true, 'L'},
+	0xB7: {"XRCSendOnlyInv", HasXRCETH | HasIETH, true, 'O'},
 }
 
 func TestOpcodes(t *testing.T) {
@@ -107,7 +132,7 @@ func TestOpcodes(t *testing.T) {
 		if pos != want {
 			t.Errorf("%v: position %v want %c", op, pos, s.pos)
 		}
-		wantT := map[byte]Transport{0: TransportRC, 1: TransportUC, 2: TransportRD, 3: TransportUD}[byte(i>>5)]
+		wantT := map[byte]Transport{0: TransportRC, 1: TransportUC, 2: TransportRD, 3: TransportUD, 5: TransportXRC}[byte(i>>5)]
 		if op.Transport() != wantT {
 			t.Errorf("%v: transport %v", op, op.Transport())
 		}

@@ -42,6 +42,7 @@ type Packet struct {
 	AtomicAckETH AtomicAckETH
 	ImmDt        ImmDt
 	IETH         IETH
+	XRCETH       XRCETH
 	// Payload is the payload without its pad bytes. For raw packets it is
 	// everything after the LRH (the RWH or IPv6 header included).
 	Payload []byte
@@ -127,6 +128,10 @@ func (p *Packet) Parse(b []byte) error {
 	if h&HasDETH != 0 {
 		p.DETH = DETH(b[off : off+DETHLen])
 		off += DETHLen
+	}
+	if h&HasXRCETH != 0 {
+		p.XRCETH = XRCETH(b[off : off+XRCETHLen])
+		off += XRCETHLen
 	}
 	if h&HasRETH != 0 {
 		p.RETH = RETH(b[off : off+RETHLen])

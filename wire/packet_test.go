@@ -59,6 +59,10 @@ func buildPacket(op Opcode, global bool, payLen int) []byte {
 		DETH(b[off:]).SetSrcQP(0x333333)
 		off += DETHLen
 	}
+	if hs&HasXRCETH != 0 {
+		XRCETH(b[off:]).SetSRQ(0xeeeeee)
+		off += XRCETHLen
+	}
 	if hs&HasRETH != 0 {
 		RETH(b[off:]).SetVA(0x4444)
 		RETH(b[off:]).SetRKey(0x5555)
@@ -126,6 +130,7 @@ func TestParseRoundTrip(t *testing.T) {
 					HasRDETH: p.RDETH != nil, HasDETH: p.DETH != nil, HasRETH: p.RETH != nil,
 					HasAtomicETH: p.AtomicETH != nil, HasAETH: p.AETH != nil,
 					HasAtomicAckETH: p.AtomicAckETH != nil, HasImmDt: p.ImmDt != nil, HasIETH: p.IETH != nil,
+					HasXRCETH: p.XRCETH != nil,
 				}
 				for bit, ok := range present {
 					if hs.Has(bit) != ok {
@@ -139,7 +144,8 @@ func TestParseRoundTrip(t *testing.T) {
 					p.AETH != nil && p.AETH.MSN() != 0xaaaa ||
 					p.AtomicAckETH != nil && p.AtomicAckETH.OrigRemData() != 0xbbbb ||
 					p.ImmDt != nil && p.ImmDt.Imm() != 0xcccc ||
-					p.IETH != nil && p.IETH.RKey() != 0xdddd {
+					p.IETH != nil && p.IETH.RKey() != 0xdddd ||
+					p.XRCETH != nil && p.XRCETH.SRQ() != 0xeeeeee {
 					t.Fatalf("%v: ETH values", op)
 				}
 				wantPay := 0

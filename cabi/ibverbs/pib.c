@@ -13,6 +13,7 @@
 #include <endian.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 
 #include "pib.h"
 #include "_cgo_export.h"
@@ -99,6 +100,11 @@ static int req_notify_cq_op(struct ibv_cq *cq, int solicited);
 static int post_send_op(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 static int post_recv_op(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int post_srq_recv_op(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+static struct ibv_xrcd *open_xrcd_op(struct ibv_context *c, struct ibv_xrcd_init_attr *a);
+static int close_xrcd_op(struct ibv_xrcd *x);
+static struct ibv_mw *alloc_mw_op(struct ibv_pd *pd, enum ibv_mw_type type);
+static int dealloc_mw_op(struct ibv_mw *mw);
+static int bind_mw_op(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
 
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
@@ -130,6 +136,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->create_qp_ex = create_qp_ex_op;
 	v->create_srq_ex = create_srq_ex_op;
 	v->get_srq_num = get_srq_num_op;
+	v->open_xrcd = open_xrcd_op;
+	v->close_xrcd = close_xrcd_op;
 	v->modify_cq = modify_cq_op;
 	c->device = device;
 	c->cmd_fd = -1;
@@ -142,6 +150,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	c->ops.post_send = post_send_op;
 	c->ops.post_recv = post_recv_op;
 	c->ops.post_srq_recv = post_srq_recv_op;
+	c->ops.alloc_mw = alloc_mw_op;
+	c->ops.dealloc_mw = dealloc_mw_op;
+	c->ops.bind_mw = bind_mw_op;
 	return c;
 }
 
@@ -454,10 +465,82 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
 	return NULL;
 }
 
+// ibv_rereg_mr: 0, or IBV_REREG_MR_ERR_INPUT (bad arguments; the region is unchanged) or
+// IBV_REREG_MR_ERR_CMD (refused, e.g. EBUSY with windows bound) with errno set. The keys
+// change (pibgw moves their generation byte), as ibv_rereg_mr(3) allows.
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	errno = EOPNOTSUPP;
-	return IBV_REREG_MR_ERR_INPUT;
+	if (!flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	uint32_t lkey = 0, rkey = 0;
+	int input = 0;
+	access &= ~IBV_ACCESS_OPTIONAL_RANGE;
+	int rc = pibgo_rereg_mr(H(mr, pib_mr), flags, (flags & IBV_REREG_MR_CHANGE_PD) ? H(pd, pib_pd) : 0, addr, length,
+				access, &lkey, &rkey, &input);
+	if (rc) {
+		errno = rc;
+		return input ? IBV_REREG_MR_ERR_INPUT : IBV_REREG_MR_ERR_CMD;
+	}
+	if (flags & IBV_REREG_MR_CHANGE_PD)
+		mr->pd = pd;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->addr = addr;
+		mr->length = length;
+	}
+	mr->lkey = lkey;
+	mr->rkey = rkey;
+	return 0;
+}
+
+// ---- memory windows (context->ops: ibv_alloc_mw, ibv_dealloc_mw, ibv_bind_mw are inline)
+
+static struct ibv_mw *alloc_mw_op(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct pib_mw *m = calloc(1, sizeof(*m));
+	int err = 0;
+	uint32_t rkey = 0;
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	m->h = pibgo_alloc_mw(H(pd, pib_pd), type, &rkey, &err);
+	if (!m->h) {
+		free(m);
+		errno = err;
+		return NULL;
+	}
+	m->mw.context = pd->context;
+	m->mw.pd = pd;
+	m->mw.rkey = rkey;
+	m->mw.handle = (uint32_t)m->h;
+	m->mw.type = type;
+	return &m->mw;
+}
+
+static int dealloc_mw_op(struct ibv_mw *mw)
+{
+	int rc = pibgo_dealloc_mw(H(mw, pib_mw));
+	if (rc)
+		return rc;
+	free(mw);
+	return 0;
+}
+
+// bind_mw_op is ibv_bind_mw's provider half (verbs.h has checked the type and the PDs): it
+// posts a BIND_MW WR and gives the window the R_Key it will have, as providers do.
+static int bind_mw_op(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
+{
+	uint32_t rkey = 0;
+	const struct ibv_mw_bind_info *i = &b->bind_info;
+	int rc = pibgo_bind_mw(H(qp, pib_qp), H(mw, pib_mw), b->wr_id, b->send_flags, i->mr ? H(i->mr, pib_mr) : 0,
+			       i->addr, i->length, i->mw_access_flags, &rkey);
+	if (rc)
+		return rc;
+	mw->rkey = rkey;
+	return 0;
 }
 
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
@@ -751,7 +834,33 @@ EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_att
 
 static struct ibv_srq *create_srq_ex_op(struct ibv_context *c, struct ibv_srq_init_attr_ex *a)
 {
-	// Only basic SRQs with a PD exist here (no XRC, no tag matching).
+	// Basic SRQs with a PD, and XRC SRQs (a PD, an XRC domain and a CQ); no tag matching.
+	const uint32_t xrc = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type == IBV_SRQT_XRC) {
+		if ((a->comp_mask & xrc) != xrc || (a->comp_mask & ~xrc) || !a->pd || !a->xrcd || !a->cq) {
+			errno = EINVAL;
+			return NULL;
+		}
+		struct pib_srq *s = calloc(1, sizeof(*s));
+		int err = 0;
+		if (!s) {
+			errno = ENOMEM;
+			return NULL;
+		}
+		s->h = pibgo_create_xrc_srq(H(a->pd, pib_pd), H(a->xrcd, pib_xrcd), H(a->cq, pib_cq), &a->attr, s, &err);
+		if (!s->h) {
+			free(s);
+			errno = err;
+			return NULL;
+		}
+		s->srq.context = c;
+		s->srq.srq_context = a->srq_context;
+		s->srq.pd = a->pd;
+		s->srq.handle = (uint32_t)s->h;
+		pthread_mutex_init(&s->srq.mutex, NULL);
+		pthread_cond_init(&s->srq.cond, NULL);
+		return &s->srq;
+	}
 	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC) {
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -766,7 +875,55 @@ static struct ibv_srq *create_srq_ex_op(struct ibv_context *c, struct ibv_srq_in
 
 static int get_srq_num_op(struct ibv_srq *srq, uint32_t *num)
 {
-	return EOPNOTSUPP; // SRQ numbers are for XRC SRQs
+	return pibgo_srq_num(H(srq, pib_srq), num); // EOPNOTSUPP for an SRQ that is not XRC's
+}
+
+// ---- XRC domains (ibv_open_xrcd/ibv_close_xrcd are inline, through verbs_context) -------
+
+static struct ibv_xrcd *open_xrcd_op(struct ibv_context *c, struct ibv_xrcd_init_attr *a)
+{
+	const uint32_t need = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+	if (a->comp_mask & ~need) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((a->comp_mask & need) != need) {
+		errno = EINVAL; // as rdma-core's ibv_cmd_open_xrcd
+		return NULL;
+	}
+	// Processes share a domain through a file (its inode); within this process the same
+	// file opens the same domain, fd -1 a new one.
+	uint64_t dev = 0, ino = 0;
+	if (a->fd >= 0) {
+		struct stat st;
+		if (fstat(a->fd, &st))
+			return NULL;
+		dev = st.st_dev;
+		ino = st.st_ino;
+	}
+	struct pib_xrcd *x = calloc(1, sizeof(*x));
+	int err = 0;
+	if (!x) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	x->h = pibgo_open_xrcd(ctx_of(c)->h, a->fd >= 0, dev, ino, a->oflags, &err);
+	if (!x->h) {
+		free(x);
+		errno = err;
+		return NULL;
+	}
+	x->xrcd.context = c;
+	return &x->xrcd;
+}
+
+static int close_xrcd_op(struct ibv_xrcd *x)
+{
+	int rc = pibgo_close_xrcd(H(x, pib_xrcd));
+	if (rc)
+		return rc;
+	free(x);
+	return 0;
 }
 
 EXPORT int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *a, int mask)
@@ -802,12 +959,16 @@ static void wr_set_ops(struct ibv_qp_ex *q);
 // The rdma_cm ID whose QP create_qp makes (pib_cm_create_qp), per thread.
 static __thread uint64_t cm_qp_id;
 
-static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, uint64_t send_ops)
+static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_xrcd *xrcd, struct ibv_qp_init_attr *a, uint64_t send_ops)
 {
 	struct pib_qp *q;
 	struct pib_qp_create pc;
 	int err = 0;
-	if (!a->send_cq || !a->recv_cq) {
+	// An XRC send QP has no receive side, an XRC receive QP (created in an XRC domain,
+	// xrcd set) no CQs at all.
+	int xrc_recv = a->qp_type == IBV_QPT_XRC_RECV, xrc_send = a->qp_type == IBV_QPT_XRC_SEND;
+	if ((!xrc_recv && !a->send_cq) || (!xrc_recv && !xrc_send && !a->recv_cq) || (xrc_recv && !xrcd) ||
+	    (!xrc_recv && !pd)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -817,9 +978,10 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 		return NULL;
 	}
 	memset(&pc, 0, sizeof(pc));
-	pc.pd = H(pd, pib_pd);
-	pc.send_cq = H(a->send_cq, pib_cq);
-	pc.recv_cq = H(a->recv_cq, pib_cq);
+	pc.pd = pd ? H(pd, pib_pd) : 0;
+	pc.xrcd = xrc_recv ? H(xrcd, pib_xrcd) : 0;
+	pc.send_cq = a->send_cq ? H(a->send_cq, pib_cq) : 0;
+	pc.recv_cq = a->recv_cq ? H(a->recv_cq, pib_cq) : 0;
 	pc.srq = a->srq ? H(a->srq, pib_srq) : 0;
 	pc.cap = a->cap;
 	pc.qp_type = a->qp_type;
@@ -833,7 +995,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 	}
 	a->cap = pc.cap;
 	struct ibv_qp *qp = &q->qpx.qp_base;
-	qp->context = pd->context;
+	qp->context = pd ? pd->context : xrcd->context;
 	qp->qp_context = a->qp_context;
 	qp->pd = pd;
 	qp->send_cq = a->send_cq;
@@ -853,7 +1015,7 @@ static struct ibv_qp *create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, u
 
 EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
-	return create_qp(pd, a, 0);
+	return create_qp(pd, NULL, a, 0);
 }
 
 // pib_cm_create_qp is rdma_create_qp's ibv_create_qp (librdmacm.so.1): the QP is the rdma_cm
@@ -861,7 +1023,7 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 EXPORT struct ibv_qp *pib_cm_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a, uint64_t id)
 {
 	cm_qp_id = id;
-	struct ibv_qp *qp = create_qp(pd, a, 0);
+	struct ibv_qp *qp = create_qp(pd, NULL, a, 0);
 	cm_qp_id = 0;
 	if (qp)
 		qp->state = a->qp_type == IBV_QPT_UD ? IBV_QPS_RTS : IBV_QPS_INIT;
@@ -870,13 +1032,25 @@ EXPORT struct ibv_qp *pib_cm_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 
 static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
 			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
-	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || (a->comp_mask & ~known)) {
-		errno = EOPNOTSUPP; // XRC, RSS, TSO, create flags, source QPN: not on this HCA
+			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
+	if (a->comp_mask & ~known) {
+		errno = EOPNOTSUPP; // RSS, TSO, create flags, source QPN: not on this HCA
+		return NULL;
+	}
+	// XRC receive QPs belong to an XRC domain, every other QP to a PD.
+	struct ibv_xrcd *xrcd = NULL;
+	if (a->qp_type == IBV_QPT_XRC_RECV) {
+		if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd) {
+			errno = EINVAL;
+			return NULL;
+		}
+		xrcd = a->xrcd;
+	} else if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd) {
+		errno = EINVAL;
 		return NULL;
 	}
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops)) {
@@ -892,7 +1066,7 @@ static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_
 		.qp_type = a->qp_type,
 		.sq_sig_all = a->sq_sig_all,
 	};
-	struct ibv_qp *qp = create_qp(a->pd, &ia, a->send_ops_flags);
+	struct ibv_qp *qp = create_qp(a->pd, xrcd, &ia, a->send_ops_flags);
 	if (qp) {
 		a->cap = ia.cap;
 		if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
@@ -998,9 +1172,19 @@ static void flatten(struct ibv_qp *qp, struct ibv_send_wr *wr, struct pib_swr *s
 		s->compare_add = wr->wr.atomic.compare_add;
 		s->swap = wr->wr.atomic.swap;
 		break;
+	case IBV_WR_BIND_MW:
+		s->mw = wr->bind_mw.mw ? H(wr->bind_mw.mw, pib_mw) : 0;
+		s->rkey = wr->bind_mw.rkey;
+		s->mr = wr->bind_mw.bind_info.mr ? H(wr->bind_mw.bind_info.mr, pib_mr) : 0;
+		s->remote_addr = wr->bind_mw.bind_info.addr;
+		s->bind_length = wr->bind_mw.bind_info.length;
+		s->bind_access = wr->bind_mw.bind_info.mw_access_flags;
+		break;
 	default:
 		break;
 	}
+	if (qp->qp_type == IBV_QPT_XRC_SEND)
+		s->remote_srqn = wr->qp_type.xrc.remote_srqn;
 	if (qp->qp_type == IBV_QPT_UD) {
 		s->ah = wr->wr.ud.ah ? H(wr->wr.ud.ah, pib_ah) : 0;
 		s->remote_qpn = wr->wr.ud.remote_qpn;
@@ -1173,10 +1357,17 @@ static void wr_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
 		s->imm = rkey;
 }
 
-static void wr_unsupported_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey,
-				   const struct ibv_mw_bind_info *info)
+static void wr_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
 {
-	((struct pib_qp *)x)->b.err = EOPNOTSUPP;
+	struct pib_swr *s = wr_new(x, IBV_WR_BIND_MW);
+	if (s) {
+		s->mw = mw ? H(mw, pib_mw) : 0;
+		s->rkey = rkey;
+		s->mr = info->mr ? H(info->mr, pib_mr) : 0;
+		s->remote_addr = info->addr;
+		s->bind_length = info->length;
+		s->bind_access = info->mw_access_flags;
+	}
 }
 
 static void wr_unsupported_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, uint16_t mss)
@@ -1184,9 +1375,11 @@ static void wr_unsupported_tso(struct ibv_qp_ex *x, void *hdr, uint16_t hdr_sz, 
 	((struct pib_qp *)x)->b.err = EOPNOTSUPP;
 }
 
-static void wr_unsupported_xrc(struct ibv_qp_ex *x, uint32_t srqn)
+static void wr_set_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
-	((struct pib_qp *)x)->b.err = EOPNOTSUPP;
+	struct pib_swr *s = wr_cur(x);
+	if (s)
+		s->remote_srqn = srqn;
 }
 
 static void wr_unsupported_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *wr)
@@ -1283,7 +1476,7 @@ static void wr_set_ops(struct ibv_qp_ex *x)
 {
 	x->wr_atomic_cmp_swp = wr_atomic_cmp_swp;
 	x->wr_atomic_fetch_add = wr_atomic_fetch_add;
-	x->wr_bind_mw = wr_unsupported_bind_mw;
+	x->wr_bind_mw = wr_bind_mw;
 	x->wr_local_inv = wr_local_inv;
 	x->wr_rdma_read = wr_rdma_read;
 	x->wr_rdma_write = wr_rdma_write;
@@ -1293,7 +1486,7 @@ static void wr_set_ops(struct ibv_qp_ex *x)
 	x->wr_send_inv = wr_send_inv;
 	x->wr_send_tso = wr_unsupported_tso;
 	x->wr_set_ud_addr = wr_set_ud_addr;
-	x->wr_set_xrc_srqn = wr_unsupported_xrc;
+	x->wr_set_xrc_srqn = wr_set_xrc_srqn;
 	x->wr_set_inline_data = wr_set_inline_data;
 	x->wr_set_inline_data_list = wr_set_inline_data_list;
 	x->wr_set_sge = wr_set_sge;

@@ -31,6 +31,16 @@ struct pib_mr {
 	uint64_t h;
 };
 
+struct pib_xrcd {
+	struct ibv_xrcd xrcd;
+	uint64_t h;
+};
+
+struct pib_mw {
+	struct ibv_mw mw;
+	uint64_t h;
+};
+
 struct pib_channel {
 	struct ibv_comp_channel ch;
 	uint64_t h;
@@ -70,6 +80,12 @@ struct pib_swr {
 	uint64_t compare_add;
 	uint64_t swap;
 	uint64_t ah; // Go handle of the AH (UD)
+	// IBV_WR_BIND_MW: the window and region (Go handles), the window's new R_Key in
+	// rkey, the bind address in remote_addr, and these.
+	uint64_t mw, mr;
+	uint64_t bind_length;
+	uint32_t bind_access;
+	uint32_t remote_srqn; // XRC send QPs: wr.qp_type.xrc.remote_srqn
 };
 
 // The ibv_wr_* builder of a QP: WRs collect between ibv_wr_start and ibv_wr_complete.
@@ -92,6 +108,7 @@ struct pib_qp {
 // pib_qp_create carries ibv_qp_init_attr(_ex) to Go.
 struct pib_qp_create {
 	uint64_t pd, send_cq, recv_cq, srq;
+	uint64_t xrcd; // XRC receive QPs: the domain (no PD, no CQs)
 	struct ibv_qp_cap cap; // in: requested; out: actual
 	uint32_t qp_type;
 	int sq_sig_all;

@@ -68,6 +68,13 @@ func (t *table[T]) get(h C.uint64_t) (T, bool) {
 	return v, ok
 }
 
+// set replaces the object behind a handle (ibv_rereg_mr's new region).
+func (t *table[T]) set(h C.uint64_t, v T) {
+	t.mu.Lock()
+	t.m[uint64(h)] = v
+	t.mu.Unlock()
+}
+
 func (t *table[T]) del(h C.uint64_t) {
 	t.mu.Lock()
 	delete(t.m, uint64(h))
@@ -764,13 +771,26 @@ func pibgo_post_srq_recv(h C.uint64_t, wr *C.struct_ibv_recv_wr, bad **C.struct_
 
 //export pibgo_create_qp
 func pibgo_create_qp(a *C.struct_pib_qp_create, cptr unsafe.Pointer, perr *C.int) C.uint64_t {
-	pd, ok := pds.get(a.pd)
+	var pd *hca.PD
+	var xrcd *hca.XRCD
+	ok := true
+	if a.qp_type == C.IBV_QPT_XRC_RECV {
+		xrcd, ok = xrcdOf(a.xrcd)
+	} else {
+		pd, ok = pds.get(a.pd)
+	}
 	if !ok {
 		*perr = einval
 		return 0
 	}
-	send, ok1 := cqs.get(a.send_cq)
-	recv, ok2 := cqs.get(a.recv_cq)
+	var send, recv *hca.CQ
+	ok1, ok2 := true, true
+	if a.send_cq != 0 {
+		send, ok1 = cqs.get(a.send_cq)
+	}
+	if a.recv_cq != 0 {
+		recv, ok2 = cqs.get(a.recv_cq)
+	}
 	if !ok1 || !ok2 {
 		*perr = einval
 		return 0
@@ -784,8 +804,8 @@ func pibgo_create_qp(a *C.struct_pib_qp_create, cptr unsafe.Pointer, perr *C.int
 		},
 	}
 	switch init.QPType {
-	case hca.QPTypeRC, hca.QPTypeUC, hca.QPTypeUD:
-	case C.IBV_QPT_RAW_PACKET, C.IBV_QPT_XRC_SEND, C.IBV_QPT_XRC_RECV, C.IBV_QPT_DRIVER:
+	case hca.QPTypeRC, hca.QPTypeUC, hca.QPTypeUD, hca.QPTypeXRCSend, hca.QPTypeXRCRecv:
+	case C.IBV_QPT_RAW_PACKET, C.IBV_QPT_DRIVER:
 		*perr = C.int(syscall.EOPNOTSUPP)
 		return 0
 	default:
@@ -809,6 +829,8 @@ func pibgo_create_qp(a *C.struct_pib_qp_create, cptr unsafe.Pointer, perr *C.int
 			return 0
 		}
 		qp, err = o.id.CreateQP(pd, init)
+	} else if xrcd != nil {
+		qp, err = xrcd.CreateQP(init)
 	} else {
 		qp, err = pd.CreateQP(init)
 	}
@@ -988,11 +1010,17 @@ func pibgo_post_send(h C.uint64_t, s *C.struct_pib_swr, n C.int, posted *C.int) 
 			WRID: uint64(w.wr_id), Opcode: hca.WROpcode(w.opcode), SendFlags: hca.SendFlags(w.flags),
 			RemoteAddr: uint64(w.remote_addr), RKey: uint32(w.rkey),
 			CompareAdd: uint64(w.compare_add), Swap: uint64(w.swap),
-			RemoteQPN: uint32(w.remote_qpn), RemoteQKey: uint32(w.remote_qkey),
+			RemoteQPN: uint32(w.remote_qpn), RemoteQKey: uint32(w.remote_qkey), RemoteSRQN: uint32(w.remote_srqn),
 		}
 		switch wr.Opcode {
 		case hca.WRSendWithInv, hca.WRLocalInv:
 			wr.InvalidateRKey = uint32(w.imm)
+		case hca.WRBindMW:
+			if !bindWR(w, &wr) {
+				o.wrs = wrs[:0]
+				*posted = C.int(i)
+				return einval
+			}
 		default:
 			wr.ImmData = uint32(w.imm)
 		}

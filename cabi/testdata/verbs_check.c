@@ -6,7 +6,11 @@
 //     are in use, unsupported extended verbs (EOPNOTSUPP);
 //   - the ibv_wr_* send API (RDMA WRITE, SEND with inline data, atomics) and ibv_cq_ex
 //     polling move the right bytes;
-//   - completion channels (also non-blocking) and async events (SRQ limit) work.
+//   - completion channels (also non-blocking) and async events (SRQ limit) work;
+//   - memory windows: a type 2 window bound by a BIND_MW WR carries an RDMA WRITE, a
+//     SEND_WITH_INV from the peer invalidates it and the next WRITE through it fails with
+//     REM_ACCESS_ERR; a type 1 window bound with ibv_bind_mw; ibv_wr_bind_mw and
+//     ibv_wr_local_inv; ibv_rereg_mr changing a region's access.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -139,6 +143,145 @@ static struct ibv_wc wait_wc(struct ibv_cq *cq)
 	return wc;
 }
 
+static void post1(struct ibv_qp *qp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	CHECK(ibv_post_send(qp, wr, &bad) == 0, "post_send opcode %d: %m", wr->opcode);
+}
+
+static struct ibv_wc write_through(struct side *a, struct ibv_qp *qp, uint64_t wrid, uint64_t va, uint32_t rkey, int len)
+{
+	struct ibv_sge s = {.addr = (uintptr_t)a->buf, .length = len, .lkey = a->mr->lkey};
+	struct ibv_send_wr w = {.wr_id = wrid, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+				.send_flags = IBV_SEND_SIGNALED, .wr.rdma = {.remote_addr = va, .rkey = rkey}};
+	post1(qp, &w);
+	return wait_wc(a->cq);
+}
+
+// mem_windows checks memory windows and ibv_rereg_mr on fresh QP pairs between a and b.
+static void mem_windows(struct side *a, struct side *b)
+{
+	// b's region gains MW_BIND through ibv_rereg_mr; its keys change, the old R_Key dies.
+	uint32_t old = b->mr->rkey;
+	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+		  IBV_ACCESS_MW_BIND;
+	CHECK(ibv_rereg_mr(b->mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, acc) == 0, "rereg_mr: %m");
+	CHECK(b->mr->rkey != old, "rereg_mr kept R_Key %#x", old);
+	errno = 0;
+	CHECK(ibv_rereg_mr(b->mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL, "rereg_mr no flags");
+	OK("rereg_mr");
+
+	struct ibv_qp *aq = make_qp(a, a->cq, a->cq, NULL, 0), *bq = make_qp(b, b->cq, b->cq, NULL, 0);
+	connect_qp(aq, b->lid, bq->qp_num);
+	connect_qp(bq, a->lid, aq->qp_num);
+	struct ibv_mw *mw2 = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
+	CHECK(mw2 && mw2->type == IBV_MW_TYPE_2 && mw2->pd == b->pd, "alloc_mw type 2: %m");
+	uint32_t k2 = ibv_inc_rkey(mw2->rkey);
+	uint64_t wva = (uintptr_t)(b->buf + 1024);
+	struct ibv_send_wr bw = {.wr_id = 51, .opcode = IBV_WR_BIND_MW, .send_flags = IBV_SEND_SIGNALED,
+				 .bind_mw = {.mw = mw2, .rkey = k2, .bind_info = {.mr = b->mr, .addr = wva, .length = 512,
+					     .mw_access_flags = IBV_ACCESS_REMOTE_WRITE}}};
+	post1(bq, &bw);
+	struct ibv_wc wc = wait_wc(b->cq);
+	CHECK(wc.wr_id == 51 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW, "bind type 2: %s opcode %d",
+	      ibv_wc_status_str(wc.status), wc.opcode);
+	for (int i = 0; i < 512; i++)
+		a->buf[i] = (char)(i * 3 + 5);
+	wc = write_through(a, aq, 52, wva, k2, 512);
+	CHECK(wc.status == IBV_WC_SUCCESS, "WRITE through the window: %s", ibv_wc_status_str(wc.status));
+	CHECK(!memcmp(b->buf + 1024, a->buf, 512), "WRITE through the window: data");
+	wc = write_through(a, aq, 53, wva + 256, old, 8);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "WRITE with the R_Key from before rereg_mr: %s", ibv_wc_status_str(wc.status));
+	OK("mw_type2_bind");
+
+	// SEND_WITH_INV invalidates the window at b (a fresh pair: the old one is in ERR).
+	ibv_destroy_qp(aq);
+	ibv_destroy_qp(bq);
+	aq = make_qp(a, a->cq, a->cq, NULL, 0);
+	bq = make_qp(b, b->cq, b->cq, NULL, 0);
+	connect_qp(aq, b->lid, bq->qp_num);
+	connect_qp(bq, a->lid, aq->qp_num);
+	// A type 2 window is reached through the QP that bound it (type 2B): a new one here.
+	struct ibv_mw *mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
+	CHECK(mw, "alloc_mw: %m");
+	uint32_t k = ibv_inc_rkey(mw->rkey);
+	bw.wr_id = 54;
+	bw.bind_mw.mw = mw;
+	bw.bind_mw.rkey = k;
+	post1(bq, &bw);
+	wc = wait_wc(b->cq);
+	CHECK(wc.wr_id == 54 && wc.status == IBV_WC_SUCCESS, "bind: %s", ibv_wc_status_str(wc.status));
+	wc = write_through(a, aq, 55, wva, k, 64);
+	CHECK(wc.status == IBV_WC_SUCCESS, "WRITE through the window: %s", ibv_wc_status_str(wc.status));
+	struct ibv_sge rs = {.addr = (uintptr_t)(b->buf + 4096), .length = 64, .lkey = b->mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 56, .sg_list = &rs, .num_sge = 1}, *rbad;
+	CHECK(ibv_post_recv(bq, &rw, &rbad) == 0, "post_recv");
+	struct ibv_sge ss = {.addr = (uintptr_t)a->buf, .length = 16, .lkey = a->mr->lkey};
+	struct ibv_send_wr iw = {.wr_id = 57, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_INV,
+				 .send_flags = IBV_SEND_SIGNALED, .invalidate_rkey = k};
+	post1(aq, &iw);
+	wc = wait_wc(a->cq);
+	CHECK(wc.wr_id == 57 && wc.status == IBV_WC_SUCCESS, "SEND_WITH_INV: %s", ibv_wc_status_str(wc.status));
+	wc = wait_wc(b->cq);
+	CHECK(wc.wr_id == 56 && wc.status == IBV_WC_SUCCESS && (wc.wc_flags & IBV_WC_WITH_INV) && wc.invalidated_rkey == k,
+	      "recv of SEND_WITH_INV: %s flags %#x rkey %#x", ibv_wc_status_str(wc.status), wc.wc_flags, wc.invalidated_rkey);
+	wc = write_through(a, aq, 58, wva, k, 64);
+	CHECK(wc.wr_id == 58 && wc.status == IBV_WC_REM_ACCESS_ERR, "WRITE through the invalidated window: %s",
+	      ibv_wc_status_str(wc.status));
+	OK("mw_send_with_inv_REM_ACCESS_ERR");
+
+	// A type 1 window with ibv_bind_mw; a type 2 one with ibv_wr_bind_mw, then
+	// ibv_wr_local_inv.
+	ibv_destroy_qp(aq);
+	ibv_destroy_qp(bq);
+	aq = make_qp(a, a->cq, a->cq, NULL, 0);
+	bq = make_qp(b, b->cq, b->cq, NULL, 0);
+	connect_qp(aq, b->lid, bq->qp_num);
+	connect_qp(bq, a->lid, aq->qp_num);
+	struct ibv_mw *mw1 = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
+	CHECK(mw1, "alloc_mw type 1: %m");
+	struct ibv_mw_bind mb = {.wr_id = 61, .send_flags = IBV_SEND_SIGNALED,
+				 .bind_info = {.mr = b->mr, .addr = wva, .length = 256, .mw_access_flags = IBV_ACCESS_REMOTE_WRITE}};
+	uint32_t before = mw1->rkey;
+	CHECK(ibv_bind_mw(bq, mw1, &mb) == 0, "ibv_bind_mw: %m");
+	CHECK(mw1->rkey == ibv_inc_rkey(before), "ibv_bind_mw R_Key %#x (was %#x)", mw1->rkey, before);
+	wc = wait_wc(b->cq);
+	CHECK(wc.wr_id == 61 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW, "ibv_bind_mw WC: %s",
+	      ibv_wc_status_str(wc.status));
+	wc = write_through(a, aq, 62, wva, mw1->rkey, 256);
+	CHECK(wc.status == IBV_WC_SUCCESS, "WRITE through a type 1 window: %s", ibv_wc_status_str(wc.status));
+	OK("mw_type1_bind_mw");
+
+	struct ibv_qp_ex *bx = ibv_qp_to_qp_ex(bq);
+	uint32_t kx = ibv_inc_rkey(mw->rkey);
+	struct ibv_mw_bind_info bi = {.mr = b->mr, .addr = wva, .length = 128, .mw_access_flags = IBV_ACCESS_REMOTE_WRITE};
+	ibv_wr_start(bx);
+	bx->wr_id = 63;
+	bx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_bind_mw(bx, mw, kx, &bi);
+	CHECK(ibv_wr_complete(bx) == 0, "wr_complete bind");
+	wc = wait_wc(b->cq);
+	CHECK(wc.wr_id == 63 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_BIND_MW, "wr_bind_mw: %s",
+	      ibv_wc_status_str(wc.status));
+	wc = write_through(a, aq, 64, wva, kx, 128);
+	CHECK(wc.status == IBV_WC_SUCCESS, "WRITE through the rebound window: %s", ibv_wc_status_str(wc.status));
+	ibv_wr_start(bx);
+	bx->wr_id = 65;
+	bx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_local_inv(bx, kx);
+	CHECK(ibv_wr_complete(bx) == 0, "wr_complete local_inv");
+	wc = wait_wc(b->cq);
+	CHECK(wc.wr_id == 65 && wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_LOCAL_INV, "wr_local_inv: %s",
+	      ibv_wc_status_str(wc.status));
+	CHECK(ibv_dereg_mr(b->mr) == EBUSY, "dereg_mr with a type 1 window bound");
+	wc = write_through(a, aq, 66, wva, kx, 8);
+	CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "WRITE after LOCAL_INV: %s", ibv_wc_status_str(wc.status));
+	OK("mw_wr_api_local_inv");
+
+	CHECK(ibv_dealloc_mw(mw1) == 0 && ibv_dealloc_mw(mw) == 0 && ibv_dealloc_mw(mw2) == 0, "dealloc_mw");
+	CHECK(ibv_destroy_qp(aq) == 0 && ibv_destroy_qp(bq) == 0, "destroy_qp");
+}
+
 int main(void)
 {
 	struct side a = {0}, b = {0};
@@ -178,11 +321,9 @@ int main(void)
 	struct ibv_cq_init_attr_ex ca = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
 	errno = 0;
 	CHECK(!ibv_create_cq_ex(a.ctx, &ca) && errno == EOPNOTSUPP, "create_cq_ex timestamps: errno %d", errno);
-	errno = 0;
-	CHECK(!ibv_alloc_mw(a.pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "alloc_mw: errno %d", errno);
 	struct ibv_xrcd_init_attr xi = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT};
-	errno = 0;
-	CHECK(!ibv_open_xrcd(a.ctx, &xi) && errno == EOPNOTSUPP, "open_xrcd: errno %d", errno);
+	struct ibv_xrcd *xd = ibv_open_xrcd(a.ctx, &xi); // XRC is supported: a new domain (fd -1)
+	CHECK(xd && ibv_close_xrcd(xd) == 0, "open_xrcd/close_xrcd: %m");
 	struct ibv_qp_init_attr ra = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RAW_PACKET, .cap = {.max_send_wr = 1}};
 	errno = 0;
 	CHECK(!ibv_create_qp(a.pd, &ra) && errno == EOPNOTSUPP, "create_qp RAW_PACKET: errno %d", errno);
@@ -332,6 +473,8 @@ int main(void)
 	CHECK(ibv_next_poll(cqx) == ENOENT, "next_poll");
 	ibv_end_poll(cqx);
 	OK("cq_ex");
+
+	mem_windows(&a, &b);
 
 	// A UD QP attached to a multicast group cannot be destroyed until it detaches.
 	struct ibv_qp_init_attr ua = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_UD,

@@ -23,7 +23,7 @@ func switchCommand(e *env) *cli.Command {
 		Description: "Runs a managed switch whose ports hosts connect to over UDP (fabric.switch in their\n" +
 			"configuration), one port per HCA port, given by port GUID: a host that comes back gets\n" +
 			"its port again. The built-in SM and SA run here, on an HCA pib_0 cabled to switch port 1\n" +
-			"(--no-sm leaves them to a host with sm.enabled = true); hosts get ports 2..N. A full\n" +
+			"(--no-sm leaves them to a host with sm.mode = \"internal\"); hosts get ports 2..N. A full\n" +
 			"switch refuses the next host, which logs the reason and retries. --config reads a\n" +
 			"configuration file in pibgw up's format ([daemon], [fabric], [sm] with its partitions);\n" +
 			"the flags override it. The control socket answers stat, devinfo, nodes, counters and\n" +
@@ -35,7 +35,7 @@ func switchCommand(e *env) *cli.Command {
 			&cli.StringSliceFlag{Name: "allow", Usage: "without --psk, accept hosts from `PREFIX` (repeatable; default loopback only)"},
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "configuration `FILE` (TOML)"},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default " + DefaultSwitchControl + ")", EnvVars: []string{"PIBGW_SWITCH_CONTROL"}},
-			&cli.BoolFlag{Name: "no-sm", Usage: "run no SM here (a host runs it: sm.enabled = true there)"},
+			&cli.BoolFlag{Name: "no-sm", Usage: "run no SM here (a host runs it: sm.mode = \"internal\" there)"},
 			&cli.DurationFlag{Name: "sweep", Value: time.Second, Usage: "the SM's light-sweep `INTERVAL` (how soon it sees hosts come and go)"},
 			&cli.BoolFlag{Name: "json", Usage: "log as JSON lines"},
 		},
@@ -115,7 +115,7 @@ func switchConfig(c *cli.Context) (*config.Config, error) {
 		cfg.Fabric.Allow = append(cfg.Fabric.Allow, pf)
 	}
 	if c.Bool("no-sm") {
-		cfg.SM.Enabled = false
+		cfg.SM.Mode = config.SMExternal
 	}
 	total := 0
 	for _, h := range cfg.Fabric.HCAs {

@@ -29,10 +29,21 @@ const (
 	MaxHCAs             = 64
 	MaxSwitchPorts      = 254
 	MaxHCAPorts         = 32
+	DefaultIBSimSocket  = "sim" // ibsim's and libumad2sim's IBSIM_SOCKNAME default
+	DefaultIBSimClients = 256
 	// DefaultSwitchUDPPort is where pibgw switch listens (pib's pibnetd port).
 	DefaultSwitchUDPPort = 8432
 	DefaultKeepalive     = 250 * time.Millisecond
 	DefaultLinkTimeout   = 2 * time.Second
+)
+
+// sm.mode values.
+const (
+	SMInternal = "internal" // the built-in SM and SA run here, on sm.hca/sm.port
+	// SMExternal: no built-in SM or SA in this process; the SM runs elsewhere: opensm
+	// through the ibsim server, the switch process of fabric.switch, or a host of this
+	// switch process (fabric.listen).
+	SMExternal = "external"
 )
 
 // Interface stacks: the IP side of an interface.
@@ -54,7 +65,22 @@ type Config struct {
 	Daemon     Daemon
 	Fabric     Fabric
 	SM         SM
+	IBSim      IBSim
 	Interfaces []Interface
+}
+
+// IBSim is the [ibsim] section: the server of OFED ibsim's MAD protocol through which
+// unmodified opensm and infiniband-diags (LD_PRELOAD=libumad2sim.so) use the fabric.
+type IBSim struct {
+	Enable bool
+	// SocketName is the Unix abstract sockets' base name (IBSIM_SOCKNAME): the server
+	// binds @<name>:ctl and @<name>:out<N>.
+	SocketName string
+	// UDP, when set ("127.0.0.1:7070"), also serves clients that set IBSIM_SERVER_NAME
+	// and IBSIM_SERVER_PORT: control on that port, client N's data on port+1+N.
+	UDP string
+	// MaxClients bounds the clients attached at once (ibsim's limit is 10).
+	MaxClients int
 }
 
 // Daemon is the [daemon] section.
@@ -127,9 +153,11 @@ func (h HCA) PortGUID(n int) uint64 { return h.NodeGUID | uint64(n) }
 
 // SM is the [sm] section: the built-in subnet manager and SA.
 type SM struct {
-	// Enabled runs the built-in SM and SA here (default: yes with the built-in switch,
-	// no with fabric.switch: the switch process runs them).
-	Enabled       bool
+	// Mode is SMInternal (the built-in SM and SA run here) or SMExternal (not here:
+	// opensm through the ibsim server, or the switch process of a multi-host fabric;
+	// HCA and Port still name the default ibsim node). The default is SMInternal, and
+	// SMExternal on a host whose fabric.switch is another process.
+	Mode          string
 	HCA           string // device the SM runs on
 	Port          int
 	Priority      uint8

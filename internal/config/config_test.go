@@ -77,6 +77,21 @@ func TestPartitionsFile(t *testing.T) {
 	}
 }
 
+// configs/opensm.toml: the default fabric with the ibsim server on and the built-in SM off.
+func TestOpenSMFile(t *testing.T) {
+	c, err := Load("../../configs/opensm.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := IBSim{Enable: true, SocketName: DefaultIBSimSocket, MaxClients: DefaultIBSimClients}
+	if c.SM.Mode != SMExternal || c.IBSim != want || len(c.Fabric.HCAs) != 2 || len(c.Interfaces) != 2 {
+		t.Errorf("sm %+v ibsim %+v", c.SM, c.IBSim)
+	}
+	if d := Default(); d.SM.Mode != SMInternal || d.IBSim.Enable {
+		t.Errorf("defaults: sm %+v ibsim %+v", d.SM, d.IBSim)
+	}
+}
+
 func TestOptions(t *testing.T) {
 	c, err := Parse("x.toml", []byte(`
 [daemon]
@@ -158,6 +173,12 @@ func TestErrors(t *testing.T) {
 		{"[daemon]\nlog_level = \"loud\"\n", "x.toml: daemon.log_level: \"loud\": want debug, info, warn or error"},
 		{"[daemon]\ncontrol = \"\"\n", "x.toml: daemon.control: empty path"},
 		{"[sm]\nhca = \"pib_7\"\n", "x.toml: sm.hca: \"pib_7\": no such HCA (have pib_0, pib_1)"},
+		{"[sm]\nmode = \"opensm\"\n", "x.toml: sm.mode: \"opensm\": want \"internal\" (the built-in SM and SA run here) or \"external\" (the SM runs elsewhere: opensm through the ibsim server, or a multi-host fabric's switch process)"},
+		{"[sm]\nmode = \"external\"\n", "x.toml: sm.mode: \"external\" needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric"},
+		{"[ibsim]\nudp = \"localhost\"\n", "x.toml: ibsim.udp: \"localhost\": want address:port, e.g. \"127.0.0.1:7070\""},
+		{"[ibsim]\nmax_clients = 0\n", "x.toml: ibsim.max_clients: 0 out of range 1..4096"},
+		{"[ibsim]\nenable = true\nsocket_name = \"\"\n", "x.toml: ibsim.socket_name: empty, and ibsim.udp is not set: the server would listen nowhere"},
+		{"[ibsim]\nenable = 1\n", "x.toml: ibsim.enable: want true or false, got an integer"},
 		{"[sm]\nport = 2\n", "x.toml: sm.port: 2 out of range 1..1 (pib_0 has 1)"},
 		{"[sm]\npriority = 16\n", "x.toml: sm.priority: 16 out of range 0..15"},
 		{"[daemon]\nmax_procs = -1\n", "x.toml: daemon.max_procs: -1 out of range 0..4096"},
@@ -202,7 +223,7 @@ func TestErrors(t *testing.T) {
 		{"[fabric]\nallow = [\"10.0.0.0/33\"]\n", "x.toml: fabric.allow[0]: \"10.0.0.0/33\": want an address or a prefix"},
 		{"[fabric]\nkeepalive = \"1s\"\nlink_timeout = \"1s\"\n", "x.toml: fabric.link_timeout: 1s is shorter than two keepalives (2s)"},
 		{"[fabric]\nkeepalive = \"-1s\"\n", "x.toml: fabric.keepalive: \"-1s\": want a positive duration"},
-		{"[sm]\nenabled = 1\n", "x.toml: sm.enabled: want true or false"},
+		{"[sm]\nenabled = true\n", "x.toml: sm.enabled: unknown option"},
 		{"[fabric\n", "x.toml:2: "},
 		{"a = 1\n", "x.toml: a: unknown option"},
 	} {
@@ -229,12 +250,12 @@ func TestRemoteSwitch(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := c.Fabric
-	if f.Switch != "10.0.0.1:8432" || string(f.PSK) != "0123456789abcdef0123" || c.SM.Enabled ||
+	if f.Switch != "10.0.0.1:8432" || string(f.PSK) != "0123456789abcdef0123" || c.SM.Mode != SMExternal ||
 		!reflect.DeepEqual(f.Allow, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24"), netip.MustParsePrefix("10.1.0.1/32")}) ||
 		f.Keepalive != 100*time.Millisecond || f.LinkTimeout != DefaultLinkTimeout {
 		t.Fatalf("fabric %+v sm %+v", f, c.SM)
 	}
-	if !Default().SM.Enabled {
+	if Default().SM.Mode != SMInternal {
 		t.Fatal("the SM is off by default with the built-in switch")
 	}
 	if err := os.WriteFile(dir+"/short", []byte("abc"), 0o600); err != nil {
@@ -278,7 +299,7 @@ func TestMultiHostExamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.Fabric.PSK == nil || (name == "switch") != (c.Fabric.Listen != "") || (name == "switch") != c.SM.Enabled {
+		if c.Fabric.PSK == nil || (name == "switch") != (c.Fabric.Listen != "") || (name == "switch") != (c.SM.Mode == SMInternal) {
 			t.Errorf("%s: fabric %+v sm %+v", name, c.Fabric, c.SM)
 		}
 	}

@@ -43,13 +43,19 @@ type file struct {
 		LinkTimeout  any       `toml:"link_timeout"`
 	} `toml:"fabric"`
 	SM struct {
+		Mode          any             `toml:"mode"`
 		HCA           any             `toml:"hca"`
 		Port          any             `toml:"port"`
 		Priority      any             `toml:"priority"`
 		SweepInterval any             `toml:"sweep_interval"`
 		Partitions    []filePartition `toml:"partitions"`
-		Enabled       any             `toml:"enabled"`
 	} `toml:"sm"`
+	IBSim struct {
+		Enable     any `toml:"enable"`
+		SocketName any `toml:"socket_name"`
+		UDP        any `toml:"udp"`
+		MaxClients any `toml:"max_clients"`
+	} `toml:"ibsim"`
 	Interfaces []fileInterface `toml:"interfaces"`
 }
 
@@ -112,6 +118,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	p.daemon(c, &f)
 	p.fabric(c, &f)
 	p.sm(c, &f)
+	p.ibsim(c, &f)
 	p.interfaces(c, &f, md.IsDefined("interfaces"))
 	if p.err != nil {
 		return nil, p.err
@@ -444,6 +451,15 @@ func ReadPSK(path string) ([]byte, error) {
 
 func (p *parser) sm(c *Config, f *file) {
 	s := &f.SM
+	def := SMInternal
+	if c.Fabric.Switch != "" {
+		def = SMExternal // the switch process runs the SM
+	}
+	c.SM.Mode = p.str("sm.mode", s.Mode, def)
+	if c.SM.Mode != SMInternal && c.SM.Mode != SMExternal {
+		p.errf("sm.mode", "%q: want %q (the built-in SM and SA run here) or %q (the SM runs elsewhere: opensm through the ibsim server, or a multi-host fabric's switch process)",
+			c.SM.Mode, SMInternal, SMExternal)
+	}
 	c.SM.HCA = p.str("sm.hca", s.HCA, HCAName(0))
 	h, ok := c.HCA(c.SM.HCA)
 	if !ok {
@@ -453,7 +469,6 @@ func (p *parser) sm(c *Config, f *file) {
 	if ok && c.SM.Port > h.Ports {
 		p.errf("sm.port", "%d out of range 1..%d (%s has %d)", c.SM.Port, h.Ports, h.Name, h.Ports)
 	}
-	c.SM.Enabled = p.boolean("sm.enabled", s.Enabled, c.Fabric.Switch == "")
 	c.SM.Priority = uint8(p.intIn("sm.priority", s.Priority, 0, 0, 15))
 	c.SM.SweepInterval = DefaultSweep
 	if s.SweepInterval != nil {
@@ -554,6 +569,30 @@ func hcaNames(c *Config) string {
 }
 
 // pkey reads a P_Key: a TOML integer (0x8001) or a string ("0x8001", "8001").
+func (p *parser) ibsim(c *Config, f *file) {
+	s := &f.IBSim
+	c.IBSim.Enable = p.boolean("ibsim.enable", s.Enable, false)
+	c.IBSim.SocketName = p.str("ibsim.socket_name", s.SocketName, DefaultIBSimSocket)
+	// sockaddr_un's 108 bytes hold a NUL, the name, ":out" and a slot number, and a NUL.
+	if n := len(c.IBSim.SocketName); n > 90 || strings.ContainsRune(c.IBSim.SocketName, 0) {
+		p.errf("ibsim.socket_name", "%q: want at most 90 bytes and no NUL", c.IBSim.SocketName)
+	}
+	c.IBSim.UDP = p.str("ibsim.udp", s.UDP, "")
+	if c.IBSim.UDP != "" {
+		ap, err := netip.ParseAddrPort(c.IBSim.UDP)
+		if err != nil || ap.Port() == 0 {
+			p.errf("ibsim.udp", "%q: want address:port, e.g. \"127.0.0.1:7070\"", c.IBSim.UDP)
+		}
+	}
+	c.IBSim.MaxClients = int(p.intIn("ibsim.max_clients", s.MaxClients, DefaultIBSimClients, 1, 4096))
+	if c.IBSim.Enable && c.IBSim.SocketName == "" && c.IBSim.UDP == "" {
+		p.errf("ibsim.socket_name", "empty, and ibsim.udp is not set: the server would listen nowhere")
+	}
+	if c.SM.Mode == SMExternal && !c.IBSim.Enable && c.Fabric.Switch == "" && c.Fabric.Listen == "" {
+		p.errf("sm.mode", "%q needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric (fabric.switch, fabric.listen) whose other process runs the SM", SMExternal)
+	}
+}
+
 func (p *parser) pkey(field string, v any) uint16 {
 	var (
 		k   uint16

@@ -20,6 +20,11 @@
 //	child-del iface pkey    nothing
 //	mode     iface mode     Interface (after the switch; mode "datagram" or "connected")
 //	devinfo                 []Device (a switch process adds its switch, named "switch")
+//	inspect  [kind pid]     []hca.ObjectInfo: verbs objects of the daemon and of attached
+//	                        processes (kind "" for all; pid 0 for every owner)
+//	inject   kind id [dev pid]  nothing: QP error (id = QPN), CQ or SRQ error (id = object id)
+//	link     [cable state]  []Cable (all, or the one named; state "up"/"down" changes it)
+//	fault    cable fault    Cable (after the change; an all-zero Fault removes the faults)
 //	nodes                   []Link (the UDP links: a switch's hosts, or a host's switch)
 //	counters                LinkCounters
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
@@ -53,6 +58,10 @@ const (
 	VerbCapture  = "capture"
 	VerbMode     = "mode"
 	VerbPS       = "ps"
+	VerbInspect  = "inspect"
+	VerbInject   = "inject"
+	VerbLink     = "link"
+	VerbFault    = "fault"
 	VerbNodes    = "nodes"
 	VerbCounters = "counters"
 )
@@ -90,7 +99,43 @@ type Request struct {
 	Addrs   []string `json:"addrs,omitempty"` // CIDR
 	Count   uint64   `json:"count,omitempty"`
 	Snaplen int      `json:"snaplen,omitempty"`
-	Mode    string   `json:"mode,omitempty"` // mode: "datagram" or "connected"
+	Mode    string   `json:"mode,omitempty"`  // mode: "datagram" or "connected"
+	Kind    string   `json:"kind,omitempty"`  // inspect, inject: hca.KindQP, …
+	PID     int      `json:"pid,omitempty"`   // inspect, inject: the owning process
+	ID      uint32   `json:"id,omitempty"`    // inject: QPN or object id
+	Dev     string   `json:"dev,omitempty"`   // inject: the device ("pib_0")
+	Cable   string   `json:"cable,omitempty"` // link, fault: "pib_0/1"
+	State   string   `json:"state,omitempty"` // link: "up", "down"
+	Fault   *Fault   `json:"fault,omitempty"`
+}
+
+// Fault is the fault injection on a cable (fabric.FaultConfig): probabilities 0..1 per
+// packet, a delay, and the seed of the pseudo-random decisions (each direction of the
+// cable draws from its own stream, seeded from it).
+type Fault struct {
+	Loss      float64       `json:"loss"`
+	Duplicate float64       `json:"duplicate"`
+	Reorder   float64       `json:"reorder"`
+	Corrupt   float64       `json:"corrupt"`
+	Delay     time.Duration `json:"delay"`
+	Seed      uint64        `json:"seed"`
+}
+
+// Zero reports whether f injects nothing.
+func (f Fault) Zero() bool {
+	return f.Loss == 0 && f.Duplicate == 0 && f.Reorder == 0 && f.Corrupt == 0 && f.Delay == 0
+}
+
+// Cable is a cable of the fabric (`pibgw link`, `pibgw fault`): named after its HCA end,
+// "pib_0/1", and plugged into a port of the switch.
+type Cable struct {
+	Name       string `json:"name"`
+	SwitchPort int    `json:"switch_port"`
+	Up         bool   `json:"up"`
+	Fault      *Fault `json:"fault,omitempty"`
+	// Counters: packets and bytes delivered toward the switch (tx) and toward the HCA
+	// (rx), packets dropped while the cable was down, and what the faults did.
+	Counters map[string]uint64 `json:"counters"`
 }
 
 // Response is one response.

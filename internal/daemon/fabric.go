@@ -18,6 +18,7 @@ import (
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/ibsim"
 	"github.com/pibgw/pibgw/rc"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/ud"
@@ -34,8 +35,10 @@ type Fabric struct {
 	Devs   []*hca.Device
 	Switch *fabric.Switch // nil when the switch is another process (fabric.switch)
 	Cables []*fabric.Cable
-	SM     *sa.SM // nil when the SM runs elsewhere (sm.enabled = false)
+	SM     *sa.SM // nil when the SM runs elsewhere (sm.mode = "external")
 	SA     *sa.Agent
+	// IBSim serves OFED ibsim's protocol to opensm and infiniband-diags (nil when off).
+	IBSim *ibsim.Server
 
 	// UDP links (udplink): a host's dialers, one per HCA port, or a switch process's
 	// listener and the ports it hands out. Each link is joined to its port by a Jack,
@@ -49,8 +52,9 @@ type Fabric struct {
 
 	log *slog.Logger
 
-	capMu    sync.Mutex
+	capMu    sync.Mutex // guards captures and faults, and the cables' wrappers
 	captures []*capture
+	faults   map[*fabric.Cable]*cableFault // pibgw fault (debug.go)
 }
 
 // BuildFabric builds the fabric cfg describes and waits for the SM's first sweep, so that
@@ -122,13 +126,30 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			return nil, err
 		}
 	}
-	if !cfg.SM.Enabled {
-		log.Info("fabric up; the SM runs elsewhere", "hcas", len(f.Devs), "switch", fc.Switch)
-		return f, nil
-	}
 	smDev := f.Device(cfg.SM.HCA)
 	if smDev == nil {
 		return nil, fmt.Errorf("sm: no HCA %q", cfg.SM.HCA)
+	}
+	if cfg.IBSim.Enable {
+		f.IBSim, err = ibsim.New(ibsim.Config{
+			SocketName: cfg.IBSim.SocketName,
+			UDP:        cfg.IBSim.UDP,
+			MaxClients: cfg.IBSim.MaxClients,
+			Devices:    f.Devs,
+			Default:    smDev.Port(cfg.SM.Port),
+			ExternalSM: cfg.SM.Mode == config.SMExternal,
+			Logger:     log,
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.SM.Mode == config.SMExternal {
+		// The SM runs elsewhere (opensm through the ibsim server, or the switch process of
+		// fabric.switch) and brings the ports up; ipoib waits for them.
+		log.Info("fabric up without a subnet manager here: waiting for the external one (sm.mode = external)",
+			"hcas", len(f.Devs), "switch_ports", fc.SwitchPorts, "switch", fc.Switch)
+		return f, nil
 	}
 	sweep := cfg.SM.SweepInterval
 	if sweep == 0 {
@@ -234,6 +255,9 @@ func (f *Fabric) Devices() []control.Device {
 
 // Close stops the SA and SM and unplugs every cable; captures are closed.
 func (f *Fabric) Close() {
+	if f.IBSim != nil {
+		f.IBSim.Close()
+	}
 	for _, d := range f.Dialers {
 		d.Close()
 	}
@@ -320,12 +344,17 @@ func (f *Fabric) StopCapture(cw *fabric.CaptureWriter) {
 	}
 }
 
-// rewrapLocked rebuilds every cable's wrappers from f.captures: Cable.Unwrap removes all
-// of a direction's wrappers, so the captures that stay are wrapped again.
+// rewrapLocked rebuilds every cable's wrappers from f.faults and f.captures:
+// Cable.Unwrap removes all of a direction's wrappers, so the ones that stay are wrapped
+// again, faults innermost.
 func (f *Fabric) rewrapLocked() {
 	for _, cb := range f.Cables {
 		cb.Unwrap(fabric.AtoB)
 		cb.Unwrap(fabric.BtoA)
+		if cf := f.faults[cb]; cf != nil {
+			cb.Wrap(fabric.AtoB, cf.wrapper(fabric.AtoB))
+			cb.Wrap(fabric.BtoA, cf.wrapper(fabric.BtoA))
+		}
 		for _, c := range f.captures {
 			f.wrapCapture(cb, c)
 		}

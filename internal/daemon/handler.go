@@ -39,6 +39,33 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 			return []attach.SessionInfo{}, nil
 		}
 		return h.Attach.Sessions(), nil
+	case control.VerbInspect:
+		return h.inspect(ctx, req)
+	case control.VerbInject:
+		return nil, h.inject(ctx, req)
+	case control.VerbLink:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		if req.State == "" {
+			return d.Fabric.Links(req.Cable)
+		}
+		up, err := ParseLinkState(req.State)
+		if err != nil {
+			return nil, err
+		}
+		if req.Cable == "" {
+			return nil, fmt.Errorf("link: no cable given")
+		}
+		return d.Fabric.SetLink(req.Cable, up)
+	case control.VerbFault:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		if req.Cable == "" || req.Fault == nil {
+			return nil, fmt.Errorf("fault: no cable or fault given")
+		}
+		return d.Fabric.SetFault(req.Cable, *req.Fault)
 	case control.VerbShow:
 		return d.Show(req.Iface)
 	case control.VerbNeigh:
@@ -52,7 +79,7 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 		if d.Fabric == nil {
 			return nil, errNoFabric
 		}
-		return d.Fabric.Links(), nil
+		return d.Fabric.UDPLinks(), nil
 	case control.VerbCounters:
 		if d.Fabric == nil {
 			return nil, errNoFabric

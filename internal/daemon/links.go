@@ -7,9 +7,9 @@ import (
 	"github.com/pibgw/pibgw/internal/control"
 )
 
-// Links describes the fabric's UDP links: a switch process's hosts by switch port (with
+// UDPLinks describes the fabric's UDP links: a switch process's hosts by switch port (with
 // the ports that belong to a host that is gone), or a host's sessions with its switch.
-func (f *Fabric) Links() []control.Link {
+func (f *Fabric) UDPLinks() []control.Link {
 	out := []control.Link{}
 	for i, d := range f.Dialers {
 		st := d.Status()

@@ -134,6 +134,43 @@ func SmallTree(tb testing.TB, o Options) *Fabric { return Tree(tb, 4, 8, 2, o) }
 // every spine.
 func FatTree648(tb testing.TB, o Options) *Fabric { return Tree(tb, 36, 18, 18, o) }
 
+// FatTree3 is a three-level fat tree of k-port switches (k even), the folded Clos that
+// k-port switches build at most: k pods of k/2 edge and k/2 aggregation switches, and
+// (k/2)² core switches; k³/4 HCAs. Edge switch e of pod p has HCAs on ports 1..k/2 and
+// aggregation switch a of its pod on port k/2+1+a; aggregation switch a has the pod's edge
+// e on port 1+e and core switch a·k/2+j on port k/2+1+j; core switch c has pod p's
+// aggregation switch c/(k/2) on port 1+p. Switches are numbered pod by pod (edges, then
+// aggregations), then the cores; HCA i sits on edge i/(k/2) (k = 36: 11,664 HCAs, 1,620
+// switches).
+func FatTree3(tb testing.TB, k int, o Options) *Fabric {
+	f := &Fabric{Clock: o.clock()}
+	h := k / 2
+	edge := func(p, e int) int { return p*k + e }
+	agg := func(p, a int) int { return p*k + h + a }
+	core := func(c int) int { return k*k + c }
+	for i := 0; i < k*k+h*h; i++ {
+		f.newSwitch(k)
+	}
+	for p := 0; p < k; p++ {
+		for e := 0; e < h; e++ {
+			for a := 0; a < h; a++ {
+				f.link(edge(p, e), h+1+a, agg(p, a), 1+e)
+			}
+		}
+		for a := 0; a < h; a++ {
+			for j := 0; j < h; j++ {
+				f.link(agg(p, a), h+1+j, core(a*h+j), 1+p)
+			}
+		}
+	}
+	for i := 0; i < k*k*k/4; i++ {
+		d := f.newHCA(tb, i)
+		e := i / h
+		f.HCACables = append(f.HCACables, fabric.NewCable(d.Port(1), f.Switches[edge(e/h, e%h)].Port(1+i%h)))
+	}
+	return f
+}
+
 // StartSM creates the SM on HCA 0's port 1 with cfg (Port and Clock are filled in) and
 // starts it. On these in-process fabrics the first sweep is complete on return.
 func (f *Fabric) StartSM(tb testing.TB, cfg sa.Config) *sa.SM {

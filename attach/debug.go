@@ -1,0 +1,247 @@
+package attach
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"github.com/pibgw/pibgw/hca"
+)
+
+// Debugging requests the daemon sends to an attached process (`pibgw inspect`,
+// `pibgw inject`): the process owns its verbs objects, so only it can list them or put
+// them in error. They travel on the control socket the other way round: the daemon's
+// message carries Req (its own request number) instead of ID, and the process answers
+// with the same Req. A long answer comes in several messages, each but the last with
+// More set, so that none exceeds maxMsg.
+const (
+	opInspect = "inspect"
+	opInject  = "inject"
+)
+
+// chunkBytes bounds the objects of one inspect answer message (below maxMsg, leaving
+// room for the envelope).
+const chunkBytes = maxMsg - 4096
+
+// debugCalls are a session's requests to its process awaiting answers.
+type debugCalls struct {
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan *msg
+}
+
+// ask sends m to the process and returns its answers (one, or the run that ended with
+// More false).
+func (x *session) ask(ctx context.Context, m *msg) ([]*msg, error) {
+	ch := make(chan *msg, 4)
+	x.dbg.mu.Lock()
+	x.dbg.next++
+	m.Req = x.dbg.next
+	if x.dbg.pending == nil {
+		x.dbg.pending = make(map[uint64]chan *msg)
+	}
+	x.dbg.pending[m.Req] = ch
+	x.dbg.mu.Unlock()
+	defer func() {
+		x.dbg.mu.Lock()
+		delete(x.dbg.pending, m.Req)
+		x.dbg.mu.Unlock()
+	}()
+	if err := x.write(m); err != nil {
+		return nil, fmt.Errorf("process %d: %w", x.pid, err)
+	}
+	var out []*msg
+	for {
+		select {
+		case r := <-ch:
+			if !r.OK {
+				return nil, &Error{Op: m.Op, Errno: syscall.Errno(r.Errno), Msg: fmt.Sprintf("process %d: %s", x.pid, r.Err)}
+			}
+			out = append(out, r)
+			if !r.More {
+				return out, nil
+			}
+		case <-x.ctx.Done():
+			return nil, fmt.Errorf("process %d detached", x.pid)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("process %d did not answer %s: %w", x.pid, m.Op, ctx.Err())
+		}
+	}
+}
+
+// answered hands an answer from the process to the ask waiting for it (a late answer to
+// an ask that gave up is dropped).
+func (x *session) answered(m *msg) {
+	x.dbg.mu.Lock()
+	ch := x.dbg.pending[m.Req]
+	x.dbg.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case ch <- m:
+	default:
+		// The asker reads as fast as the session's reader delivers; a full channel means
+		// it is gone.
+	}
+}
+
+func (s *Server) sessionsOf(pid int) []*session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*session
+	for _, x := range s.sessions {
+		if pid == 0 || x.pid == pid {
+			out = append(out, x)
+		}
+	}
+	slices.SortFunc(out, func(a, b *session) int { return int(a.id) - int(b.id) })
+	return out
+}
+
+// Inspect lists the verbs objects of kind ("" for all) that attached processes own: the
+// one with pid, or all (pid 0). A process that does not answer in time is an error.
+func (s *Server) Inspect(ctx context.Context, pid int, kind string) ([]hca.ObjectInfo, error) {
+	sess := s.sessionsOf(pid)
+	if pid != 0 && len(sess) == 0 {
+		return nil, fmt.Errorf("no attached process %d (see pibgw ps)", pid)
+	}
+	out := []hca.ObjectInfo{}
+	for _, x := range sess {
+		rs, err := x.ask(ctx, &msg{Op: opInspect, Kind: kind})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			for _, raw := range r.Objects {
+				var oi hca.ObjectInfo
+				if err := json.Unmarshal(raw, &oi); err != nil {
+					return nil, fmt.Errorf("process %d: bad object: %w", x.pid, err)
+				}
+				oi.Owner, oi.PID = strconv.Itoa(x.pid), x.pid
+				out = append(out, oi)
+			}
+		}
+	}
+	return out, nil
+}
+
+// OwnerOfQPN returns the pid of the attached process that owns QP number qpn on device
+// dev, or 0.
+func (s *Server) OwnerOfQPN(dev int, qpn uint32) int {
+	for _, x := range s.sessionsOf(0) {
+		if x.ownsQPN(dev, qpn) {
+			return x.pid
+		}
+	}
+	return 0
+}
+
+// Inject asks the attached process pid to inject an error into one of its objects
+// (pibgw inject): kind hca.KindQP with the QPN, hca.KindCQ or hca.KindSRQ with the
+// object id, on device dev.
+func (s *Server) Inject(ctx context.Context, pid, dev int, kind string, id uint32) error {
+	sess := s.sessionsOf(pid)
+	if pid == 0 || len(sess) == 0 {
+		return fmt.Errorf("no attached process %d (see pibgw ps)", pid)
+	}
+	_, err := sess[0].ask(ctx, &msg{Op: opInject, Dev: dev, Kind: kind, Obj: id})
+	return err
+}
+
+// serveDaemon answers a request the daemon sent (readLoop runs it on its own goroutine).
+func (s *Session) serveDaemon(m *msg) {
+	var replies []*msg
+	switch m.Op {
+	case opInspect:
+		rs, err := s.inspect(m.Kind)
+		if err != nil {
+			replies = []*msg{{Errno: int(syscall.EINVAL), Err: err.Error()}}
+		} else {
+			replies = rs
+		}
+	case opInject:
+		r := &msg{OK: true}
+		if err := s.inject(m.Dev, m.Kind, m.Obj); err != nil {
+			r = &msg{Errno: int(syscall.ENOENT), Err: err.Error()}
+		}
+		replies = []*msg{r}
+	default:
+		replies = []*msg{{Errno: int(syscall.EOPNOTSUPP), Err: fmt.Sprintf("unknown request %q", m.Op)}}
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for _, r := range replies {
+		r.Req = m.Req
+		if err := s.c.write(r); err != nil {
+			return
+		}
+	}
+}
+
+// inspect snapshots this process's objects into answer messages of at most chunkBytes
+// of objects each.
+func (s *Session) inspect(kind string) ([]*msg, error) {
+	var objs []json.RawMessage
+	for _, d := range s.devs {
+		oi, err := d.Inspect(kind)
+		if err != nil {
+			return nil, err
+		}
+		for i := range oi {
+			b, err := json.Marshal(&oi[i])
+			if err != nil {
+				return nil, err
+			}
+			objs = append(objs, b)
+		}
+	}
+	out := []*msg{{OK: true}}
+	size := 0
+	for _, b := range objs {
+		last := out[len(out)-1]
+		if size+len(b) > chunkBytes && len(last.Objects) > 0 {
+			last.More = true
+			last = &msg{OK: true}
+			out = append(out, last)
+			size = 0
+		}
+		last.Objects = append(last.Objects, b)
+		size += len(b) + 1
+	}
+	return out, nil
+}
+
+func (s *Session) inject(dev int, kind string, id uint32) error {
+	if dev < 0 || dev >= len(s.devs) {
+		return fmt.Errorf("no device %d", dev)
+	}
+	d := s.devs[dev]
+	switch kind {
+	case hca.KindQP:
+		qp := d.LookupLocalQP(id)
+		if qp == nil {
+			return fmt.Errorf("%s has no QP %#x", d.Name(), id)
+		}
+		qp.InjectFatal()
+	case hca.KindCQ:
+		cq := d.LookupCQ(id)
+		if cq == nil {
+			return fmt.Errorf("%s has no CQ %d", d.Name(), id)
+		}
+		cq.InjectError()
+	case hca.KindSRQ:
+		srq := d.LookupSRQ(id)
+		if srq == nil {
+			return fmt.Errorf("%s has no SRQ %d", d.Name(), id)
+		}
+		srq.InjectError()
+	default:
+		return fmt.Errorf("cannot inject into a %q (qp, cq or srq)", kind)
+	}
+	return nil
+}

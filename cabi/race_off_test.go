@@ -1,5 +1,0 @@
-//go:build !race
-
-package cabi
-
-const raceEnabled = false

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// umad2sim finds the LD_PRELOAD library that sends libibumad's MADs to an ibsim server,
+// where Debian's libumad2sim0 (pulled in by ibsim-utils) installs it: the multiarch
+// library directory's umad2sim/ folder.
+func umad2sim() string {
+	m, _ := filepath.Glob("/usr/lib/*/umad2sim/libumad2sim.so")
+	if len(m) == 0 {
+		return ""
+	}
+	return m[0]
+}
+
+// osmEnv runs libibumad programs through libumad2sim against a test daemon's ibsim
+// server (its own socket name) in a scratch directory, where libumad2sim writes its fake
+// sysfs tree.
+type osmEnv struct {
+	t    *testing.T
+	sock string // IBSIM_SOCKNAME
+	dir  string
+}
+
+func (e *osmEnv) cmd(ctx context.Context, host string, name string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, name, args...)
+	c.Dir = e.dir
+	c.Env = append(os.Environ(), "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+e.sock)
+	if host != "" {
+		c.Env = append(c.Env, "SIM_HOST="+host)
+	}
+	return c
+}
+
+// diag runs an infiniband-diags program attached at host ("" = the default node) and
+// returns its output; it fails the test if the program fails.
+func (e *osmEnv) diag(host, name string, args ...string) string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := e.cmd(ctx, host, name, args...).CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("%s %s (SIM_HOST=%q): %v\n%s", name, strings.Join(args, " "), host, err, out)
+	}
+	return string(out)
+}
+
+// diagField returns the first value after "name:" and the dots that infiniband-diags
+// print ("Lid:.......3"), after "name:" and blanks (ibstat's "Base lid: 3"), or after
+// "name" and dots (saquery's "dlid.......4").
+func diagField(out, name string) string {
+	re := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(name) + `(?::[.\s]*|\.{2,})(\S+)`)
+	if m := re.FindStringSubmatch(out); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// TestE2EOpenSM is issue 16's acceptance point 1: the real opensm, through libumad2sim
+// and pibgw's ibsim server, is the subnet manager of a three-HCA fabric whose built-in SM
+// is off. It brings every port Active; IPoIB works under opensm's SA (joins, path
+// queries); the partition opensm's partitions.conf gives hosts A and B isolates their
+// P_Key children from C's; and infiniband-diags read the fabric consistently with
+// `pibgw stat`: ibnetdiscover, ibstat, smpquery, perfquery (counters move with
+// traffic), saquery, ibroute, sminfo.
+func TestE2EOpenSM(t *testing.T) {
+	requireE2E(t, "ping", "opensm", "ibnetdiscover", "ibstat", "smpquery", "perfquery", "saquery", "ibroute", "sminfo")
+	if umad2sim() == "" {
+		t.Skip("needs libumad2sim.so (Debian libumad2sim0, with ibsim-utils) in /usr/lib/*/umad2sim/")
+	}
+	nsA, nsB, nsC := e2eNetNS("oa"), e2eNetNS("ob"), e2eNetNS("oc")
+	sock := fmt.Sprintf("pibgwe2e-%d", os.Getpid())
+	body := fmt.Sprintf(`
+[fabric]
+hca_count = 3
+
+[sm]
+mode = "external"
+
+[ibsim]
+enable = true
+socket_name = %q
+`, sock) +
+		interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + "[[interfaces]]\nparent = \"ib0\"\npkey = 0x8001\naddresses = [\"10.20.0.1/24\"]\n" +
+		interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24") + "[[interfaces]]\nparent = \"ib1\"\npkey = 0x8001\naddresses = [\"10.20.0.2/24\"]\n" +
+		interfaceTOML("ib2", "pib_2", nsC, "10.10.0.3/24") + "[[interfaces]]\nparent = \"ib2\"\npkey = 0x8001\naddresses = [\"10.20.0.3/24\"]\n"
+	d := startDaemon(t, "", body, nsA, nsB, nsC)
+	e := &osmEnv{t: t, sock: sock, dir: t.TempDir()}
+
+	// opensm on pib_0 port 1 (the default node), with partition 0x8001 for A and B only.
+	parts := filepath.Join(e.dir, "partitions.conf")
+	if err := os.WriteFile(parts, []byte("Default=0x7fff, ipoib : ALL=full ;\n"+
+		"storage=0x8001, ipoib : 0x0002c90300000301=full, 0x0002c90300000401=full ;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	osmLog := filepath.Join(e.dir, "opensm.log")
+	osm := e.cmd(context.Background(), "", "opensm", "-f", osmLog, "-P", parts)
+	osmOut := &syncBuffer{}
+	osm.Stdout, osm.Stderr = osmOut, osmOut
+	start := time.Now()
+	if err := osm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	osmDone := make(chan struct{})
+	go func() { osm.Wait(); close(osmDone) }()
+	t.Cleanup(func() {
+		osm.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-osmDone:
+		case <-time.After(10 * time.Second):
+			osm.Process.Kill()
+			<-osmDone
+		}
+		if t.Failed() {
+			log, _ := os.ReadFile(osmLog)
+			if len(log) > 20000 {
+				log = log[len(log)-20000:]
+			}
+			t.Logf("opensm output:\n%s\nopensm.log (tail):\n%s", osmOut.String(), log)
+		}
+	})
+
+	// Every HCA port Active with a LID and opensm's LID as SM LID, as pibgw stat says.
+	var stat string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stat = d.MustPibgw("stat")
+		if strings.Count(stat, "State: Active") == 3 && !strings.Contains(stat, "SM lid: 0\n") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ports not Active under opensm 30 s after it started:\n%s", stat)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("every port Active %v after opensm started", time.Since(start).Round(time.Millisecond))
+	type port struct{ lid, smLID, guid string }
+	ports := map[string]port{}
+	for _, h := range []string{"pib_0", "pib_1", "pib_2"} {
+		s := d.MustPibgw("stat", h)
+		ports[h] = port{lid: diagField(s, "Base lid"), smLID: diagField(s, "SM lid"), guid: diagField(s, "Port GUID")}
+	}
+	smLID := ports["pib_0"].lid
+	if ports["pib_1"].smLID != smLID || ports["pib_2"].smLID != smLID {
+		t.Errorf("SM LIDs %+v: want opensm's port's LID %s everywhere", ports, smLID)
+	}
+
+	// IPoIB under opensm's SA: joins to its broadcast groups, path records from it.
+	for {
+		show, down := d.Show(), []string{}
+		for _, n := range []string{"ib0", "ib1", "ib2", "ib0.8001", "ib1.8001"} {
+			if !show[n].Up {
+				down = append(down, n+": "+show[n].Reason)
+			}
+		}
+		if len(down) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("interfaces down under opensm: %v", down)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("interfaces up (joined through opensm's SA) %v after opensm started", time.Since(start).Round(time.Millisecond))
+	if ok, out := pingNS(nsA, "10.10.0.2", 3); !ok {
+		t.Errorf("A → B on ib0:\n%s", out)
+	}
+	if ok, out := pingNS(nsC, "10.10.0.1", 3); !ok {
+		t.Errorf("C → A on ib2:\n%s", out)
+	}
+	// opensm's partition 0x8001 (A and B): the children of A and B talk, C's stays out.
+	if ok, out := pingNS(nsA, "10.20.0.2", 3); !ok {
+		t.Errorf("A → B on ib0.8001 (opensm's partition):\n%s", out)
+	}
+	if c := d.Show()["ib2.8001"]; c.Up || !strings.Contains(c.Reason, "0x8001") {
+		t.Errorf("ib2.8001 (C is no member of opensm's 0x8001) = %+v; want down for want of the P_Key", c)
+	}
+	if ok, out := unreachableNS(nsC, "10.20.0.1"); !ok {
+		t.Errorf("C reached A's child on 0x8001:\n%s", out)
+	}
+
+	// ibstat from each node agrees with pibgw stat.
+	for h, p := range ports {
+		s := e.diag(h, "ibstat")
+		if diagField(s, "Base lid") != p.lid || diagField(s, "SM lid") != p.smLID || diagField(s, "Port GUID") != p.guid || diagField(s, "State") != "Active" {
+			t.Errorf("ibstat at %s:\n%s\nwant lid %s, SM lid %s, port GUID %s, Active", h, s, p.lid, p.smLID, p.guid)
+		}
+	}
+
+	// ibnetdiscover: one switch, three CAs, each cabled to its switch port.
+	topo := e.diag("", "ibnetdiscover")
+	if n := strings.Count(topo, "\nSwitch\t"); n != 1 {
+		t.Errorf("ibnetdiscover: %d switches, want 1:\n%s", n, topo)
+	}
+	if n := strings.Count(topo, "\nCa\t"); n != 3 {
+		t.Errorf("ibnetdiscover: %d CAs, want 3:\n%s", n, topo)
+	}
+	swLID := ""
+	if m := regexp.MustCompile(`Switch\t8 "S-0002c90200000100".*base port 0 lid (\d+)`).FindStringSubmatch(topo); m != nil {
+		swLID = m[1]
+	} else {
+		t.Errorf("ibnetdiscover: no 8-port switch 0002c90200000100:\n%s", topo)
+	}
+	for i, h := range []string{"pib_0", "pib_1", "pib_2"} {
+		link := fmt.Sprintf("[%d]\t\"H-0002c90300000%d00\"[1](2c90300000%d01)", i+1, i+3, i+3)
+		if !strings.Contains(topo, link) {
+			t.Errorf("ibnetdiscover: no link %s for %s:\n%s", link, h, topo)
+		}
+		if !strings.Contains(topo, fmt.Sprintf("# lid %s lmc 0 \"pibgw switch-1\"", ports[h].lid)) {
+			t.Errorf("ibnetdiscover: %s's lid %s missing:\n%s", h, ports[h].lid, topo)
+		}
+	}
+
+	// smpquery by LID and by directed route.
+	for h, p := range ports {
+		ni := e.diag("", "smpquery", "nodeinfo", p.lid)
+		if g := diagField(ni, "PortGuid"); !strings.EqualFold(strings.TrimPrefix(g, "0x"), strings.TrimPrefix(p.guid, "0x")) {
+			t.Errorf("smpquery nodeinfo %s (%s): PortGuid %s, want %s\n%s", p.lid, h, g, p.guid, ni)
+		}
+		pi := e.diag("", "smpquery", "portinfo", p.lid)
+		if diagField(pi, "Lid") != p.lid || diagField(pi, "SMLid") != smLID || diagField(pi, "LinkState") != "Active" {
+			t.Errorf("smpquery portinfo %s (%s):\n%s", p.lid, h, pi)
+		}
+	}
+	if pi := e.diag("", "smpquery", "-D", "portinfo", "0,1", "2"); diagField(pi, "LinkState") != "Active" || diagField(pi, "Lid") != "0" {
+		// The switch's port 2 (to pib_1): Active; only port 0 of a switch has a LID.
+		t.Errorf("smpquery -D portinfo 0,1 2:\n%s", pi)
+	}
+
+	// perfquery: pib_1's PortXmitPkts/PortRcvPkts move with a ping to it.
+	pc := func() (xmit, rcv int) {
+		out := e.diag("", "perfquery", ports["pib_1"].lid, "1")
+		xmit, _ = strconv.Atoi(diagField(out, "PortXmitPkts"))
+		rcv, _ = strconv.Atoi(diagField(out, "PortRcvPkts"))
+		return
+	}
+	x0, r0 := pc()
+	if ok, out := pingNS(nsA, "10.10.0.2", 5); !ok {
+		t.Errorf("A → B on ib0:\n%s", out)
+	}
+	x1, r1 := pc()
+	// Five echo requests in and five replies out, plus the perfquery MADs themselves.
+	if x1-x0 < 5 || r1-r0 < 5 {
+		t.Errorf("perfquery %s 1: PortXmitPkts %d → %d, PortRcvPkts %d → %d across 5 pings", ports["pib_1"].lid, x0, x1, r0, r1)
+	}
+	if sw := e.diag("", "perfquery", swLID, "2"); diagField(sw, "PortXmitPkts") == "" {
+		t.Errorf("perfquery of the switch's port 2:\n%s", sw)
+	}
+
+	// saquery: opensm's SA answers for the fabric it manages.
+	if nr := e.diag("pib_2", "saquery", "NR", ports["pib_1"].lid); diagField(nr, "node_guid") != "0x0002c90300000400" ||
+		diagField(nr, "NodeDescription") != "pibgw" {
+		t.Errorf("saquery NR %s (pib_1's NodeRecord):\n%s", ports["pib_1"].lid, nr)
+	}
+	pr := e.diag("pib_1", "saquery", "-p", "--slid", ports["pib_1"].lid, "--dlid", ports["pib_2"].lid)
+	if diagField(pr, "dlid") != ports["pib_2"].lid || diagField(pr, "slid") != ports["pib_1"].lid || diagField(pr, "pkey") != "0xFFFF" {
+		t.Errorf("saquery -p --slid %s --dlid %s:\n%s", ports["pib_1"].lid, ports["pib_2"].lid, pr)
+	}
+	if sm := e.diag("", "saquery", "-s"); diagField(sm, "base_lid") != smLID {
+		t.Errorf("saquery -s (IsSM ports):\n%s", sm)
+	}
+
+	// ibroute: the switch's LFT sends every CA's LID out of its cable's port.
+	lft := e.diag("", "ibroute", swLID)
+	for i, h := range []string{"pib_0", "pib_1", "pib_2"} {
+		lid, _ := strconv.Atoi(ports[h].lid)
+		row := fmt.Sprintf("0x%04x %03d : (Channel Adapter portguid %s: 'pibgw HCA-%d')", lid, i+1, ports[h].guid, i+1)
+		if !strings.Contains(lft, row) {
+			t.Errorf("ibroute %s: no row %q:\n%s", swLID, row, lft)
+		}
+	}
+
+	// sminfo: opensm's port is the master.
+	if si := e.diag("pib_2", "sminfo"); !strings.Contains(si, "sm lid "+smLID+" sm guid "+strings.Replace(ports["pib_0"].guid, "0x000", "0x", 1)) ||
+		!strings.Contains(si, "SMINFO_MASTER") {
+		t.Errorf("sminfo: %s (want sm lid %s, guid %s, MASTER)", si, smLID, ports["pib_0"].guid)
+	}
+}

@@ -1,0 +1,271 @@
+package hca
+
+import (
+	"errors"
+	"testing"
+)
+
+// mwFixture is a device with an RC QP (no transport behind it), a region that allows
+// binding and one that does not; the tests drive the bind, invalidate and access rules
+// directly.
+type mwFixture struct {
+	d      *Device
+	pd     *PD
+	qp     *QP
+	mr     *MR
+	noBind *MR
+	buf    []byte
+}
+
+func newMWFixture(t *testing.T) *mwFixture {
+	t.Helper()
+	d, err := NewDevice(Config{Name: "pib_0", NodeGUID: 0x0002c90300000300,
+		Transports: map[QPType]Transport{QPTypeRC: nopTransport{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &mwFixture{d: d, buf: make([]byte, 8192)}
+	c := d.Open()
+	if f.pd, err = c.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	cq, err := c.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.qp, err = f.pd.CreateQP(QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: QPTypeRC, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if f.mr, err = f.pd.RegMR(f.buf, AccessLocalWrite|AccessRemoteRead|AccessRemoteWrite|AccessMWBind); err != nil {
+		t.Fatal(err)
+	}
+	if f.noBind, err = f.pd.RegMR(make([]byte, 64), AccessLocalWrite|AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestMWAllocAndKeys(t *testing.T) {
+	f := newMWFixture(t)
+	if _, err := f.pd.AllocMW(3); !errors.Is(err, EINVAL) {
+		t.Fatalf("type 3: %v", err)
+	}
+	w1, err := f.pd.AllocMW(MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, _ := f.pd.AllocMW(MWType2)
+	if !IsMWKey(w1.RKey()) || !IsMWKey(w2.RKey()) || IsMWKey(f.mr.RKey()) || w1.RKey()>>8 == w2.RKey()>>8 {
+		t.Fatalf("keys %#x %#x (MR %#x)", w1.RKey(), w2.RKey(), f.mr.RKey())
+	}
+	if IncRKey(0x800001FF) != 0x80000100 || IncRKey(0x80000105) != 0x80000106 {
+		t.Fatal("IncRKey")
+	}
+	if d := f.d.Query(); d.MaxMW != MaxMW || d.DeviceCapFlags&DeviceMemWindow == 0 {
+		t.Fatalf("device attr max_mw %d flags %#x", d.MaxMW, d.DeviceCapFlags)
+	}
+	// The PD is busy while windows use it.
+	if err := f.pd.Dealloc(); !errors.Is(err, EBUSY) {
+		t.Fatalf("dealloc PD with windows: %v", err)
+	}
+	if err := w1.Dealloc(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Dealloc(); !errors.Is(err, EINVAL) {
+		t.Fatalf("second dealloc: %v", err)
+	}
+}
+
+func TestMWPostValidation(t *testing.T) {
+	f := newMWFixture(t)
+	w1, _ := f.pd.AllocMW(MWType1)
+	w2, _ := f.pd.AllocMW(MWType2)
+	for name, wr := range map[string]SendWR{
+		"no window":           {Opcode: WRBindMW},
+		"type 1 by a WR":      {Opcode: WRBindMW, Bind: MWBind{MW: w1, MR: f.mr, Length: 8}},
+		"local access flags":  {Opcode: WRBindMW, Bind: MWBind{MW: w2, MR: f.mr, Length: 8, Access: AccessLocalWrite}},
+		"MW_BIND in a window": {Opcode: WRBindMW, Bind: MWBind{MW: w2, MR: f.mr, Length: 8, Access: AccessMWBind}},
+	} {
+		if err := f.qp.validateSend(&wr); !errors.Is(err, EINVAL) {
+			t.Errorf("%s: %v, want EINVAL", name, err)
+		}
+	}
+	if _, err := f.qp.BindMW(w2, 0, 0, MWBind{}); !errors.Is(err, EINVAL) {
+		t.Errorf("ibv_bind_mw of a type 2 window: %v", err)
+	}
+	if _, err := f.qp.BindMW(w1, 0, 0, MWBind{Addr: 8}); !errors.Is(err, EINVAL) {
+		t.Errorf("ibv_bind_mw without MR but with an address: %v", err)
+	}
+	pd2, _ := f.pd.Context().AllocPD()
+	other, _ := pd2.RegMR(make([]byte, 64), AccessLocalWrite|AccessMWBind)
+	if _, err := f.qp.BindMW(w1, 0, 0, MWBind{MR: other, Addr: other.Addr(), Length: 8}); !errors.Is(err, EPERM) {
+		t.Errorf("ibv_bind_mw with an MR of another PD: %v, want EPERM", err)
+	}
+}
+
+// TestMWRules walks a type 2 window through its states and checks each rule of IBA
+// 10.6.7.2 at the point it applies.
+func TestMWRules(t *testing.T) {
+	f := newMWFixture(t)
+	w, _ := f.pd.AllocMW(MWType2)
+	base := f.mr.Addr()
+	roBind, err := f.pd.RegMR(make([]byte, 64), AccessRemoteRead|AccessMWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind := func(b MWBind) WCStatus {
+		b.MW = w
+		if b.RKey == 0 {
+			b.RKey = IncRKey(w.RKey())
+		}
+		return f.qp.ExecLocal(&SendWR{Opcode: WRBindMW, Bind: b})
+	}
+	for name, b := range map[string]MWBind{
+		"region without MW_BIND":               {MR: f.noBind, Addr: f.noBind.Addr(), Length: 8, Access: AccessRemoteRead},
+		"starts before the region":             {MR: f.mr, Addr: base - 1, Length: 8, Access: AccessRemoteRead},
+		"ends after the region":                {MR: f.mr, Addr: base + 8190, Length: 8, Access: AccessRemoteRead},
+		"zero length":                          {MR: f.mr, Addr: base, Access: AccessRemoteRead},
+		"no region":                            {Length: 8},
+		"R_Key of another window":              {RKey: w.RKey() + 0x100, MR: f.mr, Addr: base, Length: 8},
+		"writable, region without local write": {MR: roBind, Addr: roBind.Addr(), Length: 8, Access: AccessRemoteWrite},
+	} {
+		if st := bind(b); st != WCMWBindErr {
+			t.Errorf("%s: %s, want MW_BIND_ERR", name, st)
+		}
+	}
+	if w.Bound() {
+		t.Fatal("a failed bind bound the window")
+	}
+	if st := bind(MWBind{MR: f.mr, Addr: base + 100, Length: 100, Access: AccessRemoteRead}); st != WCSuccess {
+		t.Fatal(st)
+	}
+	rkey := w.RKey()
+	for name, c := range map[string]struct {
+		va, n uint64
+		acc   AccessFlags
+		ok    bool
+	}{
+		"inside":          {base + 100, 100, AccessRemoteRead, true},
+		"last byte":       {base + 199, 1, AccessRemoteRead, true},
+		"one past":        {base + 199, 2, AccessRemoteRead, false},
+		"before":          {base + 99, 1, AccessRemoteRead, false},
+		"write":           {base + 100, 1, AccessRemoteWrite, false},
+		"wrapping length": {base + 100, 1<<64 - 50, AccessRemoteRead, false},
+	} {
+		mr, at, ok := f.qp.RemoteAccess(rkey, c.va, c.n, c.acc)
+		if ok != c.ok || ok && (mr != f.mr || at != c.va) {
+			t.Errorf("%s: access %v at %#x, want %v", name, ok, at, c.ok)
+		}
+	}
+	if _, _, ok := f.qp.RemoteAccess(rkey^1, base+100, 1, AccessRemoteRead); ok {
+		t.Error("access with another key generation")
+	}
+	// o10-37.2.30: bound, it cannot be bound again until invalidated.
+	if st := bind(MWBind{MR: f.mr, Addr: base, Length: 8, Access: AccessRemoteRead}); st != WCMWBindErr {
+		t.Fatalf("second bind: %s", st)
+	}
+	if err := f.mr.Dereg(); !errors.Is(err, EBUSY) {
+		t.Fatalf("dereg of a region with a window: %v", err)
+	}
+	if _, err := f.mr.Rereg(ReregChangeAccess, nil, nil, AccessLocalWrite); !errors.Is(err, EBUSY) {
+		t.Fatalf("rereg of a region with a window: %v", err)
+	}
+	// LOCAL_INV: a wrong key fails; the right one frees the window.
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRLocalInv, InvalidateRKey: rkey ^ 1}); st != WCLocQPOpErr {
+		t.Fatalf("LOCAL_INV of a stale key: %s", st)
+	}
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRLocalInv, InvalidateRKey: f.mr.RKey()}); st != WCLocQPOpErr {
+		t.Fatalf("LOCAL_INV of an ibv_reg_mr region: %s", st)
+	}
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRLocalInv, InvalidateRKey: rkey}); st != WCSuccess {
+		t.Fatalf("LOCAL_INV: %s", st)
+	}
+	if _, _, ok := f.qp.RemoteAccess(rkey, base+100, 1, AccessRemoteRead); ok {
+		t.Fatal("access through an invalidated window")
+	}
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRLocalInv, InvalidateRKey: rkey}); st != WCLocQPOpErr {
+		t.Fatalf("second LOCAL_INV: %s", st)
+	}
+	if err := f.mr.Dereg(); err != nil {
+		t.Fatalf("dereg once the window is free: %v", err)
+	}
+	// A window of another QP's binding cannot be invalidated remotely through this one.
+	if f.qp.InvalidateRemote(rkey) {
+		t.Fatal("remote invalidation of a free window")
+	}
+}
+
+func TestMWZeroBasedAccess(t *testing.T) {
+	f := newMWFixture(t)
+	w, _ := f.pd.AllocMW(MWType2)
+	b := MWBind{MW: w, RKey: IncRKey(w.RKey()), MR: f.mr, Addr: f.mr.Addr() + 64, Length: 32, Access: AccessRemoteWrite | AccessZeroBased}
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRBindMW, Bind: b}); st != WCSuccess {
+		t.Fatal(st)
+	}
+	mr, at, ok := f.qp.RemoteAccess(b.RKey, 8, 24, AccessRemoteWrite)
+	if !ok || mr != f.mr || at != f.mr.Addr()+72 {
+		t.Fatalf("zero-based access: %v at %#x", ok, at)
+	}
+	if _, _, ok := f.qp.RemoteAccess(b.RKey, 8, 25, AccessRemoteWrite); ok {
+		t.Fatal("access past a zero-based window")
+	}
+	// Type 1 windows are never zero-based (o10-36.2.2).
+	w1, _ := f.pd.AllocMW(MWType1)
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRBindMW, bindType1: true, Bind: MWBind{MW: w1, RKey: IncRKey(w1.RKey()), MR: f.mr, Addr: f.mr.Addr(), Length: 8, Access: AccessZeroBased}}); st != WCMWBindErr {
+		t.Fatalf("zero-based type 1 bind: %s", st)
+	}
+}
+
+func TestReregMRRules(t *testing.T) {
+	f := newMWFixture(t)
+	for name, fl := range map[string]ReregFlags{"no flags": 0, "unknown flag": 8} {
+		if _, err := f.mr.Rereg(fl, nil, nil, 0); !errors.Is(err, EINVAL) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := f.mr.Rereg(ReregChangePD, nil, nil, 0); !errors.Is(err, EINVAL) {
+		t.Errorf("CHANGE_PD without a PD: %v", err)
+	}
+	if _, err := f.mr.Rereg(ReregChangeAccess, nil, nil, AccessRemoteWrite); !errors.Is(err, EINVAL) {
+		t.Errorf("REMOTE_WRITE without LOCAL_WRITE: %v", err)
+	}
+	if _, err := f.mr.Rereg(ReregChangeTranslation, nil, nil, 0); !errors.Is(err, EINVAL) {
+		t.Errorf("empty translation: %v", err)
+	}
+	pd2, _ := f.pd.Context().AllocPD()
+	nmr, err := f.mr.Rereg(ReregChangePD, pd2, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nmr.PD() != pd2 || nmr.Addr() != f.mr.Addr() || nmr.Length() != f.mr.Length() || nmr.LKey()>>8 != f.mr.LKey()>>8 || nmr.LKey() == f.mr.LKey() {
+		t.Fatalf("after CHANGE_PD: %+v (old key %#x)", nmr.Query(), f.mr.LKey())
+	}
+	if f.d.LookupKey(f.mr.LKey()) != nil || f.d.LookupKey(nmr.LKey()) != nmr {
+		t.Fatal("key lookup after rereg")
+	}
+	if err := f.mr.Dereg(); !errors.Is(err, EINVAL) {
+		t.Fatalf("dereg of the old handle: %v", err)
+	}
+	if err := pd2.Dealloc(); !errors.Is(err, EBUSY) {
+		t.Fatalf("the new PD is not held: %v", err)
+	}
+	if err := nmr.Dereg(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pd2.Dealloc(); err != nil {
+		t.Fatalf("dealloc of the new PD: %v", err)
+	}
+}
+
+func TestQueryAH(t *testing.T) {
+	d := newTestDevice(t, 1)
+	pd, _ := d.Open().AllocPD()
+	attr := AHAttr{DLID: 7, SL: 3, PortNum: 1}
+	ah, err := pd.CreateAH(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ah.Query(); got != attr {
+		t.Fatalf("query_ah %+v, want %+v", got, attr)
+	}
+}

@@ -1,0 +1,230 @@
+package ibsim_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/ibsim"
+	"github.com/pibgw/pibgw/sa/satest"
+)
+
+// fat648 is the topology file OFED's ibsim reads for the comparison; satest.FatTree648
+// builds the same fabric in code for pibgw.
+const fat648 = "../../../shared/data/topologies/fat648.ibnd"
+
+// TestOpenSMVersusIBSim is issue 16's acceptance point 2, run on request
+// (PIBGW_OPENSM_COMPARE=1; a minute or two of real opensm runs): opensm through
+// libumad2sim brings up the 648-HCA fat tree served by pibgw and by OFED's ibsim, three
+// runs each, alternating, each on a fresh fabric; the time to SUBNET UP is read from
+// opensm's own log (its first line to "SUBNET UP"), the same way for both.
+func TestOpenSMVersusIBSim(t *testing.T) {
+	if os.Getenv("PIBGW_OPENSM_COMPARE") == "" {
+		t.Skip("set PIBGW_OPENSM_COMPARE=1 to time opensm against pibgw and OFED's ibsim on the 648-HCA fat tree")
+	}
+	lib, _ := filepath.Glob("/usr/lib/*/umad2sim/libumad2sim.so")
+	for _, tool := range []string{"opensm", "ibsim"} {
+		if _, err := exec.LookPath(tool); err != nil || len(lib) == 0 {
+			t.Skipf("needs opensm, ibsim and libumad2sim (Debian opensm, ibsim-utils): %v", err)
+		}
+	}
+	topo, err := filepath.Abs(fat648)
+	if err != nil || fileMissing(topo) {
+		t.Skipf("no %s", fat648)
+	}
+	var pib, sim []time.Duration
+	for run := 1; run <= 3; run++ {
+		d := runOpenSM(t, lib[0], fmt.Sprintf("pibgwcmp-%d-%d", os.Getpid(), run), "pib_0", func(sock string) func() {
+			f := satest.FatTree648(t, satest.Options{Clock: clock.Real{}})
+			s, err := ibsim.New(ibsim.Config{SocketName: sock, Devices: f.HCAs, ExternalSM: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				t.Logf("pibgw server: %+v", s.Stats())
+				s.Close()
+				for _, c := range f.HCACables {
+					c.Detach()
+				}
+				for _, l := range f.Links {
+					l.Cable.Detach()
+				}
+			}
+		})
+		pib = append(pib, d)
+		t.Logf("run %d pibgw: SUBNET UP after %v", run, d)
+		d = runOpenSM(t, lib[0], fmt.Sprintf("ibsimcmp-%d-%d", os.Getpid(), run), "H-0-0", func(sock string) func() {
+			cmd := exec.Command("ibsim", "-s", topo)
+			cmd.Env = append(os.Environ(), "IBSIM_SOCKNAME="+sock)
+			stdin, _ := cmd.StdinPipe() // ibsim's console: kept open, or it exits
+			out := &strings.Builder{}
+			cmd.Stdout, cmd.Stderr = out, out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for !abstractListening("@" + sock + ":ctl") {
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					t.Fatalf("ibsim did not bind @%s:ctl:\n%s", sock, out)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			return func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }
+		})
+		sim = append(sim, d)
+		t.Logf("run %d ibsim: SUBNET UP after %v", run, d)
+	}
+	mp, ms := median(pib), median(sim)
+	t.Logf("median time to SUBNET UP: pibgw %v, ibsim %v: %.2f× ibsim", mp, ms, mp.Seconds()/ms.Seconds())
+	if mp > ms {
+		t.Errorf("pibgw %v > ibsim %v (runs %v vs %v)", mp, ms, pib, sim)
+	}
+}
+
+func fileMissing(p string) bool { _, err := os.Stat(p); return err != nil }
+
+func median(d []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[len(s)/2]
+}
+
+// abstractListening reports whether a Unix socket is bound to the abstract name (with
+// @ for the leading NUL) — /proc/net/unix lists it.
+func abstractListening(name string) bool {
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.HasSuffix(sc.Text(), " "+name) || strings.Contains(sc.Text(), " "+name+"@") {
+			return true
+		}
+	}
+	return false
+}
+
+var logStamp = regexp.MustCompile(`^\w{3} +\d+ (\d\d):(\d\d):(\d\d) (\d{6}) `)
+
+// stamp is a log line's time of day.
+func stamp(line string) (time.Duration, bool) {
+	m := logStamp.FindStringSubmatch(line)
+	if m == nil {
+		return 0, false
+	}
+	var h, mi, s, us int
+	fmt.Sscan(m[1], &h)
+	fmt.Sscan(m[2], &mi)
+	fmt.Sscan(m[3], &s)
+	fmt.Sscan(m[4], &us)
+	return time.Duration(h)*time.Hour + time.Duration(mi)*time.Minute + time.Duration(s)*time.Second + time.Duration(us)*time.Microsecond, true
+}
+
+// runOpenSM starts a simulator with serve (which returns its stop), runs opensm at host
+// against it until its log says SUBNET UP, and returns the time from its log's first line.
+func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) func()) time.Duration {
+	t.Helper()
+	stop := serve(sock)
+	defer stop()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "opensm.conf")
+	os.WriteFile(conf, []byte("force_log_flush TRUE\n"), 0o644)
+	logf := filepath.Join(dir, "opensm.log")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "opensm", "-F", conf, "-f", logf)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, "IBSIM_SOCKNAME="+sock, "SIM_HOST="+host)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	for {
+		b, _ := os.ReadFile(logf)
+		lines := strings.Split(string(b), "\n")
+		var first time.Duration
+		if len(lines) > 0 {
+			first, _ = stamp(lines[0])
+		}
+		for _, l := range lines {
+			if strings.Contains(l, "SUBNET UP") {
+				if up, ok := stamp(l); ok {
+					var errs []string
+					for _, e := range lines {
+						if strings.Contains(e, " ERR ") {
+							errs = append(errs, e)
+						}
+					}
+					if len(errs) > 0 {
+						t.Logf("opensm against %s logged %d errors before SUBNET UP, the first: %s", sock, len(errs), errs[0])
+					}
+					return up - first
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("opensm against %s: no SUBNET UP in 10 minutes; log tail:\n%s", sock, tail(string(b), 3000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// TestOpenSMFatTree11664 is the second half of issue 16's scale point, run on request
+// (PIBGW_SCALE=1): opensm through libumad2sim and the server brings up the three-level
+// fat tree of 36-port switches with 11,664 HCAs (ibsim's default limits stop at 2048
+// nodes); it reports the time to SUBNET UP from opensm's log.
+func TestOpenSMFatTree11664(t *testing.T) {
+	if os.Getenv("PIBGW_SCALE") == "" {
+		t.Skip("set PIBGW_SCALE=1 to run opensm on the 11,664-HCA fat tree")
+	}
+	lib, _ := filepath.Glob("/usr/lib/*/umad2sim/libumad2sim.so")
+	if _, err := exec.LookPath("opensm"); err != nil || len(lib) == 0 {
+		t.Skipf("needs opensm and libumad2sim (Debian opensm, ibsim-utils): %v", err)
+	}
+	var f *satest.Fabric
+	d := runOpenSM(t, lib[0], fmt.Sprintf("pibgwscale-%d", os.Getpid()), "pib_0", func(sock string) func() {
+		f = satest.FatTree3(t, 36, satest.Options{Clock: clock.Real{}})
+		s, err := ibsim.New(ibsim.Config{SocketName: sock, Devices: f.HCAs, ExternalSM: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() { t.Logf("server: %+v", s.Stats()); s.Close() }
+	})
+	active := 0
+	for _, p := range f.Ports() {
+		if p.State() == hca.PortActive {
+			active++
+		}
+	}
+	t.Logf("opensm: SUBNET UP on %d HCAs / %d switches after %v; %d HCA ports Active", len(f.HCAs), len(f.Switches), d, active)
+	if active != len(f.HCAs) {
+		t.Errorf("%d of %d HCA ports Active at SUBNET UP", active, len(f.HCAs))
+	}
+}

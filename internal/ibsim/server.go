@@ -1,0 +1,520 @@
+package ibsim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Config configures a Server.
+type Config struct {
+	// SocketName is the base of the Unix abstract socket names (IBSIM_SOCKNAME, "sim"):
+	// the server binds @<name>:ctl and, per client slot N, @<name>:out<N>. "" serves no
+	// Unix sockets.
+	SocketName string
+	// UDP ("127.0.0.1:7070"), when valid, serves ibsim's remote mode too: control on
+	// that address, client N's data from port+1+N.
+	UDP string
+	// MaxClients bounds the clients attached at once (ibsim has 10); 0 means 256.
+	MaxClients int
+	// Devices are the nodes clients attach to, by SIM_HOST: a device's name (pib_0), its
+	// NodeDescription, "name/port" for another port than the first, or a port GUID.
+	Devices []*hca.Device
+	// Default is the port a client without SIM_HOST attaches to.
+	Default *hca.Port
+	// ExternalSM: the fabric has no built-in SM, so the port of a client that declares
+	// itself the SM (SET_ISSM, opensm) hands it SA requests (class 0x03), traps and
+	// SMInfo.
+	ExternalSM bool
+	Logger     *slog.Logger
+}
+
+// Stats counts what the server did.
+type Stats struct {
+	Clients       int    // attached now
+	Connects      uint64 // CONNECTs accepted
+	CtlRejected   uint64 // control datagrams ignored (size, magic, client id) or answered ERROR
+	MADsIn        uint64 // MADs clients sent into the fabric
+	MADsOut       uint64 // MADs handed to clients
+	BadMADs       uint64 // client datagrams dropped by checkRequest
+	Undeliverable uint64 // client MADs echoed back with status ETIMEDOUT
+	NoClient      uint64 // MADs for a client that is gone or not on the arrival port
+	QueueFull     uint64 // MADs dropped because a client did not read fast enough
+}
+
+// Server is a running ibsim protocol server.
+type Server struct {
+	cfg Config
+	log *slog.Logger
+
+	ctls []net.PacketConn
+	udp  netip.AddrPort // the UDP control address, when serving UDP
+
+	mu      sync.RWMutex
+	slots   []*client // by client id; nil = free
+	nclient int
+	ports   map[*hca.Port]*portAgent
+	closed  bool
+
+	wg sync.WaitGroup
+
+	connects, ctlRejected, madsIn, madsOut, badMADs, undeliverable, noClient, queueFull atomic.Uint64
+}
+
+// tidSlotShift: the server puts its client's id in TID bits 48-62 of every request the
+// client sends, with bit 63 (hca.TIDExternal) marking it; responses find their client by
+// it, as ibsim finds its clients by TID >> 48 (libumad2sim keeps its agent id in bits
+// 32-47 and ignores the bits above).
+const (
+	tidSlotShift = 48
+	tidSlotMask  = 0x7FFF
+	maxSlots     = tidSlotMask + 1
+)
+
+// New starts a server. Close stops it.
+func New(cfg Config) (*Server, error) {
+	if cfg.MaxClients <= 0 {
+		cfg.MaxClients = 256
+	}
+	if cfg.MaxClients > maxSlots {
+		return nil, fmt.Errorf("ibsim: max clients %d > %d", cfg.MaxClients, maxSlots)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Default == nil && len(cfg.Devices) > 0 {
+		cfg.Default = cfg.Devices[0].Port(1)
+	}
+	if cfg.Default == nil {
+		return nil, errors.New("ibsim: no node to attach clients to")
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "ibsim"), ports: map[*hca.Port]*portAgent{}}
+	s.slots = make([]*client, cfg.MaxClients)
+	if cfg.SocketName != "" {
+		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: s.unixName("ctl"), Net: "unixgram"})
+		if err != nil {
+			return nil, fmt.Errorf("ibsim: control socket @%s:ctl: %w", cfg.SocketName, err)
+		}
+		s.ctls = append(s.ctls, c)
+	}
+	if cfg.UDP != "" {
+		ap, err := netip.ParseAddrPort(cfg.UDP)
+		if err != nil {
+			s.closeCtls()
+			return nil, fmt.Errorf("ibsim: udp %q: %w", cfg.UDP, err)
+		}
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+		if err != nil {
+			s.closeCtls()
+			return nil, fmt.Errorf("ibsim: udp control socket: %w", err)
+		}
+		s.udp = ap
+		s.ctls = append(s.ctls, c)
+	}
+	if len(s.ctls) == 0 {
+		return nil, errors.New("ibsim: neither a socket name nor a UDP address to serve")
+	}
+	for _, d := range cfg.Devices {
+		for _, p := range d.Ports() {
+			a := &portAgent{s: s, port: p}
+			s.ports[p] = a
+			p.SetExternalMADHandler(a)
+		}
+	}
+	for _, c := range s.ctls {
+		s.wg.Add(1)
+		go s.serveCtl(c)
+	}
+	s.log.Info("ibsim server listening", "socket", cfg.SocketName, "udp", cfg.UDP, "max_clients", cfg.MaxClients)
+	return s, nil
+}
+
+// unixName is the abstract socket name @<base>:<what> with the trailing NUL that
+// libumad2sim counts in its address length.
+func (s *Server) unixName(what string) string {
+	return "@" + s.cfg.SocketName + ":" + what + "\x00"
+}
+
+func (s *Server) closeCtls() {
+	for _, c := range s.ctls {
+		c.Close()
+	}
+}
+
+// Close stops serving, detaches every client and waits for the server's goroutines.
+func (s *Server) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	var cls []*client
+	for i, c := range s.slots {
+		if c != nil {
+			cls = append(cls, c)
+			s.slots[i] = nil
+		}
+	}
+	s.nclient = 0
+	s.mu.Unlock()
+	s.closeCtls()
+	for _, c := range cls {
+		s.detach(c)
+	}
+	for p := range s.ports {
+		p.SetExternalMADHandler(nil)
+	}
+	s.wg.Wait()
+}
+
+// Stats snapshots the counters.
+func (s *Server) Stats() Stats {
+	s.mu.RLock()
+	n := s.nclient
+	s.mu.RUnlock()
+	return Stats{
+		Clients: n, Connects: s.connects.Load(), CtlRejected: s.ctlRejected.Load(),
+		MADsIn: s.madsIn.Load(), MADsOut: s.madsOut.Load(), BadMADs: s.badMADs.Load(),
+		Undeliverable: s.undeliverable.Load(), NoClient: s.noClient.Load(), QueueFull: s.queueFull.Load(),
+	}
+}
+
+// serveCtl answers control datagrams until c is closed. Replies leave from c, as
+// libumad2sim's control socket is connected to it.
+func (s *Server) serveCtl(c net.PacketConn) {
+	defer s.wg.Done()
+	buf := make([]byte, ctlLen+1) // one more: a longer datagram must not pass for 80 bytes
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Debug("control read", "err", err)
+			continue
+		}
+		msg, err := parseCtl(buf[:n])
+		if err != nil {
+			// ibsim answers nothing to these, so neither does the server.
+			s.ctlRejected.Add(1)
+			s.log.Debug("control message dropped", "err", err)
+			continue
+		}
+		if !s.handleCtl(&msg, from) {
+			s.ctlRejected.Add(1)
+			continue
+		}
+		if ua, ok := from.(*net.UnixAddr); ok {
+			// Go cuts an abstract name at its first NUL; libumad2sim bound it with one.
+			from = &net.UnixAddr{Name: ua.Name + "\x00", Net: ua.Net}
+		}
+		if _, err := c.WriteTo(buf[:ctlLen], from); err != nil {
+			s.log.Debug("control reply", "to", from, "err", err)
+		}
+	}
+}
+
+// handleCtl runs one control message, rewriting msg's datagram into the reply (type 0 on
+// failure). It reports false when no reply must be sent.
+func (s *Server) handleCtl(msg *ctlMsg, from net.Addr) bool {
+	fail := func(format string, args ...any) bool {
+		s.log.Warn("ibsim control request refused", "type", msg.typ, "client", msg.clientID, "reason", fmt.Sprintf(format, args...))
+		s.ctlRejected.Add(1)
+		le.PutUint32(msg.raw[8:], ctlError)
+		return true
+	}
+	if msg.typ == ctlConnect {
+		if err := s.connect(msg, from); err != nil {
+			return fail("%v", err)
+		}
+		return true
+	}
+	c := s.client(msg.clientID)
+	if c == nil {
+		if msg.clientID >= uint32(s.cfg.MaxClients) {
+			return false // ibsim: no reply to a client id out of range
+		}
+		if msg.typ == ctlDisconnect {
+			return true // ibsim: disconnecting a free slot succeeds
+		}
+		return fail("client %d is not connected", msg.clientID)
+	}
+	p := c.port
+	d := msg.data
+	switch msg.typ {
+	case ctlDisconnect:
+		s.remove(c, "disconnect")
+	case ctlGetPort:
+		// struct sim_port { uint16_t lid; uint8_t state; }
+		a := p.Query()
+		clear(d)
+		le.PutUint16(d[0:], a.LID)
+		d[2] = uint8(a.State)
+	case ctlGetVendor:
+		var ni [wire.SMPDataLen]byte
+		p.SMAGet(wire.AttrNodeInfo, 0, ni[:])
+		n := wire.NodeInfo(ni[:])
+		clear(d)
+		le.PutUint32(d[0:], n.VendorID())
+		le.PutUint32(d[4:], uint32(n.DeviceID()))
+		le.PutUint32(d[8:], n.Revision())
+		le.PutUint64(d[16:], 1) // fw_ver, as ibsim
+	case ctlGetGID:
+		a := p.Query()
+		clear(d)
+		le.PutUint64(d[0:], a.GIDPrefix)
+		le.PutUint64(d[8:], p.Device().Query().NodeGUID)
+	case ctlGetGUID:
+		clear(d)
+		le.PutUint64(d[0:], p.Device().Query().NodeGUID)
+	case ctlGetNodeInfo:
+		clear(d)
+		if st := p.SMAGet(wire.AttrNodeInfo, 0, d); st != 0 {
+			return fail("NodeInfo: status %#x", st)
+		}
+	case ctlGetPortInfo:
+		n := uint32(d[0])
+		if int(n) > p.Device().NumPorts() {
+			n = 0 // ibsim: out of range means the client's own port
+		}
+		clear(d)
+		if st := p.SMAGet(wire.AttrPortInfo, n, d); st != 0 {
+			return fail("PortInfo %d: status %#x", n, st)
+		}
+	case ctlSetIsSM:
+		s.setIsSM(c, le.Uint32(d[0:]) != 0)
+	case ctlGetPKeys:
+		clear(d)
+		if st := p.SMAGet(wire.AttrPKeyTable, 0, d); st != 0 {
+			return fail("P_KeyTable: status %#x", st)
+		}
+	default:
+		return fail("unknown type %d", msg.typ)
+	}
+	return true
+}
+
+// findPort resolves SIM_HOST: a device name or NodeDescription (its first port),
+// "name/port", or a port GUID ("0x0002c90300000401").
+func (s *Server) findPort(id string) (*hca.Port, error) {
+	if id == "" {
+		return s.cfg.Default, nil
+	}
+	name, num := id, 1
+	if i := strings.LastIndexByte(id, '/'); i > 0 {
+		if n, err := strconv.Atoi(id[i+1:]); err == nil {
+			name, num = id[:i], n
+		}
+	}
+	for _, d := range s.cfg.Devices {
+		if d.Name() == name || d.NodeDesc() == name {
+			if p := d.Port(num); p != nil {
+				return p, nil
+			}
+			return nil, fmt.Errorf("node %q has no port %d", name, num)
+		}
+	}
+	if g, err := strconv.ParseUint(strings.TrimPrefix(id, "0x"), 16, 64); err == nil {
+		for _, d := range s.cfg.Devices {
+			for _, p := range d.Ports() {
+				if p.GUID() == g {
+					return p, nil
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("unknown node %q", id)
+}
+
+// connect attaches a new client (CONNECT): a free slot, its data socket connected to
+// the client's, and the reply's client id and node id.
+func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
+	ci := parseClientInfo(msg.data)
+	port, err := s.findPort(ci.nodeID)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("server closing")
+	}
+	slot := -1
+	for i, c := range s.slots {
+		if c == nil {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("all %d client slots are taken", s.cfg.MaxClients)
+	}
+	if ci.issm != 0 && s.smClientLocked(port) != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("an SM is already attached at %s/%d", port.Device().Name(), port.Num())
+	}
+	c := newClient(s, slot, port, ci.id)
+	s.slots[slot] = c // reserved while the socket is made
+	s.nclient++
+	s.mu.Unlock()
+	conn, err := s.dialClient(slot, ci.id, from)
+	if err != nil {
+		s.mu.Lock()
+		s.slots[slot] = nil
+		s.nclient--
+		s.mu.Unlock()
+		return err
+	}
+	c.start(conn)
+	if ci.issm != 0 {
+		s.setIsSM(c, true)
+	}
+	s.connects.Add(1)
+	s.log.Info("ibsim client attached", "client", slot, "pid", ci.id, "node", port.Device().Name(), "port", port.Num(), "issm", ci.issm != 0)
+	ci.id = uint32(slot)
+	if ci.nodeID == "" {
+		ci.nodeID = port.Device().Name()
+	}
+	ci.put(msg.data)
+	return nil
+}
+
+// dialClient makes client slot's data socket, bound where libumad2sim connects its own
+// (@<base>:out<slot>, or UDP port+1+slot) and connected to the client's
+// (@<base>:in<pid>, or the client's address with its data port).
+func (s *Server) dialClient(slot int, id uint32, from net.Addr) (net.Conn, error) {
+	switch a := from.(type) {
+	case *net.UnixAddr:
+		l := &net.UnixAddr{Name: s.unixName("out" + strconv.Itoa(slot)), Net: "unixgram"}
+		r := &net.UnixAddr{Name: s.unixName("in" + strconv.Itoa(int(id))), Net: "unixgram"}
+		c, err := net.DialUnix("unixgram", l, r)
+		if err != nil {
+			return nil, fmt.Errorf("data socket for client %d: %w", slot, err)
+		}
+		return c, nil
+	case *net.UDPAddr:
+		lp := int(s.udp.Port()) + 1 + slot
+		if lp > 0xFFFF || id == 0 || id > 0xFFFF {
+			return nil, fmt.Errorf("data port for client %d out of range", slot)
+		}
+		l := &net.UDPAddr{IP: s.udp.Addr().AsSlice(), Port: lp}
+		r := &net.UDPAddr{IP: a.IP, Port: int(id)}
+		c, err := net.DialUDP("udp", l, r)
+		if err != nil {
+			return nil, fmt.Errorf("data socket for client %d: %w", slot, err)
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("control message from %v", from)
+}
+
+// client returns the attached client with id, or nil.
+func (s *Server) client(id uint32) *client {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if id >= uint32(len(s.slots)) {
+		return nil
+	}
+	return s.slots[id]
+}
+
+// remove detaches c if it is still attached.
+func (s *Server) remove(c *client, why string) {
+	s.mu.Lock()
+	if s.slots[c.id] != c {
+		s.mu.Unlock()
+		return
+	}
+	s.slots[c.id] = nil
+	s.nclient--
+	s.mu.Unlock()
+	s.log.Info("ibsim client detached", "client", c.id, "pid", c.pid, "why", why)
+	s.detach(c)
+}
+
+// detach stops c's goroutines and gives up its SM role.
+func (s *Server) detach(c *client) {
+	if c.issm.Load() {
+		s.setIsSM(c, false)
+	}
+	c.stop()
+}
+
+func (s *Server) smClientLocked(p *hca.Port) *client {
+	for _, c := range s.slots {
+		if c != nil && c.port == p && c.issm.Load() {
+			return c
+		}
+	}
+	return nil
+}
+
+// setIsSM records whether c is its port's SM (SET_ISSM; opensm sends 1 when it opens the
+// issm device and 0 at exit): PortInfo:CapabilityMask.IsSM (IBA 14.2.5.6) follows, and
+// with an external SM the port hands it SA requests, traps and SMInfo.
+func (s *Server) setIsSM(c *client, on bool) {
+	c.issm.Store(on)
+	p := c.port
+	s.mu.RLock()
+	sm := s.smClientLocked(p)
+	s.mu.RUnlock()
+	a := p.Query()
+	if sm != nil {
+		p.SetCapMask(a.PortCapFlags | hca.CapIsSM)
+	} else {
+		p.SetCapMask(a.PortCapFlags &^ hca.CapIsSM)
+	}
+	if !s.cfg.ExternalSM {
+		return
+	}
+	agent := s.ports[p]
+	if sm != nil {
+		p.SetTrapHandler(agent)
+		p.SetSMInfoHandler(agent)
+		p.RegisterMADHandler(wire.MgmtClassSubnAdm, false, agent)
+	} else {
+		p.SetTrapHandler(nil)
+		p.SetSMInfoHandler(nil)
+		p.RegisterMADHandler(wire.MgmtClassSubnAdm, false, nil)
+	}
+}
+
+// portAgent receives, at one port, what belongs to the server's clients there: the
+// responses to their requests (by TID), and, for the port's SM client, traps, SMInfo and
+// SA requests.
+type portAgent struct {
+	s    *Server
+	port *hca.Port
+}
+
+// HandleMAD runs on the fabric's goroutine: it only queues.
+func (a *portAgent) HandleMAD(m *hca.MAD) {
+	mad := wire.MAD(m.Data)
+	var c *client
+	if mad.IsResponse() || mad.Method() == wire.MethodTrapRepress {
+		tid := mad.TID()
+		if tid&hca.TIDExternal != 0 {
+			c = a.s.client(uint32(tid>>tidSlotShift) & tidSlotMask)
+		}
+	} else {
+		a.s.mu.RLock()
+		c = a.s.smClientLocked(a.port)
+		a.s.mu.RUnlock()
+	}
+	if c == nil || c.port != m.Port {
+		a.s.noClient.Add(1)
+		return
+	}
+	c.deliver(m)
+}

@@ -1,0 +1,433 @@
+package ibsim_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/daemon"
+	"github.com/pibgw/pibgw/wire"
+)
+
+// The tests speak libumad2sim's side of the protocol (umad2sim/sim_client.c) to a server
+// in a fabric built from the default configuration with the built-in SM: the MADs cross
+// the fabric and are answered by its SMAs, PMAs and SA.
+
+var le = binary.LittleEndian
+
+// testFabric builds the fabric with the server on a socket name unique to the test.
+func testFabric(t testing.TB, edit func(*config.Config)) (*daemon.Fabric, string) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.IBSim.Enable = true
+	cfg.IBSim.SocketName = fmt.Sprintf("pibgwtest-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+	if edit != nil {
+		edit(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := daemon.BuildFabric(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f, cfg.IBSim.SocketName
+}
+
+var pidSeq = struct {
+	sync.Mutex
+	n int
+}{n: 1000}
+
+// simClient is a libumad2sim client: a control socket connected to @<base>:ctl and a data
+// socket @<base>:in<pid> that talks to @<base>:out<id>.
+type simClient struct {
+	t    testing.TB
+	base string
+	pid  int
+	ctl  *net.UnixConn
+	data *net.UnixConn
+	id   uint32
+	node string
+	out  *net.UnixAddr
+}
+
+func abstract(base, what string) *net.UnixAddr {
+	return &net.UnixAddr{Name: "@" + base + ":" + what + "\x00", Net: "unixgram"}
+}
+
+// dial binds both sockets and sends CONNECT for host; it returns the reply's type.
+func dial(t testing.TB, base, host string, issm bool) (*simClient, uint32) {
+	t.Helper()
+	pidSeq.Lock()
+	pidSeq.n++
+	pid := os.Getpid()*1000 + pidSeq.n
+	pidSeq.Unlock()
+	c := &simClient{t: t, base: base, pid: pid}
+	var err error
+	c.ctl, err = net.DialUnix("unixgram", abstract(base, "ctl"+strconv.Itoa(pid)), abstract(base, "ctl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.ctl.Close() })
+	c.data, err = net.ListenUnixgram("unixgram", abstract(base, "in"+strconv.Itoa(pid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.data.Close() })
+	var d [64]byte
+	le.PutUint32(d[0:], uint32(pid))
+	if issm {
+		le.PutUint32(d[8:], 1)
+	}
+	copy(d[12:43], host)
+	typ, rd := c.ctlDo(1, d[:], 44)
+	if typ == 1 {
+		c.id = le.Uint32(rd[0:])
+		c.node = strings.TrimRight(string(rd[12:44]), "\x00")
+		c.out = abstract(base, "out"+strconv.Itoa(int(c.id)))
+	}
+	return c, typ
+}
+
+// ctlDo sends a control message and returns the reply's type and data.
+func (c *simClient) ctlDo(typ uint32, data []byte, n uint32) (uint32, []byte) {
+	c.t.Helper()
+	var b [80]byte
+	le.PutUint32(b[0:], 0xDEADBEEF)
+	le.PutUint32(b[4:], c.id)
+	le.PutUint32(b[8:], typ)
+	le.PutUint32(b[12:], n)
+	copy(b[16:], data)
+	if _, err := c.ctl.Write(b[:]); err != nil {
+		c.t.Fatal(err)
+	}
+	c.ctl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var r [81]byte
+	m, err := c.ctl.Read(r[:])
+	if err != nil {
+		c.t.Fatalf("control %d: %v", typ, err)
+	}
+	if m != 80 {
+		c.t.Fatalf("control reply of %d bytes", m)
+	}
+	return le.Uint32(r[8:]), r[16:80]
+}
+
+// send sends one sim_request carrying mad to dlid/dqp.
+func (c *simClient) send(dlid uint16, dqp uint32, mad []byte) {
+	c.t.Helper()
+	var b [288]byte
+	binary.BigEndian.PutUint16(b[0:], dlid)
+	if dlid == 0xFFFF {
+		binary.BigEndian.PutUint16(b[4:], 0xFFFF)
+	}
+	binary.BigEndian.PutUint32(b[8:], dqp)
+	if dqp != 0 {
+		binary.BigEndian.PutUint32(b[12:], 1)
+	}
+	binary.BigEndian.PutUint64(b[24:], 256)
+	copy(b[32:], mad)
+	if _, err := c.data.WriteToUnix(b[:], c.out); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// recv waits for one datagram; ok is false after the timeout.
+func (c *simClient) recv(timeout time.Duration) ([]byte, bool) {
+	c.t.Helper()
+	c.data.SetReadDeadline(time.Now().Add(timeout))
+	b := make([]byte, 289)
+	n, err := c.data.Read(b)
+	if err != nil {
+		return nil, false
+	}
+	if n != 288 {
+		c.t.Fatalf("MAD datagram of %d bytes, want 288", n)
+	}
+	return b[:n], true
+}
+
+// smp builds a SubnGet of attr: directed route along path (path[0] unused) or, with
+// path nil, LID-routed.
+func smp(attr uint16, mod uint32, tid uint64, path ...byte) []byte {
+	m := make([]byte, 256)
+	s := wire.SMP(m)
+	mad := s.MAD()
+	mad.SetBaseVersion(1)
+	mad.SetMgmtClass(wire.MgmtClassSubnLID)
+	mad.SetClassVersion(1)
+	mad.SetMethod(wire.MethodGet)
+	mad.SetTID(tid)
+	mad.SetAttrID(attr)
+	mad.SetAttrMod(mod)
+	if path != nil {
+		mad.SetMgmtClass(wire.MgmtClassSubnDirected)
+		s.SetHopCount(uint8(len(path) - 1))
+		s.SetDrSLID(0xFFFF)
+		s.SetDrDLID(0xFFFF)
+		copy(s.InitialPath(), path)
+	}
+	return m
+}
+
+func TestControlAndSMPs(t *testing.T) {
+	f, base := testFabric(t, nil)
+	pib1 := f.Devs[1].Port(1)
+
+	c, typ := dial(t, base, "pib_1", false)
+	if typ != 1 || c.id != 0 || c.node != "pib_1" {
+		t.Fatalf("CONNECT: type %d id %d node %q", typ, c.id, c.node)
+	}
+	// GET_NODEINFO: pib_1's NodeInfo in MAD layout.
+	_, d := c.ctlDo(7, nil, 64)
+	if ni := wire.NodeInfo(d); ni.NodeGUID() != f.Devs[1].Query().NodeGUID || ni.NodeType() != wire.NodeTypeCA || ni.LocalPortNum() != 1 {
+		t.Errorf("GET_NODEINFO: guid %#x type %d port %d", ni.NodeGUID(), ni.NodeType(), ni.LocalPortNum())
+	}
+	// GET_PORTINFO(0): the port's LID and state as the built-in SM set them.
+	_, d = c.ctlDo(8, []byte{0}, 64)
+	if pi := wire.PortInfo(d); pi.LID() != pib1.LID() || pi.PortState() != 4 || pi.LocalPortNum() != 1 {
+		t.Errorf("GET_PORTINFO: lid %d state %d port %d; want lid %d Active", pi.LID(), pi.PortState(), pi.LocalPortNum(), pib1.LID())
+	}
+	_, d = c.ctlDo(10, nil, 64)
+	if k := binary.BigEndian.Uint16(d[0:]); k != 0xFFFF {
+		t.Errorf("GET_PKEYS: entry 0 = %#x", k)
+	}
+	_, d = c.ctlDo(4, nil, 24)
+	if v := le.Uint32(d[0:]); v == 0 || le.Uint64(d[16:]) != 1 {
+		t.Errorf("GET_VENDOR: %x", d[:24])
+	}
+
+	// A directed-route SMP of hop count 0 is answered by the port's own SMA; of hop count
+	// 1 by the switch, through the real link.
+	c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, 0x11, 0))
+	r, ok := c.recv(5 * time.Second)
+	if !ok {
+		t.Fatal("no answer to DR NodeInfo hop 0")
+	}
+	resp := wire.SMP(r[32:])
+	if !resp.MAD().IsResponse() || resp.MAD().TID()&0xFFFFFFFF != 0x11 || wire.NodeInfo(resp.SMPData()).NodeGUID() != f.Devs[1].Query().NodeGUID {
+		t.Errorf("DR NodeInfo hop 0: %x", r[32:96])
+	}
+	c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, 0x12, 0, 1))
+	if r, ok = c.recv(5 * time.Second); !ok {
+		t.Fatal("no answer to DR NodeInfo 0,1")
+	}
+	if ni := wire.NodeInfo(wire.SMP(r[32:]).SMPData()); ni.NodeType() != wire.NodeTypeSwitch || ni.LocalPortNum() != 2 {
+		t.Errorf("DR NodeInfo 0,1: type %d local port %d; want the switch, entered by port 2", ni.NodeType(), ni.LocalPortNum())
+	}
+	// LID-routed to pib_0 (slid 0 = "my LID").
+	pib0 := f.Devs[0].Port(1)
+	c.send(pib0.LID(), 0, smp(wire.AttrPortInfo, 0, 0x13))
+	if r, ok = c.recv(5 * time.Second); !ok {
+		t.Fatal("no answer to LID-routed PortInfo")
+	}
+	if pi := wire.PortInfo(wire.SMP(r[32:]).SMPData()); pi.LID() != pib0.LID() || binary.BigEndian.Uint16(r[4:]) != pib0.LID() {
+		t.Errorf("LID-routed PortInfo from %d: lid %d", binary.BigEndian.Uint16(r[4:]), pi.LID())
+	}
+
+	// A GMP: pib_0's PMA, PortCounters of port 1.
+	pm := make([]byte, 256)
+	m := wire.MAD(pm)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassPerfMgt)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x14)
+	m.SetAttrID(wire.AttrPortCounters)
+	pm[64+1] = 1 // PortSelect
+	c.send(pib0.LID(), 1, pm)
+	if r, ok = c.recv(5 * time.Second); !ok {
+		t.Fatal("no answer from the PMA")
+	}
+	if pc := wire.PortCounters(r[32+64:]); wire.MAD(r[32:]).Status() != 0 || pc.PortXmitPkts() == 0 {
+		t.Errorf("PortCounters: status %#x xmit %d", wire.MAD(r[32:]).Status(), pc.PortXmitPkts())
+	}
+
+	// Bad datagrams are dropped and counted; the client keeps working.
+	before := f.IBSim.Stats().BadMADs
+	if _, err := c.data.WriteToUnix(make([]byte, 100), c.out); err != nil {
+		t.Fatal(err)
+	}
+	bad := smp(wire.AttrNodeInfo, 0, 0x15, 0, 1)
+	wire.SMP(bad).SetHopPointer(1)
+	c.send(0xFFFF, 0, bad)
+	c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, 0x16, 0))
+	if r, ok = c.recv(5 * time.Second); !ok || wire.MAD(r[32:]).TID()&0xFFFF != 0x16 {
+		t.Fatalf("after bad datagrams: %v %x", ok, r)
+	}
+	if n := f.IBSim.Stats().BadMADs - before; n != 2 {
+		t.Errorf("BadMADs +%d, want 2", n)
+	}
+
+	// Unknown node: ERROR. DISCONNECT frees the slot for the next client.
+	if _, typ := dial(t, base, "nosuchnode", false); typ != 0 {
+		t.Errorf("CONNECT to an unknown node: type %d, want 0 (ERROR)", typ)
+	}
+	c.ctlDo(2, nil, 0)
+	if c2, typ := dial(t, base, "pibgw HCA-1", false); typ != 1 || c2.id != 0 || c2.node != "pibgw HCA-1" {
+		t.Errorf("CONNECT by NodeDescription after DISCONNECT: type %d id %d node %q", typ, c2.id, c2.node)
+	}
+}
+
+// TestManyClients: more clients at once than ibsim's 10, each with its own answers.
+func TestManyClients(t *testing.T) {
+	f, base := testFabric(t, nil)
+	const n = 40
+	cls := make([]*simClient, n)
+	for i := range cls {
+		host := []string{"pib_0", "pib_1"}[i%2]
+		c, typ := dial(t, base, host, false)
+		if typ != 1 || c.id != uint32(i) {
+			t.Fatalf("client %d: CONNECT type %d id %d", i, typ, c.id)
+		}
+		cls[i] = c
+	}
+	if s := f.IBSim.Stats(); s.Clients != n {
+		t.Errorf("Stats.Clients %d, want %d", s.Clients, n)
+	}
+	// Every client asks the switch for its NodeInfo at once; each gets its own answer.
+	for i, c := range cls {
+		c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, uint64(0x100+i), 0, 1))
+	}
+	for i, c := range cls {
+		r, ok := c.recv(5 * time.Second)
+		if !ok {
+			t.Fatalf("client %d: no answer", i)
+		}
+		if tid := wire.MAD(r[32:]).TID() & 0xFFFFFFFF; tid != uint64(0x100+i) {
+			t.Errorf("client %d got TID %#x", i, tid)
+		}
+		if _, extra := c.recv(20 * time.Millisecond); extra {
+			t.Errorf("client %d got a second MAD", i)
+		}
+	}
+}
+
+// TestGoneClient: a client that exits without DISCONNECT loses its slot at the first MAD
+// the server cannot hand it.
+func TestGoneClient(t *testing.T) {
+	f, base := testFabric(t, nil)
+	c, _ := dial(t, base, "pib_1", false)
+	c.data.Close() // the process died
+	// A response for it arrives at its port: pib_0's PMA answering, say.
+	resp := make([]byte, 256)
+	m := wire.MAD(resp)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassPerfMgt)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGetResp)
+	m.SetTID(hca.TIDExternal | uint64(c.id)<<48 | 1)
+	dst := hca.MADAddr{DLID: f.Devs[1].Port(1).LID(), QPN: 1, QKey: hca.GSIQKey}
+	if err := f.Devs[0].Port(1).SendMAD(dst, resp); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.IBSim.Stats().Clients != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot still taken: %+v", f.IBSim.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestUDP: ibsim's remote mode — control on the port, client N's data on port+1+N.
+func TestUDP(t *testing.T) {
+	ctlConn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ctlConn.LocalAddr().(*net.UDPAddr).Port // a free port, probably still free below
+	ctlConn.Close()
+	f, _ := testFabric(t, func(c *config.Config) { c.IBSim.SocketName = ""; c.IBSim.UDP = fmt.Sprintf("127.0.0.1:%d", port) })
+	srv := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
+	data, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer data.Close()
+	ctl, err := net.DialUDP("udp", nil, srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	var b [80]byte
+	le.PutUint32(b[0:], 0xDEADBEEF)
+	le.PutUint32(b[8:], 1)
+	le.PutUint32(b[12:], 44)
+	le.PutUint32(b[16:], uint32(data.LocalAddr().(*net.UDPAddr).Port))
+	ctl.Write(b[:])
+	ctl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var r [80]byte
+	if n, err := ctl.Read(r[:]); err != nil || n != 80 || le.Uint32(r[8:]) != 1 {
+		t.Fatalf("CONNECT over UDP: %d %v type %d", n, err, le.Uint32(r[8:]))
+	}
+	id := le.Uint32(r[16:])
+	var req [288]byte
+	binary.BigEndian.PutUint16(req[0:], 0xFFFF)
+	binary.BigEndian.PutUint16(req[4:], 0xFFFF)
+	binary.BigEndian.PutUint64(req[24:], 256)
+	copy(req[32:], smp(wire.AttrNodeDescription, 0, 7, 0, 1))
+	if _, err := data.WriteToUDP(req[:], &net.UDPAddr{IP: srv.IP, Port: port + 1 + int(id)}); err != nil {
+		t.Fatal(err)
+	}
+	data.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var a [289]byte
+	n, err := data.Read(a[:])
+	if err != nil || n != 288 {
+		t.Fatalf("answer over UDP: %d %v", n, err)
+	}
+	if desc := wire.NodeDescription(wire.SMP(a[32:]).SMPData()).String(); desc != f.Switch.NodeDesc() {
+		t.Errorf("NodeDescription over UDP %q, want %q", desc, f.Switch.NodeDesc())
+	}
+}
+
+// BenchmarkSMPRoundTrip: a directed-route NodeInfo to the switch and back, sent by a
+// libumad2sim client through the server's sockets ("ibsim") and, as the baseline, by an
+// in-process agent on the same port ("direct"). The difference is the server's cost per
+// MAD: two datagrams, the client's queue and its writer. (The one allocation per op is
+// the test client's WriteToUnix building a sockaddr; the server's path allocates nothing.)
+func BenchmarkSMPRoundTrip(b *testing.B) {
+	f, base := testFabric(b, nil)
+	p := f.Devs[1].Port(1)
+	req := smp(wire.AttrNodeInfo, 0, 1, 0, 1)
+	b.Run("direct", func(b *testing.B) {
+		got := make(chan struct{}, 1)
+		p.RegisterMADHandler(wire.MgmtClassSubnDirected, true, hca.MADHandlerFunc(func(*hca.MAD) { got <- struct{}{} }))
+		defer p.RegisterMADHandler(wire.MgmtClassSubnDirected, true, nil)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := p.SendSMP(hca.MADAddr{DLID: 0xFFFF}, req); err != nil {
+				b.Fatal(err)
+			}
+			<-got
+		}
+	})
+	b.Run("ibsim", func(b *testing.B) {
+		c, _ := dial(b, base, "pib_1", false)
+		var out [288]byte
+		binary.BigEndian.PutUint16(out[0:], 0xFFFF)
+		binary.BigEndian.PutUint16(out[4:], 0xFFFF)
+		binary.BigEndian.PutUint64(out[24:], 256)
+		copy(out[32:], req)
+		var in [289]byte
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.data.WriteToUnix(out[:], c.out); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := c.data.Read(in[:]); err != nil || n != 288 {
+				b.Fatal(n, err)
+			}
+		}
+	})
+}
