@@ -138,6 +138,9 @@ func TestHostsThroughSwitch(t *testing.T) {
 			if got := recv(t, a, 1); !bytes.Equal(got[0], back) {
 				t.Fatalf("reply differs")
 			}
+			// The switch counts a packet sent once sendmmsg returned, which may be after
+			// the host received it.
+			waitFor(t, func() bool { return s.l.Counters().TxPackets == 4 })
 			c := s.l.Counters()
 			if c.RxPackets != 4 || c.TxPackets != 4 || c.Connects != 2 {
 				t.Fatalf("switch counters %+v", c)
