@@ -18,7 +18,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -172,7 +174,8 @@ func Parse(r io.Reader) (*Topology, error) {
 	}
 	// Every link at both ends, the same way.
 	for _, n := range t.Nodes {
-		for p, e := range n.Links {
+		for _, p := range slices.Sorted(maps.Keys(n.Links)) { // first problem first
+			e := n.Links[p]
 			far := t.byID[e.Node]
 			if far == nil {
 				return nil, &Error{n.Line, fmt.Sprintf("%q port %d: no node %q", n.ID, p, e.Node)}
