@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/pibgw/pibgw/fabric/topology"
 )
 
 // Defaults.
@@ -132,13 +134,17 @@ type Fabric struct {
 	SwitchPorts  int
 	HCAs         []HCA
 
-	Switch      string         // HOST:PORT of the switch process; "" for the built-in switch
-	Listen      string         // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
-	PSKFile     string         // psk_file as configured
-	PSK         []byte         // its key; nil: no authentication, Allow applies
-	Allow       []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
-	Keepalive   time.Duration  // keepalive interval of UDP links
-	LinkTimeout time.Duration  // a UDP link silent this long is down
+	Switch string // HOST:PORT of the switch process; "" for the built-in switch
+	Listen string // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
+	// TopologyFile is fabric.topology: an ibsim net file of switches and links built
+	// instead of the one switch; Topology is its contents.
+	TopologyFile string
+	Topology     *topology.Topology
+	PSKFile      string         // psk_file as configured
+	PSK          []byte         // its key; nil: no authentication, Allow applies
+	Allow        []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
+	Keepalive    time.Duration  // keepalive interval of UDP links
+	LinkTimeout  time.Duration  // a UDP link silent this long is down
 }
 
 // HCA is one soft HCA.
