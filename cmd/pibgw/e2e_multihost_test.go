@@ -34,24 +34,7 @@ func TestE2EMultiHost(t *testing.T) {
 	requireE2E(t, "ping", "iperf3")
 	bin := buildPibgw(t)
 	dir := t.TempDir()
-	fab := e2eNetNS("fab")
-	hosts := []string{e2eNetNS("ha"), e2eNetNS("hb"), e2eNetNS("hc")}
-	for _, ns := range append([]string{fab}, hosts...) {
-		mustCmd(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		mustCmd(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	// veth pairs: 10.77.X.1 in fab, 10.77.X.2 in host X.
-	for i, ns := range hosts {
-		a, b := fmt.Sprintf("pm%d%ds", os.Getpid()%100000, i), fmt.Sprintf("pm%d%dh", os.Getpid()%100000, i)
-		mustCmd(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
-		mustCmd(t, "ip", "link", "set", a, "netns", fab)
-		mustCmd(t, "ip", "link", "set", b, "netns", ns)
-		mustCmd(t, "ip", "-n", fab, "addr", "add", fmt.Sprintf("10.77.%d.1/24", i+1), "dev", a)
-		mustCmd(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.77.%d.2/24", i+1), "dev", b)
-		mustCmd(t, "ip", "-n", fab, "link", "set", a, "up")
-		mustCmd(t, "ip", "-n", ns, "link", "set", b, "up")
-	}
+	fab, hosts := multiHostNet(t, "m", 3)
 	psk := filepath.Join(dir, "psk")
 	if err := os.WriteFile(psk, []byte("e2e multi-host pre-shared key\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -258,6 +241,136 @@ addresses = ["10.20.0.%d/24"]
 	})
 	t.Logf("A → B back %v after the switch restarted", time.Since(restarted).Round(time.Millisecond))
 }
+
+// multiHostNet makes namespace fab and n host namespaces, each host joined to fab by a
+// veth pair: 10.77.X.1 in fab, 10.77.X.2 in host X (X from 1). The cleanup deletes them
+// (and with them the veths).
+func multiHostNet(t *testing.T, tag string, n int) (fab string, hosts []string) {
+	t.Helper()
+	fab = e2eNetNS(tag + "fab")
+	for i := range n {
+		hosts = append(hosts, e2eNetNS(fmt.Sprintf("%sh%d", tag, i)))
+	}
+	for _, ns := range append([]string{fab}, hosts...) {
+		mustCmd(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		mustCmd(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	for i, ns := range hosts {
+		a, b := fmt.Sprintf("p%s%d%ds", tag, os.Getpid()%100000, i), fmt.Sprintf("p%s%d%dh", tag, os.Getpid()%100000, i)
+		mustCmd(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
+		mustCmd(t, "ip", "link", "set", a, "netns", fab)
+		mustCmd(t, "ip", "link", "set", b, "netns", ns)
+		mustCmd(t, "ip", "-n", fab, "addr", "add", fmt.Sprintf("10.77.%d.1/24", i+1), "dev", a)
+		mustCmd(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.77.%d.2/24", i+1), "dev", b)
+		mustCmd(t, "ip", "-n", fab, "link", "set", a, "up")
+		mustCmd(t, "ip", "-n", ns, "link", "set", b, "up")
+	}
+	return fab, hosts
+}
+
+// TestE2ETopology is issue 15's acceptance point 3, as root: `pibgw switch --topology`
+// with ../shared/data/topologies/2sw2path4hca.ibnd (two switches, two parallel links;
+// the SM's HCA on Switch1, the first host on Switch2, the second on Switch1), two hosts
+// over UDP links: ping crosses between the switches, and once the link carrying it is
+// pulled (`pibgw link Switch1/N down`) the SM routes over the other within one sweep.
+func TestE2ETopology(t *testing.T) {
+	requireE2E(t, "ping")
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	fab, hosts := multiHostNet(t, "t", 2)
+	topo := filepath.Join(dir, "2sw.ibnd")
+	writeFile(t, topo, twoSwitchesIBND)
+	swSock := filepath.Join(dir, "sw.sock")
+	sw := startNSProc(t, bin, fab, swSock, "switch", "--topology", topo, "--listen", ":8432",
+		"--allow", "10.77.0.0/16", "--sweep", "500ms", "--control", swSock)
+	var hs []*nsProc
+	for i, ns := range hosts {
+		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
+		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		writeFile(t, cfg, fmt.Sprintf(`[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903%02x000000"
+switch = "10.77.%d.1:8432"
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+addresses = ["10.10.0.%d/24"]
+`, sock, i+1, i+1, i+1))
+		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+		// One at a time, so that host i gets host port i+1: Hca2 on Switch2, then Hca3 on Switch1.
+		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
+			var ifs []control.Interface
+			return hs[i].do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
+		})
+	}
+	cables := func() map[string]uint64 {
+		t.Helper()
+		out, _, err := sw.pibgw("link", "--json")
+		var cs []control.Cable
+		if jerr := json.Unmarshal([]byte(out), &cs); err != nil || jerr != nil {
+			t.Fatalf("pibgw link: %v %v\n%s", err, jerr, out)
+		}
+		m := map[string]uint64{}
+		for _, c := range cs {
+			m[c.Name] = c.Counters["tx_packets"] + c.Counters["rx_packets"]
+		}
+		return m
+	}
+	before := cables()
+	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
+		t.Fatalf("A (Switch2) → B (Switch1):\n%s", out)
+	}
+	after := cables()
+	used := ""
+	for name, n := range after {
+		if strings.HasPrefix(name, "Switch1/") && n-before[name] >= 20 { // 10 echoes, 10 replies
+			used = name
+		}
+	}
+	if used == "" {
+		t.Fatalf("no inter-switch cable carried the pings: before %v after %v", before, after)
+	}
+	if _, errs, err := sw.pibgw("link", used, "down"); err != nil {
+		t.Fatalf("pibgw link %s down: %v %s", used, err, errs)
+	}
+	cut := time.Now()
+	waitUntil(t, 5*time.Second, "A → B after "+used+" was cut", func() bool {
+		ok, _ := runPing(hosts[0], "10.10.0.2")
+		return ok
+	})
+	t.Logf("pings crossed %s; %v after it was cut they cross the other link", used, time.Since(cut).Round(time.Millisecond))
+}
+
+// twoSwitchesIBND is ../shared/data/topologies/2sw2path4hca.ibnd.
+const twoSwitchesIBND = `Switch	8 "Switch1"
+[1]	"Hca1"[1]
+[2]	"Hca3"[1]
+[3]	"Switch2"[3]
+[5]	"Switch2"[5]
+
+Switch 8 "Switch2"
+[1]	"Hca2"[1]
+[2]	"Hca4"[1]
+[3]	"Switch1"[3]
+[5]	"Switch1"[5]
+
+Hca	2 "Hca1"
+[1]	"Switch1"[1]
+
+Hca	2 "Hca2"
+[1]	"Switch2"[1]
+
+Hca	2 "Hca3"
+[1]	"Switch1"[2]
+
+Hca 	2 "Hca4"
+[1]	"Switch2"[2]
+`
 
 // nsProc is a pibgw process (up or switch) running in a namespace.
 type nsProc struct {
