@@ -559,3 +559,52 @@ type nullPort struct{}
 
 func (nullPort) Receive([][]byte)   {}
 func (nullPort) Attach(fabric.Link) {}
+
+// TestE2EHostSM: the SM on a host instead of in the switch process (`pibgw switch
+// --no-sm`, sm.mode = "internal" on host A): A's SM waits for its UDP link, sweeps the
+// fabric through the remote switch, and B comes up too: ping A → B.
+func TestE2EHostSM(t *testing.T) {
+	requireE2E(t, "ping")
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	fab, hosts := multiHostNet(t, "s", 2)
+	swSock := filepath.Join(dir, "sw.sock")
+	sw := startNSProc(t, bin, fab, swSock, "switch", "--no-sm", "--ports", "8", "--listen", ":8432",
+		"--allow", "10.77.0.0/16", "--control", swSock)
+	var hs []*nsProc
+	for i, ns := range hosts {
+		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
+		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		sm := ""
+		if i == 0 {
+			sm = "[sm]\nmode = \"internal\"\nsweep_interval = \"1s\"\n"
+		}
+		writeFile(t, cfg, fmt.Sprintf(`[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903%02x000000"
+switch = "10.77.%d.1:8432"
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+addresses = ["10.10.0.%d/24"]
+%s`, sock, i+1, i+1, i+1, sm))
+		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+	}
+	for i, h := range hs {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
+			var ifs []control.Interface
+			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
+		})
+	}
+	if ok, out := pingNS(hosts[0], "10.10.0.2", 3); !ok {
+		t.Fatalf("A → B with A's SM:\n%s", out)
+	}
+	// Port 1 has the switch process's own HCA (no SM on it), which A's SM brought up too.
+	if out, _, err := sw.pibgw("stat", "switch"); err != nil || strings.Count(out, "State: Active") != 3 {
+		t.Errorf("pibgw stat switch: %v\n%s", err, out)
+	}
+}

@@ -26,6 +26,9 @@ type Dialer struct {
 
 	cur atomic.Pointer[peer]
 
+	firstUp chan struct{} // closed when the first session comes up
+	upOnce  sync.Once
+
 	mu         sync.Mutex
 	closed     bool
 	crand      [randLen]byte // of the connect in flight
@@ -71,7 +74,7 @@ func Dial(remote string, guid uint64, port fabric.Port, cfg Config) (*Dialer, er
 			e.cfg.Allow = append(append([]netip.Prefix(nil), e.cfg.Allow...), netip.PrefixFrom(rap.Addr(), rap.Addr().BitLen()))
 		}
 	}
-	d := &Dialer{e: e, remote: rap, raw: raw, guid: guid, port: port, delay: cfg.ReconnectMin}
+	d := &Dialer{e: e, remote: rap, raw: raw, guid: guid, port: port, delay: cfg.ReconnectMin, firstUp: make(chan struct{})}
 	e.role = d
 	e.start()
 	d.connect()
@@ -120,6 +123,9 @@ func (d *Dialer) Status() DialStatus {
 
 // Counters returns the dialer's counters.
 func (d *Dialer) Counters() Counters { return d.e.Counters() }
+
+// FirstUp is closed when the dialer's first session comes up.
+func (d *Dialer) FirstUp() <-chan struct{} { return d.firstUp }
 
 // Close disconnects from the switch, unplugs the port and closes the socket.
 func (d *Dialer) Close() {
@@ -209,6 +215,7 @@ func (d *Dialer) handshake(src netip.AddrPort, h Header, body []byte) {
 		}
 		p.startTimer() // before the port sees the link: tests advance fake time from there
 		d.port.Attach(p)
+		d.upOnce.Do(func() { close(d.firstUp) })
 		e.ctr.connects.Add(1)
 		e.log.Info("udplink: connected to switch", "switch", d.remote, "port_guid", fmt.Sprintf("%#016x", d.guid), "switch_port", num)
 	case MsgRefuse:

@@ -178,6 +178,13 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			"hcas", len(f.Devs), "switch_ports", fc.SwitchPorts, "switch", fc.Switch)
 		return f, nil
 	}
+	if remote {
+		// The SM on a host of a switch process: its first sweep must see the switch, or
+		// it would know no switch to light-sweep afterwards.
+		if err := f.waitPlugged(ctx, smDev.Port(cfg.SM.Port)); err != nil {
+			return nil, err
+		}
+	}
 	sweep := cfg.SM.SweepInterval
 	if sweep == 0 {
 		sweep = -1 // sa: negative disables periodic sweeps
@@ -208,6 +215,30 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		"sm", fmt.Sprintf("%s/%d", cfg.SM.HCA, cfg.SM.Port), "smps", st.SMPsSent,
 		"max_lid", st.LastSweepLID, "took", time.Since(start).Round(time.Microsecond))
 	return f, nil
+}
+
+// smPlugWait bounds how long a host's SM waits for its port's UDP link before it
+// sweeps anyway (the switch process may start later; the SM then finds it when the
+// port's link comes up and the light sweep runs).
+const smPlugWait = 10 * time.Second
+
+// waitPlugged waits until port's UDP link is up, at most smPlugWait.
+func (f *Fabric) waitPlugged(ctx context.Context, port *hca.Port) error {
+	for i, p := range f.dialPorts {
+		if p != port {
+			continue
+		}
+		t := time.NewTimer(smPlugWait)
+		defer t.Stop()
+		select {
+		case <-f.Dialers[i].FirstUp():
+		case <-t.C:
+			f.log.Warn("the SM's port is not plugged into the switch yet; sweeping without it", "switch", f.Dialers[i].Status().Remote)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // linkConfig is the UDP links' configuration.
