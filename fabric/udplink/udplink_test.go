@@ -462,3 +462,33 @@ func TestSwitchRestartHint(t *testing.T) {
 		})
 	}
 }
+
+// A switch of 254 ports (IBA's most) takes 254 hosts, each on its own port, refuses the
+// 255th with "switch full", and still forwards between its hosts.
+func TestFullSize(t *testing.T) {
+	const n = 254
+	s := newTestSwitch(t, n, Config{})
+	hosts := make([]*hostPort, n)
+	dialers := make([]*Dialer, n)
+	for i := range hosts {
+		dialers[i], hosts[i] = dial(t, s, uint64(0x1000+i), Config{})
+	}
+	for _, h := range hosts {
+		h.waitLink(t, true)
+	}
+	ports := map[int]bool{}
+	for _, d := range dialers {
+		ports[d.Status().SwitchPort] = true
+	}
+	if len(ports) != n || len(s.l.Peers()) != n {
+		t.Fatalf("%d distinct ports, %d sessions", len(ports), len(s.l.Peers()))
+	}
+	extra, _ := dial(t, s, 0x9999, Config{})
+	waitFor(t, func() bool { return strings.Contains(extra.Status().Refusal, "switch full: all 254 ports") })
+	first, last := dialers[0].Status().SwitchPort, dialers[n-1].Status().SwitchPort
+	p := pkt(uint16(last), uint16(first), 40)
+	hosts[0].Send(p)
+	if got := recv(t, hosts[n-1], 1); !bytes.Equal(got[0], p) {
+		t.Fatal("port 1 → port 254 did not arrive intact")
+	}
+}
