@@ -17,6 +17,7 @@ import (
 
 	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/fabric/fabrictest"
 	"github.com/pibgw/pibgw/fabric/udplink"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
@@ -94,8 +95,43 @@ addresses = ["10.20.0.%d/24"]
 			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
 		})
 	}
+	// The switch process captures its hosts' links: 20 packets of the pings, which
+	// tshark decodes as IPoIB without a malformed frame.
+	pcap := filepath.Join(dir, "switch.pcap")
+	capture := exec.Command(bin, "capture", "-w", pcap, "-c", "20", "--control", swSock)
+	if err := capture.Start(); err != nil {
+		t.Fatal(err)
+	}
+	captured := make(chan error, 1)
+	go func() { captured <- capture.Wait() }()
+	t.Cleanup(func() { capture.Process.Kill() })
+	waitUntil(t, 5*time.Second, "the capture started", func() bool {
+		fi, err := os.Stat(pcap)
+		return err == nil && fi.Size() >= 24
+	})
 	if ok, out := pingNS(hosts[0], "10.10.0.2", 5); !ok {
 		t.Fatalf("A → B:\n%s", out)
+	}
+	select {
+	case err := <-captured:
+		if err != nil {
+			t.Fatalf("pibgw capture on the switch: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pibgw capture on the switch did not get 20 packets")
+	}
+	if _, err := exec.LookPath("tshark"); err == nil {
+		fabrictest.RequireCleanDecode(t, pcap, fabrictest.NoEoIBHeuristic...)
+		rows := fabrictest.TsharkFieldsWith(t, pcap, fabrictest.NoEoIBHeuristic, "frame.protocols")
+		icmp := 0
+		for _, r := range rows {
+			if strings.Contains(r[0], "infiniband") && strings.Contains(r[0], "icmp") {
+				icmp++
+			}
+		}
+		if len(rows) != 20 || icmp == 0 {
+			t.Errorf("tshark: %d frames, %d ICMP over IPoIB: %v", len(rows), icmp, rows)
+		}
 	}
 	if ok, out := pingNS(hosts[2], "10.10.0.1", 3); !ok {
 		t.Errorf("C → A:\n%s", out)
