@@ -644,3 +644,83 @@ addresses = ["10.10.0.%d/24"]
 		t.Errorf("pibgw stat switch: %v\n%s", err, out)
 	}
 }
+
+// TestE2ESwitchUplinks: switches in two processes joined by two UDP links (switch 2's
+// ports 7 and 8 are uplinks into switch 1, `pibgw switch --uplink`), host A on switch 1,
+// host B on switch 2: ping crosses; pulling out the uplink that carries it, the SM (in
+// switch 1's process) routes over the other.
+func TestE2ESwitchUplinks(t *testing.T) {
+	requireE2E(t, "ping")
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	fab, hosts := multiHostNet(t, "u", 2)
+	sock1, sock2 := filepath.Join(dir, "sw1.sock"), filepath.Join(dir, "sw2.sock")
+	startNSProc(t, bin, fab, sock1, "switch", "--ports", "8", "--listen", ":8432", "--allow", "10.77.0.0/16",
+		"--allow", "127.0.0.0/8", "--sweep", "500ms", "--control", sock1) // hosts, and switch 2's uplinks
+	cfg2 := filepath.Join(dir, "sw2.toml")
+	// Its own node_guid_base (the switch GUID takes the base's bytes but the OUI's next).
+	writeFile(t, cfg2, fmt.Sprintf("interfaces = []\n[daemon]\ncontrol = %q\nattach = \"none\"\n[fabric]\nhca_count = 1\n"+
+		"node_guid_base = 0x0002c90310000000\nswitch_ports = 8\nlisten = \":8433\"\nallow = [\"10.77.0.0/16\"]\n[sm]\nmode = \"external\"\n", sock2))
+	sw2 := startNSProc(t, bin, fab, sock2, "switch", "--config", cfg2, "--uplink", "7=127.0.0.1:8432", "--uplink", "8=127.0.0.1:8432")
+	var hs []*nsProc
+	for i, ns := range hosts {
+		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
+		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		writeFile(t, cfg, fmt.Sprintf(`[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903%02x000000"
+switch = "10.77.%d.1:%d"
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+addresses = ["10.10.0.%d/24"]
+`, sock, i+1, i+1, 8432+i, i+1))
+		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+	}
+	for i, h := range hs {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
+			var ifs []control.Interface
+			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
+		})
+	}
+	uplinks := func() map[string]uint64 {
+		t.Helper()
+		out, _, err := sw2.pibgw("link", "--json")
+		var cs []control.Cable
+		if jerr := json.Unmarshal([]byte(out), &cs); err != nil || jerr != nil {
+			t.Fatalf("pibgw link: %v %v\n%s", err, jerr, out)
+		}
+		m := map[string]uint64{}
+		for _, c := range cs {
+			m[c.Name] = c.Counters["tx_packets"] + c.Counters["rx_packets"]
+		}
+		return m
+	}
+	before := uplinks()
+	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
+		t.Fatalf("A (switch 1) → B (switch 2):\n%s", out)
+	}
+	after := uplinks()
+	used := ""
+	for _, name := range []string{"switch/7", "switch/8"} {
+		if after[name]-before[name] >= 20 {
+			used = name
+		}
+	}
+	if used == "" {
+		t.Fatalf("no uplink carried the pings: before %v after %v", before, after)
+	}
+	if _, errs, err := sw2.pibgw("link", used, "down"); err != nil {
+		t.Fatalf("pibgw link %s down: %v %s", used, err, errs)
+	}
+	cut := time.Now()
+	waitUntil(t, 5*time.Second, "A → B after "+used+" was cut", func() bool {
+		ok, _ := runPing(hosts[0], "10.10.0.2")
+		return ok
+	})
+	t.Logf("pings crossed uplink %s; %v after it was cut they cross the other", used, time.Since(cut).Round(time.Millisecond))
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -36,6 +38,7 @@ func switchCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "configuration `FILE` (TOML)"},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default " + DefaultSwitchControl + ")", EnvVars: []string{"PIBGW_SWITCH_CONTROL"}},
 			&cli.StringFlag{Name: "topology", Aliases: []string{"t"}, Usage: "build the switches and links of an ibsim net `FILE` (fabric.topology); its HCA ports are the host ports"},
+			&cli.StringSliceFlag{Name: "uplink", Usage: "plug switch port `PORT=HOST:PORT` into another switch process (repeatable; fabric.uplinks)"},
 			&cli.BoolFlag{Name: "no-sm", Usage: "run no SM here (a host runs it: sm.mode = \"internal\" there)"},
 			&cli.DurationFlag{Name: "sweep", Value: time.Second, Usage: "the SM's light-sweep `INTERVAL` (how soon it sees hosts come and go)"},
 			&cli.BoolFlag{Name: "json", Usage: "log as JSON lines"},
@@ -125,6 +128,17 @@ func switchConfig(c *cli.Context) (*config.Config, error) {
 			return nil, usagef(c, "--allow %q: want an address or a prefix such as 10.0.0.0/24", s)
 		}
 		cfg.Fabric.Allow = append(cfg.Fabric.Allow, pf)
+	}
+	for _, u := range c.StringSlice("uplink") {
+		ps, addr, ok := strings.Cut(u, "=")
+		port, err := strconv.Atoi(ps)
+		if !ok || err != nil || port < 1 || port > cfg.Fabric.SwitchPorts || addr == "" {
+			return nil, usagef(c, "--uplink %q: want PORT=HOST:PORT with PORT in 1..%d", u, cfg.Fabric.SwitchPorts)
+		}
+		if cfg.Fabric.Topology != nil {
+			return nil, usagef(c, "--uplink is not used with a topology")
+		}
+		cfg.Fabric.Uplinks = append(cfg.Fabric.Uplinks, config.Uplink{Port: port, Switch: addr})
 	}
 	if c.Bool("no-sm") {
 		cfg.SM.Mode = config.SMExternal

@@ -140,11 +140,21 @@ type Fabric struct {
 	// instead of the one switch; Topology is its contents.
 	TopologyFile string
 	Topology     *topology.Topology
-	PSKFile      string         // psk_file as configured
-	PSK          []byte         // its key; nil: no authentication, Allow applies
-	Allow        []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
-	Keepalive    time.Duration  // keepalive interval of UDP links
-	LinkTimeout  time.Duration  // a UDP link silent this long is down
+	// Uplinks plug ports of this process's switch into other switch processes, so that
+	// switches in several processes make one fabric.
+	Uplinks     []Uplink
+	PSKFile     string         // psk_file as configured
+	PSK         []byte         // its key; nil: no authentication, Allow applies
+	Allow       []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
+	Keepalive   time.Duration  // keepalive interval of UDP links
+	LinkTimeout time.Duration  // a UDP link silent this long is down
+}
+
+// Uplink is one [[fabric.uplinks]] entry: switch port Port plugs into the switch process
+// at Switch (HOST:PORT) as a host port would.
+type Uplink struct {
+	Port   int
+	Switch string
 }
 
 // HCA is one soft HCA.

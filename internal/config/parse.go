@@ -33,17 +33,18 @@ type file struct {
 		AttachMode any `toml:"attach_mode"`
 	} `toml:"daemon"`
 	Fabric struct {
-		HCACount     any       `toml:"hca_count"`
-		NodeGUIDBase any       `toml:"node_guid_base"`
-		SwitchPorts  any       `toml:"switch_ports"`
-		HCAs         []fileHCA `toml:"hcas"`
-		Switch       any       `toml:"switch"`
-		Listen       any       `toml:"listen"`
-		Topology     any       `toml:"topology"`
-		PSKFile      any       `toml:"psk_file"`
-		Allow        any       `toml:"allow"`
-		Keepalive    any       `toml:"keepalive"`
-		LinkTimeout  any       `toml:"link_timeout"`
+		HCACount     any          `toml:"hca_count"`
+		NodeGUIDBase any          `toml:"node_guid_base"`
+		SwitchPorts  any          `toml:"switch_ports"`
+		HCAs         []fileHCA    `toml:"hcas"`
+		Uplinks      []fileUplink `toml:"uplinks"`
+		Switch       any          `toml:"switch"`
+		Listen       any          `toml:"listen"`
+		Topology     any          `toml:"topology"`
+		PSKFile      any          `toml:"psk_file"`
+		Allow        any          `toml:"allow"`
+		Keepalive    any          `toml:"keepalive"`
+		LinkTimeout  any          `toml:"link_timeout"`
 	} `toml:"fabric"`
 	SM struct {
 		Mode          any             `toml:"mode"`
@@ -60,6 +61,11 @@ type file struct {
 		MaxClients any `toml:"max_clients"`
 	} `toml:"ibsim"`
 	Interfaces []fileInterface `toml:"interfaces"`
+}
+
+type fileUplink struct {
+	Port   any `toml:"port"`
+	Switch any `toml:"switch"`
 }
 
 type fileHCA struct {
@@ -426,6 +432,28 @@ func (p *parser) remote(c *Config, f *file) {
 			continue
 		}
 		c.Fabric.Allow = append(c.Fabric.Allow, pf)
+	}
+	used := map[int]bool{}
+	for i, u := range fb.Uplinks {
+		field := fmt.Sprintf("fabric.uplinks[%d]", i)
+		if c.Fabric.Switch != "" || c.Fabric.Topology != nil {
+			p.errf(field, "uplinks join this process's one switch to another switch process (not with fabric.switch or fabric.topology)")
+			break
+		}
+		port := int(p.intIn(field+".port", u.Port, 0, 1, MaxSwitchPorts))
+		if port == 0 {
+			p.errf(field+".port", "missing: the switch port to plug into the other switch")
+		} else if port > c.Fabric.SwitchPorts {
+			p.errf(field+".port", "%d out of range 1..%d (switch_ports)", port, c.Fabric.SwitchPorts)
+		} else if used[port] {
+			p.errf(field+".port", "port %d has two uplinks", port)
+		}
+		used[port] = true
+		sw := p.str(field+".switch", u.Switch, "")
+		if _, pt, err := net.SplitHostPort(sw); err != nil || pt == "" {
+			p.errf(field+".switch", "%q: want HOST:PORT of the other switch process", sw)
+		}
+		c.Fabric.Uplinks = append(c.Fabric.Uplinks, Uplink{Port: port, Switch: sw})
 	}
 	c.Fabric.Keepalive = p.duration("fabric.keepalive", fb.Keepalive, DefaultKeepalive)
 	c.Fabric.LinkTimeout = p.duration("fabric.link_timeout", fb.LinkTimeout, DefaultLinkTimeout)

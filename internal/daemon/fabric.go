@@ -41,6 +41,7 @@ type Fabric struct {
 	switchNames []string
 	swCables    []namedCable     // cables between switches
 	hostSlots   map[int]hostSlot // a switch process's host ports by number
+	uplinks     []uplink         // switch ports plugged into other switch processes
 	Cables      []*fabric.Cable
 	SM          *sa.SM // nil when the SM runs elsewhere (sm.mode = "external")
 	SA          *sa.Agent
@@ -142,8 +143,14 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	for _, nc := range f.swCables {
 		f.Cables = append(f.Cables, nc.c)
 	}
+	free := slots[next:]
+	if len(fc.Uplinks) > 0 {
+		if free, err = f.plugUplinks(fc, free, lc); err != nil {
+			return nil, err
+		}
+	}
 	if fc.Listen != "" && !remote {
-		if err := f.listen(fc, slots[next:], lc); err != nil {
+		if err := f.listen(fc, free, lc); err != nil {
 			return nil, err
 		}
 	}
@@ -244,6 +251,40 @@ func (f *Fabric) waitPlugged(ctx context.Context, port *hca.Port) error {
 // linkConfig is the UDP links' configuration.
 func linkConfig(fc config.Fabric, log *slog.Logger) udplink.Config {
 	return udplink.Config{PSK: fc.PSK, Allow: fc.Allow, Keepalive: fc.Keepalive, DeadAfter: fc.LinkTimeout, Logger: log}
+}
+
+// plugUplinks plugs the switch ports of fabric.uplinks into other switch processes: each
+// gets a Jack whose UDP side dials there, as a host port would, with the port GUID
+// SwitchGUID | port (a switch's ports share its node GUID; the far switch needs one per
+// link). It returns the free ports less those.
+func (f *Fabric) plugUplinks(fc config.Fabric, free []hostSlot, lc udplink.Config) ([]hostSlot, error) {
+	taken := map[int]bool{}
+	for _, u := range fc.Uplinks {
+		if !slices.ContainsFunc(free, func(sl hostSlot) bool { return sl.port == u.Port }) {
+			return nil, fmt.Errorf("fabric.uplinks: switch port %d is cabled to a local HCA", u.Port)
+		}
+		j := udplink.NewJack(f.Switch.Port(u.Port))
+		f.Cables = append(f.Cables, j.Cable())
+		if f.remoteSide == nil {
+			f.remoteSide = map[*fabric.Cable]bool{}
+		}
+		f.remoteSide[j.Cable()] = true
+		d, err := udplink.Dial(u.Switch, f.Switch.NodeGUID()|uint64(u.Port), j.UDP(), lc)
+		if err != nil {
+			return nil, fmt.Errorf("fabric.uplinks: %w", err)
+		}
+		f.uplinks = append(f.uplinks, uplink{port: u.Port, d: d})
+		f.swCables = append(f.swCables, namedCable{fmt.Sprintf("%s/%d", f.switchNames[0], u.Port), j.Cable()})
+		taken[u.Port] = true
+		f.log.Info("uplink to another switch process", "switch_port", u.Port, "switch", u.Switch)
+	}
+	return slices.DeleteFunc(slices.Clone(free), func(sl hostSlot) bool { return taken[sl.port] }), nil
+}
+
+// uplink is a switch port plugged into another switch process.
+type uplink struct {
+	port int
+	d    *udplink.Dialer
 }
 
 // hostSlot is a switch port an HCA port plugs into.
@@ -378,6 +419,10 @@ func (f *Fabric) Close() {
 		d.Close()
 	}
 	f.Dialers = nil
+	for _, u := range f.uplinks {
+		u.d.Close()
+	}
+	f.uplinks = nil
 	if f.Listener != nil {
 		f.Listener.Close()
 		f.Listener = nil

@@ -23,6 +23,16 @@ func (f *Fabric) UDPLinks() []control.Link {
 		}
 		out = append(out, l)
 	}
+	for _, u := range f.uplinks {
+		st := u.d.Status()
+		l := control.Link{SwitchPort: u.port, PortGUID: guidString(st.GUID), Addr: st.Remote.String(), Up: st.Up,
+			State: portStateName(f.Switch.PortState(u.port)), Refusal: st.Refusal, Attempts: st.Attempts,
+			Local: st.Local.String(), Authenticated: f.psk && st.Up, Uplink: true}
+		if st.Up {
+			l.Since, l.LastRx, l.RxPackets, l.TxPackets = st.Since, st.LastRx, st.RxPackets, st.TxPackets
+		}
+		out = append(out, l)
+	}
 	if f.Listener == nil {
 		return out
 	}
@@ -54,6 +64,9 @@ func (f *Fabric) LinkCounters() control.LinkCounters {
 	}
 	for _, d := range f.Dialers {
 		add(d.Counters().Map())
+	}
+	for _, u := range f.uplinks {
+		add(u.d.Counters().Map())
 	}
 	if f.Listener != nil {
 		add(f.Listener.Counters().Map())
