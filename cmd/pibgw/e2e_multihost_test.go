@@ -180,7 +180,7 @@ addresses = ["10.20.0.%d/24"]
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("iperf3 A→B across the UDP switch, 2 s TCP: %.0f Mbit/s received", res.End.SumReceived.BitsPerSecond/1e6)
-	if res.End.SumReceived.Bytes <= 0 {
+	if res.End.SumReceived.Bytes <= 0 || res.End.SumReceived.BitsPerSecond < 1e6 {
 		t.Error("iperf3 received nothing")
 	}
 

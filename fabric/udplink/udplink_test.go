@@ -492,3 +492,33 @@ func TestFullSize(t *testing.T) {
 		t.Fatal("port 1 → port 254 did not arrive intact")
 	}
 }
+
+// A coalesced run (UDP_GRO) is split at its segment size: every datagram of it is
+// delivered, in order, the last one shorter.
+func TestGROSplit(t *testing.T) {
+	sink := fabrictest.NewRecorder()
+	h := newRxHarness(t, testPSK, sink)
+	h.connect()
+	var run []byte
+	var want [][]byte
+	for i := range 5 {
+		p := pkt(2, 1, 100)
+		if i == 4 {
+			p = pkt(2, 1, 40)
+		}
+		want = append(want, p)
+		run = append(run, h.data(p)...)
+	}
+	seg := len(h.data(want[0])) // same length as the others
+	h.hp.txSeq.Add(^uint64(0))  // that datagram was never sent
+	h.injectGRO(run, seg)
+	got := sink.Packets()
+	if len(got) != 5 {
+		t.Fatalf("%d packets delivered, want 5 (counters %+v)", len(got), h.l.Counters())
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("packet %d differs", i)
+		}
+	}
+}
