@@ -170,6 +170,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			UDP:        cfg.IBSim.UDP,
 			MaxClients: cfg.IBSim.MaxClients,
 			Devices:    f.Devs,
+			Switches:   []*fabric.Switch{f.Switch},
 			Default:    smDev.Port(cfg.SM.Port),
 			ExternalSM: cfg.SM.Mode == config.SMExternal,
 			Logger:     log,
