@@ -93,7 +93,8 @@ type Link struct {
 	Refusal       string    `json:"refusal,omitempty"`  // the switch's last refusal (host side)
 	Attempts      uint64    `json:"attempts,omitempty"` // connects sent (host side)
 	Authenticated bool      `json:"authenticated"`      // datagrams carry PSK tags
-	Local         string    `json:"local,omitempty"`    // the local UDP address
+	Local         string    `json:"local,omitempty"`
+	Uplink        bool      `json:"uplink,omitempty"` // this switch's port plugged into another switch process    // the local UDP address
 }
 
 // LinkCounters are the UDP links' counters (udplink.Counters by name: rx_datagrams,

@@ -172,6 +172,10 @@ func (f *Fabric) cableRefs() (names []string, cables []*fabric.Cable) {
 			i++
 		}
 	}
+	for _, nc := range f.swCables { // fabric.topology's links between switches
+		names = append(names, nc.name)
+		cables = append(cables, nc.c)
+	}
 	return names, cables
 }
 
