@@ -37,6 +37,8 @@ type Session struct {
 	rx   *shmring.Ring // the daemon writes; rxMu serialises the takers
 	txMu sync.Mutex
 	rxMu sync.Mutex
+	// idlePolls (rxMu) counts the empty CQ polls in a row.
+	idlePolls int
 	// lastPoll is when the program last polled a CQ of this session (nanotime).
 	lastPoll atomic.Int64
 
@@ -323,9 +325,24 @@ func (s *Session) pollRx() bool {
 		return false
 	}
 	got, _ := s.rx.TryRead(64, s.deliver)
+	idle := 0
+	if !got {
+		idle = s.idlePolls + 1
+	}
+	s.idlePolls = idle
 	s.rxMu.Unlock()
+	if idle&pollOSYield == 0 && idle != 0 {
+		// A program that polls an empty CQ in a loop (perftest, the pingpongs) holds its
+		// processor; on a machine with fewer processors than busy processes the daemon,
+		// which brings what it waits for, may be queued behind it.
+		shmring.OSYield()
+	}
 	return got
 }
+
+// pollOSYield is how many empty polls in a row (a mask) pass between two yields of the
+// processor to other processes.
+const pollOSYield = 31
 
 // deliver hands a run of packets for one port to it.
 func (s *Session) deliver(t, flags uint16, pkts [][]byte) {
