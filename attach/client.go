@@ -294,18 +294,29 @@ func (s *Session) event(m *msg) {
 // nobody polls for them (completion handlers, events, programs that sleep on a channel).
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
+	var grace *time.Timer
 	for {
-		spin := rxSpin
 		if s.polling() {
-			spin = 0
+			// The program polls its CQs and takes the packets in itself: stay off the
+			// CPUs it and the daemon need, and look again in a while. Not waiting on the
+			// ring keeps its doorbell quiet: the daemon rings it only for a sleeper, and
+			// each ring would wake this goroutine's thread for nothing.
+			if grace == nil {
+				grace = time.NewTimer(pollGrace)
+			} else {
+				grace.Reset(pollGrace)
+			}
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-grace.C:
+			}
+			continue
 		}
-		if err := s.rx.Wait(s.ctx, spin); err != nil {
+		if err := s.rx.Wait(s.ctx, rxSpin); err != nil {
 			return
 		}
 		if s.polling() {
-			// The program polls its CQs and takes the packets in itself: stay off the
-			// CPUs it and the daemon need, and look again in a while.
-			time.Sleep(pollGrace)
 			continue
 		}
 		s.rxMu.Lock()
