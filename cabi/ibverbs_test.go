@@ -275,6 +275,7 @@ func TestPingpongs(t *testing.T) {
 // they ping-pong through each other's SRQ numbers (polling, and with CQ events).
 func TestXsrqPingpong(t *testing.T) {
 	requireTools(t, "ibv_xsrq_pingpong")
+	removeXRCDomainFile(t)
 	fb := startFabric(t)
 	for _, extra := range [][]string{nil, {"-e"}, {"-s", "65536"}} {
 		t.Run("xsrq"+strings.Join(extra, ""), func(t *testing.T) {
@@ -289,6 +290,16 @@ func TestXsrqPingpong(t *testing.T) {
 			}
 		})
 	}
+}
+
+// removeXRCDomainFile removes, at the end of the test, the file /tmp/xrc_domain that
+// ibv_xsrq_pingpong creates to name its XRC domain, unless it was there before.
+func removeXRCDomainFile(t *testing.T) {
+	const f = "/tmp/xrc_domain"
+	if _, err := os.Stat(f); err == nil {
+		return
+	}
+	t.Cleanup(func() { os.Remove(f) })
 }
 
 var (

@@ -19,10 +19,12 @@ const (
 	KindQP      = "qp"
 	KindSRQ     = "srq"
 	KindAH      = "ah"
+	KindMW      = "mw"   // memory windows (mw.go)
+	KindXRCD    = "xrcd" // XRC domains (xrc.go)
 )
 
 // Kinds lists the object kinds in the order inspection prints them.
-var Kinds = []string{KindContext, KindPD, KindMR, KindCQ, KindQP, KindSRQ, KindAH}
+var Kinds = []string{KindContext, KindPD, KindMR, KindCQ, KindQP, KindSRQ, KindAH, KindMW, KindXRCD}
 
 // ObjectInfo is a snapshot of one verbs object for inspection. ID is the QPN for QPs and
 // the device-wide object id otherwise; Context and PD are the ids of the objects this one
@@ -43,6 +45,19 @@ type ObjectInfo struct {
 	QP  *QPInfo      `json:"qp,omitempty"`
 	SRQ *SRQInfo     `json:"srq,omitempty"`
 	AH  *AHInfo      `json:"ah,omitempty"`
+	MW  *MWInfo      `json:"mw,omitempty"`
+}
+
+// MWInfo is a memory window: its type, R_Key and, while bound, what it grants access to.
+type MWInfo struct {
+	Type   uint8  `json:"type"` // 1 or 2
+	RKey   uint32 `json:"rkey"`
+	Bound  bool   `json:"bound"`
+	Addr   uint64 `json:"addr,omitempty"`
+	Length uint64 `json:"length,omitempty"`
+	Access string `json:"access,omitempty"`
+	MR     uint32 `json:"mr,omitempty"`  // the region's L_Key
+	QPN    uint32 `json:"qpn,omitempty"` // type 2: the QP it is bound through
 }
 
 // ContextInfo is a context's async event queue.
@@ -176,6 +191,11 @@ func (d *Device) Inspect(kind string) ([]ObjectInfo, error) {
 			refs := o.refs
 			d.mu.RUnlock()
 			oi.SRQ = &SRQInfo{MaxWR: a.MaxWR, MaxSGE: a.MaxSGE, Limit: a.SRQLimit, Posted: o.Len(), QPs: refs}
+		case *MW:
+			oi.Kind, oi.ID, oi.Context, oi.PD = KindMW, o.idx, o.pd.ctx.id, o.pd.id
+			oi.MW = o.inspect()
+		case *XRCD:
+			oi.Kind, oi.ID, oi.Context = KindXRCD, o.id, o.ctx.id
 		case *AH:
 			oi.Kind, oi.ID, oi.Context, oi.PD = KindAH, o.id, o.pd.ctx.id, o.pd.id
 			a := o.attr
@@ -213,11 +233,19 @@ func (cq *CQ) inspect() *CQInfo {
 		Events: cq.events, Acked: cq.acked, Refs: int(cq.refs.Load())}
 }
 
+// cqID is a CQ's id, 0 for none (the XRC QPs have no receive CQ, XRC_RECV no send CQ).
+func cqID(cq *CQ) uint32 {
+	if cq == nil {
+		return 0
+	}
+	return cq.id
+}
+
 func (qp *QP) inspect() *QPInfo {
 	a := qp.Attr()
 	qi := &QPInfo{
 		Type: qp.typ.String(), State: a.QPState.String(), Port: a.PortNum, PKeyIndex: a.PKeyIndex,
-		QKey: a.QKey, SendCQ: qp.sendCQ.id, RecvCQ: qp.recvCQ.id,
+		QKey: a.QKey, SendCQ: cqID(qp.sendCQ), RecvCQ: cqID(qp.recvCQ),
 		MaxSendWR: qp.cap.MaxSendWR, MaxRecvWR: qp.cap.MaxRecvWR, MaxSendSGE: qp.cap.MaxSendSGE,
 		MaxRecvSGE: qp.cap.MaxRecvSGE, MaxInline: qp.cap.MaxInlineData, SQSigAll: qp.sigAll,
 		RecvPosted: qp.rqLen(), SQPSN: a.SQPSN, RQPSN: a.RQPSN, DestQPN: a.DestQPNum,

@@ -85,12 +85,12 @@ const (
 	ReregChangeAccess      ReregFlags = 1 << 2 // IBV_REREG_MR_CHANGE_ACCESS
 )
 
-// Rereg modifies a registered region (ibv_rereg_mr, IBA 11.2.8.4 Reregister Memory
-// Region): its translation (buf), PD or access, as flags say; the others stay. It returns
+// Rereg modifies a registered region (ibv_rereg_mr; the IBA's Reregister Memory Region
+// verb, chapter 11): its translation (buf), PD or access, as flags say; the others stay. It returns
 // the region's new handle with new keys (ibv_rereg_mr(3): the keys may change; pibgw
 // keeps the key index and moves its 8-bit generation, so a peer's stale R_Key fails);
 // mr is deregistered. A region with memory windows bound to it cannot be reregistered
-// (EBUSY, IBA 10.6.7.1), nor can one whose arguments are invalid (EINVAL; mr stays).
+// (EBUSY, IBA 10.6.7), nor can one whose arguments are invalid (EINVAL; mr stays).
 func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*MR, error) {
 	const op = "rereg_mr"
 	if flags == 0 || flags&^(ReregChangeTranslation|ReregChangePD|ReregChangeAccess) != 0 {
@@ -135,6 +135,8 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*
 	}
 	nmr.key = idx<<8 | uint32(d.keyGen)
 	d.mrs.store(idx, nmr)
+	d.unregister(mr)
+	d.register(nmr)
 	if nmr.pd != mr.pd {
 		nmr.pd.refs.Add(1)
 		mr.pd.refs.Add(-1)
@@ -187,7 +189,7 @@ func (mr *MR) Dereg() error {
 	if d.mrs.load(idx) != mr {
 		return errorf("dereg_mr", EINVAL, "MR %#x is not registered", mr.key)
 	}
-	// IBA 10.6.7.1: a region with windows bound to it cannot be deregistered.
+	// IBA 10.6.7: a region with windows bound to it cannot be deregistered.
 	if n := mr.mwRefs.Load(); n > 0 {
 		return errorf("dereg_mr", EBUSY, "MR %#x has %d memory windows bound", mr.key, n)
 	}

@@ -104,6 +104,7 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	t.slots.store(idx, mw)
 	t.count++
 	pd.refs.Add(1)
+	d.register(mw)
 	return mw, nil
 }
 
@@ -143,6 +144,7 @@ func (mw *MW) Dealloc() error {
 	d.mws.free = append(d.mws.free, mw.idx)
 	d.mws.count--
 	mw.pd.refs.Add(-1)
+	d.unregister(mw)
 	return nil
 }
 
@@ -152,6 +154,20 @@ func (mw *MW) unbindLocked() {
 	}
 	mw.mr, mw.qp = nil, nil
 	mw.addr, mw.mrAddr, mw.length, mw.access = 0, 0, 0, 0
+}
+
+// inspect snapshots the window for `pibgw inspect`.
+func (mw *MW) inspect() *MWInfo {
+	mw.mu.Lock()
+	defer mw.mu.Unlock()
+	mi := &MWInfo{Type: uint8(mw.typ), RKey: mw.rkey, Bound: mw.state == mwValid && mw.length > 0}
+	if mi.Bound {
+		mi.Addr, mi.Length, mi.Access, mi.MR = mw.addr, mw.length, AccessString(mw.access), mw.mr.key
+		if mw.qp != nil {
+			mi.QPN = mw.qp.num
+		}
+	}
+	return mi
 }
 
 // lookupMW finds the window an R_Key names (any key generation).
@@ -324,7 +340,7 @@ func (qp *QP) invalidate(rkey uint32, remote bool) bool {
 }
 
 // InvalidateRemote carries out the invalidation a SEND_WITH_INV asks of its responder
-// (IBA 10.6.7.2.2). False is the IBA's class J error (9.9.3.1: Invalid Request NAK, the
+// (IBA 10.6.7.2.2). False is the IBA's class J error (9.9.3: Invalid Request NAK, the
 // receive WQE completes with IBV_WC_REM_INV_REQ_ERR): the key names no type 2 window
 // bound through this QP, or a type 1 window (o10-37.2.26).
 func (qp *QP) InvalidateRemote(rkey uint32) bool { return qp.invalidate(rkey, true) }

@@ -2,6 +2,7 @@ package hca
 
 import (
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -20,7 +21,7 @@ type mwFixture struct {
 func newMWFixture(t *testing.T) *mwFixture {
 	t.Helper()
 	d, err := NewDevice(Config{Name: "pib_0", NodeGUID: 0x0002c90300000300,
-		Transports: map[QPType]Transport{QPTypeRC: nopTransport{}}})
+		Transports: map[QPType]Transport{QPTypeRC: nopTransport{}, QPTypeUC: nopTransport{}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +90,15 @@ func TestMWPostValidation(t *testing.T) {
 		if err := f.qp.validateSend(&wr); !errors.Is(err, EINVAL) {
 			t.Errorf("%s: %v, want EINVAL", name, err)
 		}
+	}
+	// IBA table 38: UC has no SEND with Invalidate.
+	cq, _ := f.pd.Context().CreateCQ(4, nil)
+	uc, err := f.pd.CreateQP(QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: QPTypeUC, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := uc.validateSend(&SendWR{Opcode: WRSendWithInv}); !errors.Is(err, EINVAL) {
+		t.Errorf("SEND_WITH_INV on UC: %v, want EINVAL", err)
 	}
 	if _, err := f.qp.BindMW(w2, 0, 0, MWBind{}); !errors.Is(err, EINVAL) {
 		t.Errorf("ibv_bind_mw of a type 2 window: %v", err)
@@ -243,6 +253,14 @@ func TestReregMRRules(t *testing.T) {
 	if f.d.LookupKey(f.mr.LKey()) != nil || f.d.LookupKey(nmr.LKey()) != nmr {
 		t.Fatal("key lookup after rereg")
 	}
+	objs, _ := f.d.Inspect(KindMR)
+	var keys []uint32
+	for _, o := range objs {
+		keys = append(keys, o.MR.LKey)
+	}
+	if len(objs) != 2 || !slices.Contains(keys, nmr.LKey()) || slices.Contains(keys, f.mr.LKey()) {
+		t.Fatalf("inspected MR keys %#x after rereg (new %#x, old %#x)", keys, nmr.LKey(), f.mr.LKey())
+	}
 	if err := f.mr.Dereg(); !errors.Is(err, EINVAL) {
 		t.Fatalf("dereg of the old handle: %v", err)
 	}
@@ -267,5 +285,33 @@ func TestQueryAH(t *testing.T) {
 	}
 	if got := ah.Query(); got != attr {
 		t.Fatalf("query_ah %+v, want %+v", got, attr)
+	}
+}
+
+// TestInspectMWAndXRCD: windows and XRC domains are listed while they exist, a window
+// with what it is bound to.
+func TestInspectMWAndXRCD(t *testing.T) {
+	f := newMWFixture(t)
+	w, _ := f.pd.AllocMW(MWType2)
+	b := MWBind{MW: w, RKey: IncRKey(w.RKey()), MR: f.mr, Addr: f.mr.Addr() + 8, Length: 16, Access: AccessRemoteRead}
+	if st := f.qp.ExecLocal(&SendWR{Opcode: WRBindMW, Bind: b}); st != WCSuccess {
+		t.Fatal(st)
+	}
+	x, err := f.pd.Context().OpenXRCD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, _ := f.d.Inspect(KindMW)
+	if len(objs) != 1 || objs[0].MW == nil || !objs[0].MW.Bound || objs[0].MW.RKey != b.RKey || objs[0].MW.MR != f.mr.LKey() ||
+		objs[0].MW.QPN != f.qp.Num() || objs[0].MW.Length != 16 || objs[0].MW.Access != "REMOTE_READ" {
+		t.Fatalf("inspected windows %+v", objs)
+	}
+	if objs, _ := f.d.Inspect(KindXRCD); len(objs) != 1 || objs[0].ID != x.ID() {
+		t.Fatalf("inspected XRC domains %+v", objs)
+	}
+	w.Dealloc()
+	x.Close()
+	if objs, _ := f.d.Inspect(""); slices.ContainsFunc(objs, func(o ObjectInfo) bool { return o.Kind == KindMW || o.Kind == KindXRCD }) {
+		t.Fatalf("freed window or domain still listed: %+v", objs)
 	}
 }

@@ -159,7 +159,8 @@ func opcodeAllowed(t QPType, o WROpcode) bool {
 	case QPTypeUD, QPTypeSMI, QPTypeGSI:
 		return o == WRSend || o == WRSendWithImm
 	case QPTypeUC:
-		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm || o == WRSendWithInv ||
+		// IBA table 38: SEND with Invalidate exists for RC and XRC only.
+		return o == WRSend || o == WRSendWithImm || o == WRRDMAWrite || o == WRRDMAWriteWithImm ||
 			o == WRLocalInv || o == WRBindMW
 	case QPTypeRC, QPTypeXRCSend:
 		return o <= WRAtomicFetchAndAdd || o == WRSendWithInv || o == WRLocalInv || o == WRBindMW

@@ -37,7 +37,9 @@ func (c *Context) OpenXRCD() (*XRCD, error) {
 	}
 	d.xrc.xrcds++
 	id := d.nextID()
-	return &XRCD{ctx: c, id: id, pd: &PD{ctx: c, id: id}}, nil
+	x := &XRCD{ctx: c, id: id, pd: &PD{ctx: c, id: id}}
+	d.register(x)
+	return x, nil
 }
 
 // ID is the object id pibgw's inspection shows.
@@ -55,6 +57,7 @@ func (x *XRCD) Close() error {
 	d.mu.Lock()
 	d.xrc.xrcds--
 	d.mu.Unlock()
+	d.unregister(x)
 	return nil
 }
 

@@ -82,7 +82,7 @@ func TestMWType2(t *testing.T) {
 	if v := binary.LittleEndian.Uint64(b.buf[woff+wlen-8:]); v != 42 {
 		t.Fatalf("remote value %d after FETCH_ADD, want 42", v)
 	}
-	// The region cannot go while the window is bound to it (IBA 10.6.7.1).
+	// The region cannot go while the window is bound to it (IBA 10.6.7).
 	if err := b.mr.Dereg(); !errors.Is(err, hca.EBUSY) {
 		t.Fatalf("dereg with a bound window: %v, want EBUSY", err)
 	}

@@ -179,7 +179,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 	p := c.path.Load()
 	if r.xrc && !qp.ValidXRCSRQ(pk.XRCETH.SRQ()) {
 		// Annex A14: an XRCETH naming no XRC SRQ of the receive QP's domain is an
-		// invalid request (class C, IBA 9.9.3.1).
+		// invalid request (class C, IBA 9.9.3).
 		r.fatal(c, psn, wire.NAKInvalidRequest)
 		return
 	}
@@ -218,7 +218,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			return
 		}
 		if last && pk.IETH != nil && !qp.InvalidateRemote(pk.IETH.RKey()) {
-			// IBA 9.9.3.1, class J: an R_Key a SEND_WITH_INV cannot invalidate (no type 2
+			// IBA 9.9.3, class J: an R_Key a SEND_WITH_INV cannot invalidate (no type 2
 			// window bound through this QP; a type 1 window, o10-37.2.26) is an invalid
 			// request, and the receive completes with REM_INV_REQ_ERR.
 			r.recvError(c, psn, hca.WCRemInvReqErr, wire.NAKInvalidRequest)

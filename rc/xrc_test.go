@@ -164,6 +164,13 @@ func TestXRCSendToTwoSRQs(t *testing.T) {
 // TestXRCObjects: the lifetime rules of domains, XRC SRQs and receive QPs.
 func TestXRCObjects(t *testing.T) {
 	x := newXRCPair(t, nil)
+	// Inspection lists the XRC QPs (no receive CQ on the send QP, no CQs on the receive QP).
+	for i, d := range x.f.Devs {
+		objs, err := d.Inspect(hca.KindQP)
+		if err != nil || len(objs) != 1 || objs[0].QP.Type != []string{"XRC_SEND", "XRC_RECV"}[i] {
+			t.Fatalf("HCA %d QPs: %+v %v", i, objs, err)
+		}
+	}
 	if err := x.xrcd.Close(); err == nil {
 		t.Fatal("closing a domain with SRQs and a QP succeeded")
 	}

@@ -126,6 +126,9 @@ func (h *Headers) describe(b *strings.Builder) {
 	if h.HasDETH {
 		fmt.Fprintf(b, " DETH qkey %#x sqp %#x", h.QKey, h.SrcQP)
 	}
+	if h.HasXRC {
+		fmt.Fprintf(b, " XRCETH srq %#x", h.XRCSRQ)
+	}
 	if h.HasRETH {
 		fmt.Fprintf(b, " RETH va %#x rkey %#x len %d", h.VA, h.RKey, h.DMALen)
 	}

@@ -23,7 +23,9 @@ type Headers struct {
 	HasDETH  bool
 	QKey     uint32
 	SrcQP    uint32
-	HasRETH  bool // RETH, or AtomicETH (VA, R_Key; DMALen 8)
+	HasXRC   bool   // an XRC request's XRCETH (IBA Annex A14)
+	XRCSRQ   uint32 // its destination XRC SRQ
+	HasRETH  bool   // RETH, or AtomicETH (VA, R_Key; DMALen 8)
 	VA       uint64
 	RKey     uint32
 	DMALen   uint32
@@ -58,6 +60,9 @@ func (h *Headers) Decode(raw []byte) {
 	}
 	if p.DETH != nil {
 		h.HasDETH, h.QKey, h.SrcQP = true, p.DETH.QKey(), p.DETH.SrcQP()
+	}
+	if p.XRCETH != nil {
+		h.HasXRC, h.XRCSRQ = true, p.XRCETH.SRQ()
 	}
 	switch {
 	case p.RETH != nil:

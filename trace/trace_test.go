@@ -181,3 +181,24 @@ func BenchmarkPacketOn(b *testing.B) {
 		Packet("pib_0", 1, DirTx, 0, raw)
 	}
 }
+
+func TestDecodeXRCETH(t *testing.T) {
+	op := wire.Opcode(0xA4) // XRC SEND Only: BTH, XRCETH, payload
+	n := wire.LRHLen + wire.BTHLen + wire.XRCETHLen + 8 + wire.ICRCLen
+	b := make([]byte, n)
+	l := wire.LRH(b)
+	l.SetLNH(wire.LNHLocal)
+	l.SetDLID(3)
+	l.SetSLID(4)
+	l.SetPktLen(uint16(n / 4))
+	h := wire.BTH(b[wire.LRHLen:])
+	h.SetOpCode(op)
+	h.SetDestQP(0x48)
+	wire.XRCETH(b[wire.LRHLen+wire.BTHLen:]).SetSRQ(0x2a)
+	var hd Headers
+	hd.Decode(b)
+	ev := Event{Kind: KindPacket, Dir: DirTx, Dev: "pib_0", Port: 1, Pkt: hd}
+	if s := ev.ToRecord("daemon", 1).Text; !hd.Valid || !strings.Contains(s, "XRCSendOnly") || !strings.Contains(s, "XRCETH srq 0x2a") {
+		t.Fatalf("XRC packet: %q", s)
+	}
+}

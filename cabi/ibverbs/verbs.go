@@ -673,6 +673,11 @@ func pibgo_create_srq(h C.uint64_t, a *C.struct_ibv_srq_attr, cptr unsafe.Pointe
 		return 0
 	}
 	srq, err := pd.CreateSRQ(hca.SRQInitAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)})
+	return addSRQ(srq, err, a, cptr, perr)
+}
+
+// addSRQ hands a new SRQ to C: its actual sizes in a, its handle, its C object for events.
+func addSRQ(srq *hca.SRQ, err error, a *C.struct_ibv_srq_attr, cptr unsafe.Pointer, perr *C.int) C.uint64_t {
 	if err != nil {
 		*perr = errno(err)
 		return 0

@@ -108,16 +108,7 @@ func pibgo_create_xrc_srq(pdh, xh, cqh C.uint64_t, a *C.struct_ibv_srq_attr, cpt
 		return 0
 	}
 	srq, err := pd.CreateXRCSRQ(x.x, cq, hca.SRQInitAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)})
-	if err != nil {
-		*perr = errno(err)
-		return 0
-	}
-	q := srq.Query()
-	a.max_wr, a.max_sge = C.uint32_t(q.MaxWR), C.uint32_t(q.MaxSGE)
-	ptrMu.Lock()
-	srqPtr[srq] = cptr
-	ptrMu.Unlock()
-	return C.uint64_t(srqs.add(&srqObj{srq: srq}))
+	return addSRQ(srq, err, a, cptr, perr)
 }
 
 //export pibgo_srq_num

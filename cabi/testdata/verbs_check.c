@@ -158,6 +158,17 @@ static struct ibv_wc write_through(struct side *a, struct ibv_qp *qp, uint64_t w
 	return wait_wc(a->cq);
 }
 
+// fresh_pair replaces the QPs *aq and *bq (if any) with a new connected RC pair.
+static void fresh_pair(struct side *a, struct side *b, struct ibv_qp **aq, struct ibv_qp **bq)
+{
+	if (*aq)
+		CHECK(ibv_destroy_qp(*aq) == 0 && ibv_destroy_qp(*bq) == 0, "destroy_qp");
+	*aq = make_qp(a, a->cq, a->cq, NULL, 0);
+	*bq = make_qp(b, b->cq, b->cq, NULL, 0);
+	connect_qp(*aq, b->lid, (*bq)->qp_num);
+	connect_qp(*bq, a->lid, (*aq)->qp_num);
+}
+
 // mem_windows checks memory windows and ibv_rereg_mr on fresh QP pairs between a and b.
 static void mem_windows(struct side *a, struct side *b)
 {
@@ -171,9 +182,8 @@ static void mem_windows(struct side *a, struct side *b)
 	CHECK(ibv_rereg_mr(b->mr, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_INPUT && errno == EINVAL, "rereg_mr no flags");
 	OK("rereg_mr");
 
-	struct ibv_qp *aq = make_qp(a, a->cq, a->cq, NULL, 0), *bq = make_qp(b, b->cq, b->cq, NULL, 0);
-	connect_qp(aq, b->lid, bq->qp_num);
-	connect_qp(bq, a->lid, aq->qp_num);
+	struct ibv_qp *aq = NULL, *bq = NULL;
+	fresh_pair(a, b, &aq, &bq);
 	struct ibv_mw *mw2 = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
 	CHECK(mw2 && mw2->type == IBV_MW_TYPE_2 && mw2->pd == b->pd, "alloc_mw type 2: %m");
 	uint32_t k2 = ibv_inc_rkey(mw2->rkey);
@@ -195,12 +205,7 @@ static void mem_windows(struct side *a, struct side *b)
 	OK("mw_type2_bind");
 
 	// SEND_WITH_INV invalidates the window at b (a fresh pair: the old one is in ERR).
-	ibv_destroy_qp(aq);
-	ibv_destroy_qp(bq);
-	aq = make_qp(a, a->cq, a->cq, NULL, 0);
-	bq = make_qp(b, b->cq, b->cq, NULL, 0);
-	connect_qp(aq, b->lid, bq->qp_num);
-	connect_qp(bq, a->lid, aq->qp_num);
+	fresh_pair(a, b, &aq, &bq);
 	// A type 2 window is reached through the QP that bound it (type 2B): a new one here.
 	struct ibv_mw *mw = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
 	CHECK(mw, "alloc_mw: %m");
@@ -232,12 +237,7 @@ static void mem_windows(struct side *a, struct side *b)
 
 	// A type 1 window with ibv_bind_mw; a type 2 one with ibv_wr_bind_mw, then
 	// ibv_wr_local_inv.
-	ibv_destroy_qp(aq);
-	ibv_destroy_qp(bq);
-	aq = make_qp(a, a->cq, a->cq, NULL, 0);
-	bq = make_qp(b, b->cq, b->cq, NULL, 0);
-	connect_qp(aq, b->lid, bq->qp_num);
-	connect_qp(bq, a->lid, aq->qp_num);
+	fresh_pair(a, b, &aq, &bq);
 	struct ibv_mw *mw1 = ibv_alloc_mw(b->pd, IBV_MW_TYPE_1);
 	CHECK(mw1, "alloc_mw type 1: %m");
 	struct ibv_mw_bind mb = {.wr_id = 61, .send_flags = IBV_SEND_SIGNALED,

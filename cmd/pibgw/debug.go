@@ -34,15 +34,17 @@ func inspectCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:      "inspect",
 		Usage:     "list the verbs objects of the daemon and of attached processes (pib's debugfs tables)",
-		ArgsUsage: "[contexts|pds|mrs|cqs|qps|srqs|ahs]",
-		Description: "Prints every context, PD, MR, CQ, QP, SRQ and AH (or those of one kind) with its owner\n" +
-			"(\"daemon\" or the attached process's pid), its creation time and the fields of its kind:\n" +
+		ArgsUsage: "[contexts|pds|mrs|cqs|qps|srqs|ahs|mws|xrcds]",
+		Description: "Prints every context, PD, MR, CQ, QP, SRQ, AH, memory window and XRC domain (or those\n" +
+			"of one kind) with its owner (\"daemon\" or the attached process's pid), its creation time\n" +
+			"and the fields of its kind:\n" +
 			"MR address, length, keys and access; CQ size, fill, channel, notify and error state; QP\n" +
 			"type, state, port, CQs, send queue (WRs outstanding/max_send_wr) and receive queue\n" +
 			"(posted/max_recv_wr), current send and expected receive PSNs, destination, path MTU and\n" +
 			"the RC recovery counters (ACK timeouts, packets retransmitted, RNR NAKs); SRQ depth and\n" +
-			"limit; AH address vector. Attached processes answer for their own objects through the\n" +
-			"attach channel. --pid P shows only P's (the daemon's pid: the daemon's own).",
+			"limit; AH address vector; memory window type, R_Key and what it is bound to. Attached\n" +
+			"processes answer for their own objects through the attach channel. --pid P shows only\n" +
+			"P's (the daemon's pid: the daemon's own).",
 		Flags: []cli.Flag{pidFlag("only the objects of process `P`"), jsonFlag(), controlFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
@@ -52,7 +54,7 @@ func inspectCommand(e *env) *cli.Command {
 			if a := c.Args().First(); a != "" {
 				k, ok := objectKind(a)
 				if !ok {
-					return usagef(c, "object kind %q: want contexts, pds, mrs, cqs, qps, srqs or ahs", a)
+					return usagef(c, "object kind %q: want contexts, pds, mrs, cqs, qps, srqs, ahs, mws or xrcds", a)
 				}
 				req.Kind = k
 			}
@@ -123,6 +125,10 @@ func objectHeader(kind string) string {
 		return common + "SRQ\tPD\tMAX_WR\tPOSTED\tLIMIT\tQPS\tCREATED"
 	case hca.KindAH:
 		return common + "AH\tPD\tPORT\tDLID\tSL\tDGID\tCREATED"
+	case hca.KindMW:
+		return common + "MW\tTYPE\tRKEY\tPD\tBOUND\tADDR\tLENGTH\tACCESS\tMR\tQPN\tCREATED"
+	case hca.KindXRCD:
+		return common + "XRCD\tCONTEXT\tCREATED"
 	}
 	return common
 }
@@ -133,8 +139,18 @@ func objectRow(o hca.ObjectInfo) string {
 	switch {
 	case o.Ctx != nil:
 		return pre + fmt.Sprintf("%d\t%d\t%d\t%s", o.ID, o.Ctx.EventsQueued, o.Ctx.EventsLost, created)
-	case o.Kind == hca.KindPD:
+	case o.Kind == hca.KindPD, o.Kind == hca.KindXRCD:
 		return pre + fmt.Sprintf("%d\t%d\t%s", o.ID, o.Context, created)
+	case o.MW != nil:
+		m := o.MW
+		if !m.Bound {
+			return pre + fmt.Sprintf("%d\t%d\t%#x\t%d\tno\t-\t-\t-\t-\t-\t%s", o.ID, m.Type, m.RKey, o.PD, created)
+		}
+		qpn := "-"
+		if m.QPN != 0 {
+			qpn = fmt.Sprintf("%#x", m.QPN)
+		}
+		return pre + fmt.Sprintf("%d\t%d\t%#x\t%d\tyes\t%#x\t%d\t%s\t%#x\t%s\t%s", o.ID, m.Type, m.RKey, o.PD, m.Addr, m.Length, m.Access, m.MR, qpn, created)
 	case o.MR != nil:
 		m := o.MR
 		return pre + fmt.Sprintf("%#x\t%#x\t%d\t%#x\t%d\t%s\t%s", m.LKey, m.RKey, o.PD, m.Addr, m.Length, m.Access, created)

@@ -88,7 +88,7 @@ func TestDebugVerbs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"inspect", "widgets"}, `pibgw: inspect: object kind "widgets": want contexts, pds, mrs, cqs, qps, srqs or ahs`},
+		{[]string{"inspect", "widgets"}, `pibgw: inspect: object kind "widgets": want contexts, pds, mrs, cqs, qps, srqs, ahs, mws or xrcds`},
 		{[]string{"inject", "mr", "1"}, `pibgw: inject: object "mr": want qp, cq or srq`},
 		{[]string{"inject", "qp", "zz"}, `pibgw: inject: qp number "zz": invalid syntax`},
 		{[]string{"fault", "pib_0/1", "--loss", "150%"}, `pibgw: fault: --loss: 1.5 is not a probability (0..1, or 0%..100%)`},

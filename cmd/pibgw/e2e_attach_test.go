@@ -47,11 +47,29 @@ func startAttached(t *testing.T, path string, cmd *exec.Cmd) *attachProc {
 		select {
 		case <-p.done:
 		default:
+			if t.Failed() {
+				// A Go program prints its goroutines' stacks on SIGQUIT: where it hung.
+				if p.quit() {
+					t.Logf("%v, still running when the test failed; stderr:\n%s", cmd.Args, p.stderr.String())
+				}
+			}
 			cmd.Process.Kill()
 			<-p.done
 		}
 	})
 	return p
+}
+
+// quit sends SIGQUIT (a Go program writes its stacks to stderr and exits) and waits up to
+// two seconds for the process to go; it reports whether it went.
+func (p *attachProc) quit() bool {
+	p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(2 * time.Second):
+		return false
+	}
 }
 
 // wait waits up to timeout for the process to exit and returns its exit error (a
@@ -62,6 +80,7 @@ func (p *attachProc) wait(t *testing.T, timeout time.Duration) error {
 	case <-p.done:
 		return p.err
 	case <-time.After(timeout):
+		p.quit()
 		p.cmd.Process.Kill()
 		<-p.done
 		t.Errorf("%v still running after %v", p.cmd.Args, timeout)

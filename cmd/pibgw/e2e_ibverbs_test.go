@@ -98,6 +98,17 @@ func TestE2EIbverbs(t *testing.T) {
 	if m := rcReportRE.FindStringSubmatch(out); m == nil || m[2] != "1000" {
 		t.Errorf("ibv_rc_pingpong client: no report of 1000 iterations:\n%s", out)
 	}
+	if _, err := exec.LookPath("ibv_xsrq_pingpong"); err == nil {
+		// XRC (issue 18): the domain file the program creates goes with the test.
+		if _, err := os.Stat("/tmp/xrc_domain"); err != nil {
+			t.Cleanup(func() { os.Remove("/tmp/xrc_domain") })
+		}
+		out := pair([]string{"ibv_xsrq_pingpong", "-d", "pib_1", "-p", "18633", "-n", "200"},
+			[]string{"ibv_xsrq_pingpong", "-d", "pib_0", "-p", "18633", "-n", "200", "127.0.0.1"})
+		if !strings.Contains(out, "success") {
+			t.Errorf("ibv_xsrq_pingpong client did not succeed:\n%s", out)
+		}
+	}
 	for _, prog := range []string{"ib_write_bw", "ib_send_lat"} {
 		out := pair([]string{prog, "-d", "pib_1", "-p", "18632", "-n", "500"},
 			[]string{prog, "-d", "pib_0", "-p", "18632", "-n", "500", "127.0.0.1"})

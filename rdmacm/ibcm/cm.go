@@ -335,6 +335,10 @@ func (cm *CM) handle(mad []byte, from hca.MADAddr) {
 		cm.handleDReq(mad, from)
 	case wire.AttrCMDRep:
 		cm.handleDRep(mad)
+	case wire.AttrCMLAP:
+		cm.handleLAP(mad, from)
+	case wire.AttrCMAPR:
+		cm.handleAPR(mad)
 	case wire.AttrCMSIDRReq:
 		cm.handleSIDRReq(mad, from)
 	case wire.AttrCMSIDRRep:

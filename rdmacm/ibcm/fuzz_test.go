@@ -24,7 +24,7 @@ func (p *fakePort) FindPKey(uint16) int                            { return 0 }
 // active connection, a passive one), is handled or dropped; nothing panics.
 func FuzzHandle(f *testing.F) {
 	for _, attr := range []uint16{wire.AttrCMReq, wire.AttrCMRep, wire.AttrCMRej, wire.AttrCMMRA, wire.AttrCMRTU,
-		wire.AttrCMDReq, wire.AttrCMDRep, wire.AttrCMSIDRReq, wire.AttrCMSIDRRep, 0x99} {
+		wire.AttrCMDReq, wire.AttrCMDRep, wire.AttrCMSIDRReq, wire.AttrCMSIDRRep, wire.AttrCMLAP, wire.AttrCMAPR, 0x99} {
 		mad := make([]byte, wire.MADLen)
 		wire.NewCMMAD(mad, attr, 7)
 		f.Add(mad)

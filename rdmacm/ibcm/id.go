@@ -28,12 +28,15 @@ const (
 	EventSIDRReqReceived                  // a SIDR_REQ for a listened service: a new ID
 	EventSIDRRepReceived                  // the answer to our SIDR_REQ (SIDRStatus, QPN, QKey)
 	EventSIDRReqError                     // SIDR_REQ retries exhausted
+	EventLAPError                         // LAP retries exhausted (lap.go)
+	EventLAPReceived                      // the peer proposes an alternate path (AltPath): send APR
+	EventAPRReceived                      // the answer to our LAP (APStatus, Info)
 )
 
 var eventNames = [...]string{"REQ_ERROR", "REQ_RECEIVED", "REP_ERROR", "REP_RECEIVED",
 	"RTU_RECEIVED", "USER_ESTABLISHED", "DREQ_ERROR", "DREQ_RECEIVED", "DREP_RECEIVED",
 	"TIMEWAIT_EXIT", "MRA_RECEIVED", "REJ_RECEIVED", "SIDR_REQ_RECEIVED",
-	"SIDR_REP_RECEIVED", "SIDR_REQ_ERROR"}
+	"SIDR_REP_RECEIVED", "SIDR_REQ_ERROR", "LAP_ERROR", "LAP_RECEIVED", "APR_RECEIVED"}
 
 func (t EventType) String() string {
 	if int(t) < len(eventNames) {
@@ -59,6 +62,12 @@ type Event struct {
 	QKey       uint32
 	// From is where the message came from (the peer's port LID and QP1).
 	From hca.MADAddr
+
+	// LAP_RECEIVED: the alternate path, from the receiver's view (SLID its own port);
+	// APR_RECEIVED: the status (wire.APR*) and additional information.
+	AltPath  *sa.Path
+	APStatus uint8
+	Info     []byte
 }
 
 // Handler receives an ID's events, one at a time, on the CM's goroutine.
@@ -132,6 +141,8 @@ type ID struct {
 	twWait    time.Duration // TIMEWAIT length
 	remoteQPN uint32
 	byRemote  bool
+	lap       lapState // alternate path exchange (lap.go)
+	lapReply  []byte   // the last APR sent, for a duplicate LAP
 }
 
 // NewID creates an ID whose events go to h.
