@@ -28,8 +28,10 @@ func switchCommand(e *env) *cli.Command {
 			"(--no-sm leaves them to a host with sm.mode = \"internal\"); hosts get ports 2..N. A full\n" +
 			"switch refuses the next host, which logs the reason and retries. --config reads a\n" +
 			"configuration file in pibgw up's format ([daemon], [fabric], [sm] with its partitions);\n" +
-			"the flags override it. The control socket answers stat, devinfo, nodes, counters and\n" +
-			"capture.",
+			"the flags override it. --topology builds the switches and links of an ibsim net file\n" +
+			"instead of one switch; --uplink plugs a switch port into another switch process, so\n" +
+			"that switches of several processes make one fabric. The control socket answers stat,\n" +
+			"devinfo, nodes, counters, link and capture.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Aliases: []string{"l"}, Value: fmt.Sprintf(":%d", config.DefaultSwitchUDPPort), Usage: "UDP `ADDR:PORT` to serve hosts on"},
 			&cli.IntFlag{Name: "ports", Aliases: []string{"n"}, Value: config.MaxSwitchPorts, Usage: "switch ports `N` (1..254), port 1 for the SM's HCA"},
@@ -38,7 +40,7 @@ func switchCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "configuration `FILE` (TOML)"},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default " + DefaultSwitchControl + ")", EnvVars: []string{"PIBGW_SWITCH_CONTROL"}},
 			&cli.StringFlag{Name: "topology", Aliases: []string{"t"}, Usage: "build the switches and links of an ibsim net `FILE` (fabric.topology); its HCA ports are the host ports"},
-			&cli.StringSliceFlag{Name: "uplink", Usage: "plug switch port `PORT=HOST:PORT` into another switch process (repeatable; fabric.uplinks)"},
+			&cli.StringSliceFlag{Name: "uplink", Usage: "`PORT=HOST:PORT`: plug switch port PORT into the switch process at HOST:PORT (repeatable; fabric.uplinks)"},
 			&cli.BoolFlag{Name: "no-sm", Usage: "run no SM here (a host runs it: sm.mode = \"internal\" there)"},
 			&cli.DurationFlag{Name: "sweep", Value: time.Second, Usage: "the SM's light-sweep `INTERVAL` (how soon it sees hosts come and go)"},
 			&cli.BoolFlag{Name: "json", Usage: "log as JSON lines"},
