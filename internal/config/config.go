@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/pibgw/pibgw/fabric/topology"
 )
 
 // Defaults.
@@ -156,13 +158,27 @@ type Fabric struct {
 	SwitchPorts  int
 	HCAs         []HCA
 
-	Switch      string         // HOST:PORT of the switch process; "" for the built-in switch
-	Listen      string         // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
+	Switch string // HOST:PORT of the switch process; "" for the built-in switch
+	Listen string // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
+	// TopologyFile is fabric.topology: an ibsim net file of switches and links built
+	// instead of the one switch; Topology is its contents.
+	TopologyFile string
+	Topology     *topology.Topology
+	// Uplinks plug ports of this process's switch into other switch processes, so that
+	// switches in several processes make one fabric.
+	Uplinks     []Uplink
 	PSKFile     string         // psk_file as configured
 	PSK         []byte         // its key; nil: no authentication, Allow applies
 	Allow       []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
 	Keepalive   time.Duration  // keepalive interval of UDP links
 	LinkTimeout time.Duration  // a UDP link silent this long is down
+}
+
+// Uplink is one [[fabric.uplinks]] entry: switch port Port plugs into the switch process
+// at Switch (HOST:PORT) as a host port would.
+type Uplink struct {
+	Port   int
+	Switch string
 }
 
 // HCA is one soft HCA.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/pibgw/pibgw/fabric/topology"
 )
 
 // The file's shape. Leaves are decoded as `any` so that this package, not the TOML
@@ -32,16 +34,18 @@ type file struct {
 		Metrics    any `toml:"metrics"`
 	} `toml:"daemon"`
 	Fabric struct {
-		HCACount     any       `toml:"hca_count"`
-		NodeGUIDBase any       `toml:"node_guid_base"`
-		SwitchPorts  any       `toml:"switch_ports"`
-		HCAs         []fileHCA `toml:"hcas"`
-		Switch       any       `toml:"switch"`
-		Listen       any       `toml:"listen"`
-		PSKFile      any       `toml:"psk_file"`
-		Allow        any       `toml:"allow"`
-		Keepalive    any       `toml:"keepalive"`
-		LinkTimeout  any       `toml:"link_timeout"`
+		HCACount     any          `toml:"hca_count"`
+		NodeGUIDBase any          `toml:"node_guid_base"`
+		SwitchPorts  any          `toml:"switch_ports"`
+		HCAs         []fileHCA    `toml:"hcas"`
+		Uplinks      []fileUplink `toml:"uplinks"`
+		Switch       any          `toml:"switch"`
+		Listen       any          `toml:"listen"`
+		Topology     any          `toml:"topology"`
+		PSKFile      any          `toml:"psk_file"`
+		Allow        any          `toml:"allow"`
+		Keepalive    any          `toml:"keepalive"`
+		LinkTimeout  any          `toml:"link_timeout"`
 	} `toml:"fabric"`
 	SM struct {
 		Mode          any             `toml:"mode"`
@@ -63,6 +67,11 @@ type file struct {
 		RandomErrorFields any `toml:"random_error_fields"`
 	} `toml:"manner"`
 	Interfaces []fileInterface `toml:"interfaces"`
+}
+
+type fileUplink struct {
+	Port   any `toml:"port"`
+	Switch any `toml:"switch"`
 }
 
 type fileHCA struct {
@@ -376,6 +385,31 @@ func (p *parser) remote(c *Config, f *file) {
 	fb := &f.Fabric
 	c.Fabric.Switch = p.str("fabric.switch", fb.Switch, "")
 	c.Fabric.Listen = p.str("fabric.listen", fb.Listen, "")
+	if path := p.str("fabric.topology", fb.Topology, ""); path != "" {
+		if c.Fabric.Switch != "" {
+			p.errf("fabric.topology", "a fabric with fabric.switch has no switches of its own")
+		}
+		if fb.SwitchPorts != nil {
+			p.errf("fabric.switch_ports", "not used with fabric.topology (the file gives each switch its ports)")
+		}
+		c.Fabric.TopologyFile = path
+		if !filepath.IsAbs(path) && p.src != "" {
+			path = filepath.Join(filepath.Dir(p.src), path)
+		}
+		t, err := LoadTopology(path)
+		if err != nil {
+			p.errf("fabric.topology", "%v", err)
+		} else {
+			c.Fabric.Topology = t
+			n := 0
+			for _, h := range c.Fabric.HCAs {
+				n += h.Ports
+			}
+			if slots := len(TopologyHCAPorts(t)); slots < n {
+				p.errf("fabric.topology", "%s has %d HCA ports for the %d of this configuration's HCAs", path, slots, n)
+			}
+		}
+	}
 	if l := c.Fabric.Listen; l != "" {
 		if c.Fabric.Switch != "" {
 			p.errf("fabric.listen", "a fabric with fabric.switch has no switch of its own to serve")
@@ -411,6 +445,28 @@ func (p *parser) remote(c *Config, f *file) {
 			continue
 		}
 		c.Fabric.Allow = append(c.Fabric.Allow, pf)
+	}
+	used := map[int]bool{}
+	for i, u := range fb.Uplinks {
+		field := fmt.Sprintf("fabric.uplinks[%d]", i)
+		if c.Fabric.Switch != "" || c.Fabric.Topology != nil {
+			p.errf(field, "uplinks join this process's one switch to another switch process (not with fabric.switch or fabric.topology)")
+			break
+		}
+		port := int(p.intIn(field+".port", u.Port, 0, 1, MaxSwitchPorts))
+		if port == 0 {
+			p.errf(field+".port", "missing: the switch port to plug into the other switch")
+		} else if port > c.Fabric.SwitchPorts {
+			p.errf(field+".port", "%d out of range 1..%d (switch_ports)", port, c.Fabric.SwitchPorts)
+		} else if used[port] {
+			p.errf(field+".port", "port %d has two uplinks", port)
+		}
+		used[port] = true
+		sw := p.str(field+".switch", u.Switch, "")
+		if _, pt, err := net.SplitHostPort(sw); err != nil || pt == "" {
+			p.errf(field+".switch", "%q: want HOST:PORT of the other switch process", sw)
+		}
+		c.Fabric.Uplinks = append(c.Fabric.Uplinks, Uplink{Port: port, Switch: sw})
 	}
 	c.Fabric.Keepalive = p.duration("fabric.keepalive", fb.Keepalive, DefaultKeepalive)
 	c.Fabric.LinkTimeout = p.duration("fabric.link_timeout", fb.LinkTimeout, DefaultLinkTimeout)
@@ -801,4 +857,36 @@ func LogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("log level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// LoadTopology reads an ibsim net file (fabric.topology, pibgw switch --topology).
+func LoadTopology(path string) (*topology.Topology, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := topology.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(t.Switches()) == 0 {
+		return nil, fmt.Errorf("%s: no switch", path)
+	}
+	return t, nil
+}
+
+// TopologyHCAPorts lists the switch ports the HCA ports of a topology are linked to,
+// HCA by HCA in file order, port by port: the local HCAs' ports take the first ones, the
+// hosts of a switch process the rest.
+func TopologyHCAPorts(t *topology.Topology) []topology.End {
+	var out []topology.End
+	for _, h := range t.HCAs() {
+		for p := 1; p <= h.Ports; p++ {
+			if e, ok := h.Links[p]; ok {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }

@@ -93,7 +93,8 @@ type Link struct {
 	Refusal       string    `json:"refusal,omitempty"`  // the switch's last refusal (host side)
 	Attempts      uint64    `json:"attempts,omitempty"` // connects sent (host side)
 	Authenticated bool      `json:"authenticated"`      // datagrams carry PSK tags
-	Local         string    `json:"local,omitempty"`    // the local UDP address
+	Local         string    `json:"local,omitempty"`
+	Uplink        bool      `json:"uplink,omitempty"` // this switch's port plugged into another switch process    // the local UDP address
 }
 
 // LinkCounters are the UDP links' counters (udplink.Counters by name: rx_datagrams,
@@ -144,7 +145,7 @@ func (f Fault) Zero() bool {
 // "pib_0/1", and plugged into a port of the switch.
 type Cable struct {
 	Name       string `json:"name"`
-	SwitchPort int    `json:"switch_port"`
+	SwitchPort int    `json:"switch_port"` // of an HCA port's cable; 0 for a switch-to-switch cable or a UDP link
 	Up         bool   `json:"up"`
 	Fault      *Fault `json:"fault,omitempty"`
 	// Counters: packets and bytes delivered toward the switch (tx) and toward the HCA

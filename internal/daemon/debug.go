@@ -172,6 +172,10 @@ func (f *Fabric) cableRefs() (names []string, cables []*fabric.Cable) {
 			i++
 		}
 	}
+	for _, nc := range f.swCables { // fabric.topology's links between switches
+		names = append(names, nc.name)
+		cables = append(cables, nc.c)
+	}
 	return names, cables
 }
 
@@ -207,7 +211,11 @@ func (f *Fabric) Links(name string) ([]control.Cable, error) {
 
 func (f *Fabric) describeLocked(name string, i int, c *fabric.Cable) control.Cable {
 	tx, rx := c.Counters(fabric.AtoB), c.Counters(fabric.BtoA)
-	cc := control.Cable{Name: name, SwitchPort: i + 1, Up: c.Up(), Counters: map[string]uint64{
+	sw := 0
+	if i < len(f.hcaSwPorts) {
+		sw = f.hcaSwPorts[i]
+	}
+	cc := control.Cable{Name: name, SwitchPort: sw, Up: c.Up(), Counters: map[string]uint64{
 		"tx_packets": tx.Packets, "tx_bytes": tx.Bytes, "rx_packets": rx.Packets, "rx_bytes": rx.Bytes,
 		"down_drops": tx.DownDrops + rx.DownDrops,
 	}}
