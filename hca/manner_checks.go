@@ -53,7 +53,9 @@ func (qp *QP) checkPostSend(wrs []SendWR) error {
 	case QPTypeRC, QPTypeUC:
 		for i := range wrs {
 			if qp.Signaled(&wrs[i]) {
-				qp.unsig.Store(0)
+				if qp.unsig.Load() != 0 { // a load, not a store, on the common path
+					qp.unsig.Store(0)
+				}
 				continue
 			}
 			if n := qp.unsig.Add(1); n == int32(qp.cap.MaxSendWR) && qp.dev.pitfallsOn() {
@@ -86,7 +88,18 @@ func (qp *QP) checkPostRecv(wrs []RecvWR) error {
 	}
 	for i := range wrs {
 		for _, sge := range wrs[i].SGL {
-			if mr := d.LookupKey(sge.LKey); mr != nil && mr.access&AccessLocalWrite == 0 && sge.Length > 0 {
+			// Programs post receives into the same region again and again: a key found
+			// writable once (keys change when a region is registered anew) is not looked up
+			// again.
+			if sge.LKey == qp.recvKeyOK.Load() {
+				continue
+			}
+			mr := d.LookupKey(sge.LKey)
+			if mr != nil && mr.access&AccessLocalWrite != 0 {
+				qp.recvKeyOK.Store(sge.LKey)
+				continue
+			}
+			if mr != nil && sge.Length > 0 {
 				if err := d.pitfall(PitfallRecvNoLocalWrite, "post_recv", qp.num, fmt.Sprintf("MR %#x", mr.key), "%s posted receive wr %d into it, registered with %s", qp.what(), wrs[i].WRID, AccessString(mr.access)); err != nil {
 					return err
 				}

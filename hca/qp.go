@@ -42,7 +42,8 @@ type QP struct {
 
 	sqdPending []SendWR // WRs posted in SQD, started on the return to RTS
 
-	unsig atomic.Int32 // unsignaled sends in a row (manner_checks.go)
+	unsig     atomic.Int32  // unsignaled sends in a row (manner_checks.go)
+	recvKeyOK atomic.Uint32 // the last L_Key a receive was posted into found writable (manner_checks.go)
 
 	mcMu   sync.Mutex
 	mcGIDs map[[16]byte]struct{}
