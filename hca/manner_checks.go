@@ -46,7 +46,8 @@ func (qp *QP) checkModify(a *QPAttr, mask QPAttrMask) error {
 	return nil
 }
 
-// checkPostSend counts unsignaled sends of connected QPs and checks UD Q_Keys.
+// checkPostSend counts unsignaled sends of connected QPs and checks UD Q_Keys. PostSend
+// decides the common UD post (one WR, an ordinary Q_Key) without calling it.
 func (qp *QP) checkPostSend(wrs []SendWR) error {
 	const op = "post_send"
 	switch qp.typ {
@@ -80,7 +81,8 @@ func (qp *QP) checkPostSend(wrs []SendWR) error {
 	return nil
 }
 
-// checkPostRecv checks that receive buffers are writable by the HCA.
+// checkPostRecv checks that receive buffers are writable by the HCA. PostRecv decides
+// the common post (one WR, one SGE in the region last found writable) without calling it.
 func (qp *QP) checkPostRecv(wrs []RecvWR) error {
 	d := qp.dev
 	if !d.pitfallsOn() {

@@ -18,6 +18,8 @@ if [[ $base == strip ]]; then
 	grep -q 'func On() bool { return false }' "$work/base/trace/trace.go"
 	perl -pi -e 's/^(func \(qp \*QP\) checkPost(Send|Recv)\(.*\{)$/$1\n\treturn nil/' "$work/base/hca/manner_checks.go"
 	[[ $(grep -c '^	return nil$' "$work/base/hca/manner_checks.go") -ge 2 ]]
+	perl -pi -e 's/^\tif !\(qp\.typ == QPTypeUD && len\(wrs\) == 1 .*\{$/\tif false {/; s/^\tif !\(len\(wrs\) == 1 && len\(wrs\[0\]\.SGL\) == 1 .*\{$/\tif false {/' "$work/base/hca/post.go"
+	[[ $(grep -c '^	if false {$' "$work/base/hca/post.go") -eq 2 ]]
 	label="$(git rev-parse --short HEAD) with the hooks compiled out"
 else
 	label=$(git rev-parse --short "$base")
