@@ -37,6 +37,8 @@ type Session struct {
 	rx   *shmring.Ring // the daemon writes; rxMu serialises the takers
 	txMu sync.Mutex
 	rxMu sync.Mutex
+	// idlePolls (rxMu) counts the empty CQ polls in a row.
+	idlePolls int
 	// lastPoll is when the program last polled a CQ of this session (nanotime).
 	lastPoll atomic.Int64
 
@@ -50,6 +52,8 @@ type Session struct {
 
 	cmMu sync.Mutex
 	cms  map[*hca.Port]*ibcm.CM
+
+	traces processTraces // trace streams for the daemon (trace.go)
 
 	wg sync.WaitGroup
 }
@@ -137,10 +141,16 @@ func (s *Session) hello(ctx context.Context) error {
 		return fmt.Errorf("attach: ring: %w", err)
 	}
 	s.id, s.pid = m.Session, m.PID
+	if m.Trace {
+		s.traces.startEarly(s.clk)
+	}
 	for i, di := range m.Devices {
 		d, err := s.mirror(i, di)
 		if err != nil {
 			return err
+		}
+		if m.Manner != nil {
+			d.SetManner(*m.Manner)
 		}
 		s.devs = append(s.devs, d)
 	}
@@ -217,6 +227,7 @@ func (s *Session) Close() error {
 	for _, cm := range cms {
 		cm.Close()
 	}
+	s.traces.stopAll() // the trace streams send what was recorded until now
 	s.cancel()
 	s.c.c.Close()
 	s.wg.Wait()
@@ -292,18 +303,29 @@ func (s *Session) event(m *msg) {
 // nobody polls for them (completion handlers, events, programs that sleep on a channel).
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
+	var grace *time.Timer
 	for {
-		spin := rxSpin
 		if s.polling() {
-			spin = 0
+			// The program polls its CQs and takes the packets in itself: stay off the
+			// CPUs it and the daemon need, and look again in a while. Not waiting on the
+			// ring keeps its doorbell quiet: the daemon rings it only for a sleeper, and
+			// each ring would wake this goroutine's thread for nothing.
+			if grace == nil {
+				grace = time.NewTimer(pollGrace)
+			} else {
+				grace.Reset(pollGrace)
+			}
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-grace.C:
+			}
+			continue
 		}
-		if err := s.rx.Wait(s.ctx, spin); err != nil {
+		if err := s.rx.Wait(s.ctx, rxSpin); err != nil {
 			return
 		}
 		if s.polling() {
-			// The program polls its CQs and takes the packets in itself: stay off the
-			// CPUs it and the daemon need, and look again in a while.
-			time.Sleep(pollGrace)
 			continue
 		}
 		s.rxMu.Lock()
@@ -323,9 +345,24 @@ func (s *Session) pollRx() bool {
 		return false
 	}
 	got, _ := s.rx.TryRead(64, s.deliver)
+	idle := 0
+	if !got {
+		idle = s.idlePolls + 1
+	}
+	s.idlePolls = idle
 	s.rxMu.Unlock()
+	if idle&pollOSYield == 0 && idle != 0 {
+		// A program that polls an empty CQ in a loop (perftest, the pingpongs) holds its
+		// processor; on a machine with fewer processors than busy processes the daemon,
+		// which brings what it waits for, may be queued behind it.
+		shmring.OSYield()
+	}
 	return got
 }
+
+// pollOSYield is how many empty polls in a row (a mask) pass between two yields of the
+// processor to other processes.
+const pollOSYield = 31
 
 // deliver hands a run of packets for one port to it.
 func (s *Session) deliver(t, flags uint16, pkts [][]byte) {

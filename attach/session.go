@@ -246,7 +246,11 @@ func (x *session) txSync() {
 // machine the processes it serves need the CPUs. Measured between two processes on two
 // cores (BenchmarkRDMAWrite64K, SendPingPong8, UD64, attached): 0 gave 1.5–2.5 GB/s,
 // 56 µs, 184 k msgs/s; 1000 gave 3.1 GB/s, 51–59 µs, 243–260 k msgs/s; 5000 gave
-// 3.1 GB/s, 83–87 µs, 178–211 k msgs/s.
+// 3.1 GB/s, 83–87 µs, 178–211 k msgs/s. Since spins yield to the operating system
+// (shmring), medians of 3 alternating runs on a loaded machine: 1000 gave 1.96 GB/s,
+// 25 µs, 1.40 M msgs/s; 2500 gave 3.38 GB/s, 38 µs, 1.31 M; 5000 gave 3.52 GB/s, 18 µs,
+// 1.50 M, but ib_send_lat (perftest) settled more often at 16.8 µs typical against 8–11
+// with 1000, and the same ib_write_bw.
 var daemonSpin = 1000
 
 // maxPacket is the largest packet a port sends: LRH, GRH, BTH and the largest extended

@@ -266,6 +266,20 @@ socket_name = %q
 	if x1-x0 < 5 || r1-r0 < 5 {
 		t.Errorf("perfquery %s 1: PortXmitPkts %d → %d, PortRcvPkts %d → %d across 5 pings", ports["pib_1"].lid, x0, x1, r0, r1)
 	}
+	// pibgw counters prints what perfquery reads, field by field in its format; the error
+	// counters agree (the packet counters move with the queries themselves).
+	pq, ours := e.diag("", "perfquery", ports["pib_1"].lid, "1"), d.MustPibgw("counters", "pib_1", "1")
+	fieldRE := regexp.MustCompile(`(?m)^([A-Za-z0-9]+):\.+(\S+)$`)
+	want, got := fieldRE.FindAllStringSubmatch(pq, -1), fieldRE.FindAllStringSubmatch(ours, -1)
+	if len(want) == 0 || len(got) < len(want) {
+		t.Errorf("perfquery:\n%s\npibgw counters pib_1 1:\n%s", pq, ours)
+	} else {
+		for i, w := range want {
+			if got[i][1] != w[1] || (strings.Contains(w[1], "Error") || strings.Contains(w[1], "Select") || strings.Contains(w[1], "Dropped")) && got[i][2] != w[2] {
+				t.Errorf("field %d: perfquery %s %s, pibgw counters %s %s", i, w[1], w[2], got[i][1], got[i][2])
+			}
+		}
+	}
 	if sw := e.diag("", "perfquery", swLID, "2"); diagField(sw, "PortXmitPkts") == "" {
 		t.Errorf("perfquery of the switch's port 2:\n%s", sw)
 	}

@@ -82,18 +82,31 @@ var (
 	// can run on it.
 	spinIters = 5000
 	spinYield = 63
+	// spinOSYield is how often (a mask) a spin yields the processor to the operating
+	// system rather than to the Go scheduler: on a machine with fewer processors than
+	// busy processes, the process a spinner waits for may be queued behind it on the
+	// same processor, and only sched_yield(2) lets it run before the time slice ends.
+	spinOSYield = 127
 	// pollBackstop bounds a waitBlocking sleep when ctx can end: the other process can
 	// read our eventfds and so eat the wake-up that ctx's end rings.
 	pollBackstop = 50 // ms
 )
 
 // spinPause is called on iteration i of a spin: now and then it lets another goroutine
-// run on this processor (the one it waits for may be queued behind it).
+// of this process, or another process, run on this processor (the one it waits for may
+// be queued behind it).
 func spinPause(i int) {
-	if i&spinYield == spinYield {
+	switch {
+	case i&spinOSYield == spinOSYield:
+		OSYield()
+	case i&spinYield == spinYield:
 		runtime.Gosched()
 	}
 }
+
+// OSYield gives the processor to another runnable thread of any process, if one waits
+// for it (sched_yield(2)); it returns at once otherwise.
+func OSYield() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // one is what ringing a doorbell adds to the eventfd.
 var one = [8]byte{1}

@@ -2,7 +2,6 @@ package shmring
 
 import (
 	"context"
-	"runtime"
 )
 
 // Two consumers in one process: a goroutine that sleeps until records arrive (Wait) and
@@ -50,9 +49,7 @@ func (r *Ring) Wait(ctx context.Context, spin int) error {
 			return ErrClosed
 		}
 		if i < spin {
-			if i&spinYield == spinYield {
-				runtime.Gosched()
-			}
+			spinPause(i)
 			continue
 		}
 		if err := ctx.Err(); err != nil {
