@@ -21,8 +21,9 @@ import (
 // with the same Req. A long answer comes in several messages, each but the last with
 // More set, so that none exceeds maxMsg.
 const (
-	opInspect = "inspect"
-	opInject  = "inject"
+	opInspect  = "inspect"
+	opInject   = "inject"
+	opPitfalls = "pitfalls"
 )
 
 // chunkBytes bounds the objects of one inspect answer message (below maxMsg, leaving
@@ -58,18 +59,33 @@ func (x *session) ask(ctx context.Context, m *msg) ([]*msg, error) {
 		return nil, fmt.Errorf("process %d: %w", x.pid, err)
 	}
 	var out []*msg
+	// take adds an answer; done when it was the last.
+	take := func(r *msg) (done bool, err error) {
+		if !r.OK {
+			return true, &Error{Op: m.Op, Errno: syscall.Errno(r.Errno), Msg: fmt.Sprintf("process %d: %s", x.pid, r.Err)}
+		}
+		out = append(out, r)
+		return !r.More, nil
+	}
 	for {
 		select {
 		case r := <-ch:
-			if !r.OK {
-				return nil, &Error{Op: m.Op, Errno: syscall.Errno(r.Errno), Msg: fmt.Sprintf("process %d: %s", x.pid, r.Err)}
-			}
-			out = append(out, r)
-			if !r.More {
-				return out, nil
+			if done, err := take(r); done {
+				return out, err
 			}
 		case <-x.ctx.Done():
-			return nil, fmt.Errorf("process %d detached", x.pid)
+			// The process went; its answers, read before the session ended, may still
+			// wait in ch (a process may exit right after answering: an injected error).
+			for {
+				select {
+				case r := <-ch:
+					if done, err := take(r); done {
+						return out, err
+					}
+				default:
+					return nil, fmt.Errorf("process %d detached", x.pid)
+				}
+			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("process %d did not answer %s: %w", x.pid, m.Op, ctx.Err())
 		}
@@ -170,6 +186,14 @@ func (s *Session) serveDaemon(m *msg) {
 	case opTraceMark:
 		trace.Mark(m.Addr)
 		return
+	case opPitfalls:
+		counts := map[string]uint64{}
+		for _, d := range s.devs {
+			for k, v := range d.PitfallCounts() {
+				counts[k] += v
+			}
+		}
+		replies = []*msg{{OK: true, Counts: counts}}
 	case opInspect:
 		rs, err := s.inspect(m.Kind)
 		if err != nil {
@@ -258,4 +282,22 @@ func (s *Session) injection(dev int, kind string, id uint32) (func(), error) {
 		return nil, fmt.Errorf("%s has no SRQ %d", d.Name(), id)
 	}
 	return nil, fmt.Errorf("cannot inject into a %q (qp, cq or srq)", kind)
+}
+
+// PitfallCounts sums the pitfall checks that fired in every attached process, by name.
+// A process that does not answer in time is an error.
+func (s *Server) PitfallCounts(ctx context.Context) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for _, x := range s.sessionsOf(0) {
+		rs, err := x.ask(ctx, &msg{Op: opPitfalls})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rs {
+			for k, v := range r.Counts {
+				out[k] += v
+			}
+		}
+	}
+	return out, nil
 }

@@ -108,6 +108,8 @@ type msg struct {
 	Manner *hca.Manner `json:"manner,omitempty"`
 	// Trace in the hello reply: someone traces, record from the start (trace.go).
 	Trace bool `json:"trace,omitempty"`
+	// Counts answers a pitfalls request: the checks that fired, by name (debug.go).
+	Counts map[string]uint64 `json:"counts,omitempty"`
 	// LIDFilter is a trace request's LID filter.
 	LIDFilter uint16 `json:"lid_filter,omitempty"`
 }

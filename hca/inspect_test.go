@@ -1,10 +1,12 @@
 package hca
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/trace"
 )
 
 func TestInspectListsObjectsUntilDestroyed(t *testing.T) {
@@ -115,5 +117,42 @@ func TestAccessString(t *testing.T) {
 		if got := AccessString(a); got != want {
 			t.Errorf("AccessString(%#x) = %q, want %q", uint32(a), got, want)
 		}
+	}
+}
+
+// The trace records the verbs calls that create and destroy objects.
+func TestTraceObjectCalls(t *testing.T) {
+	disable := trace.Enable()
+	defer disable()
+	from := trace.Next()
+	d := newTestDevice(t, 1)
+	ctx := d.Open()
+	pd, _ := ctx.AllocPD()
+	cq, _ := ctx.CreateCQ(4, nil)
+	qp, err := pd.CreateQP(QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: QPTypeUD, Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp.Destroy()
+	cq.Destroy()
+	pd.Dealloc()
+	ctx.Close()
+	evs := make([]trace.Event, 32)
+	n, _, _ := trace.Read(from, evs)
+	var calls []string
+	for _, ev := range evs[:n] {
+		if ev.Kind == trace.KindAPI && ev.Dev == "pib_0" {
+			calls = append(calls, ev.What)
+			if ev.What == "create_qp" && (ev.QPN != qp.Num() || ev.A != uint64(qp.Num())) {
+				t.Errorf("create_qp event %+v", ev)
+			}
+		}
+	}
+	want := "open_device alloc_pd create_cq create_qp destroy_qp destroy_cq dealloc_pd close_device"
+	if got := strings.Join(calls, " "); got != want {
+		t.Fatalf("api events %q, want %q", got, want)
+	}
+	if txt := evs[0].ToRecord("daemon", 1).Text; txt != "api pib_0 open_device id 0x1" {
+		t.Errorf("text %q", txt)
 	}
 }

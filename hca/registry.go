@@ -3,6 +3,8 @@ package hca
 import (
 	"sync"
 	"time"
+
+	"github.com/pibgw/pibgw/trace"
 )
 
 // registry records every verbs object of a device with its creation time, as pib's
@@ -15,6 +17,9 @@ type registry struct {
 }
 
 func (d *Device) register(obj any) {
+	if trace.On() {
+		d.traceObject(obj, true)
+	}
 	now := d.clk.Now()
 	r := &d.reg
 	r.mu.Lock()
@@ -26,6 +31,9 @@ func (d *Device) register(obj any) {
 }
 
 func (d *Device) unregister(obj any) {
+	if trace.On() {
+		d.traceObject(obj, false)
+	}
 	r := &d.reg
 	r.mu.Lock()
 	delete(r.objs, obj)

@@ -103,3 +103,52 @@ func (d *Device) traceEvent(ev *AsyncEvent) {
 	}
 	trace.AsyncEvent(d.cfg.Name, ev.Port, qpn, name)
 }
+
+// traceObject records the verbs call that created (or destroyed) obj: open_device,
+// alloc_pd, reg_mr, create_cq, create_qp, create_srq, create_ah, … (A is the object's
+// id, the QPN for QPs).
+func (d *Device) traceObject(obj any, created bool) {
+	var call string
+	var qpn uint32
+	var id uint64
+	switch o := obj.(type) {
+	case *Context:
+		call, id = "open_device", uint64(o.id)
+		if !created {
+			call = "close_device"
+		}
+	case *PD:
+		call, id = "alloc_pd", uint64(o.id)
+		if !created {
+			call = "dealloc_pd"
+		}
+	case *MR:
+		call, id = "reg_mr", uint64(o.key)
+		if !created {
+			call = "dereg_mr"
+		}
+	case *CQ:
+		call, id = "create_cq", uint64(o.id)
+		if !created {
+			call = "destroy_cq"
+		}
+	case *QP:
+		call, qpn, id = "create_qp", o.num, uint64(o.num)
+		if !created {
+			call = "destroy_qp"
+		}
+	case *SRQ:
+		call, id = "create_srq", uint64(o.id)
+		if !created {
+			call = "destroy_srq"
+		}
+	case *AH:
+		call, id = "create_ah", uint64(o.id)
+		if !created {
+			call = "destroy_ah"
+		}
+	default:
+		return
+	}
+	trace.API(d.cfg.Name, qpn, call, "", id, 0)
+}

@@ -77,8 +77,11 @@ func (ev *Event) text() string {
 		if ev.Aux != "" {
 			b.WriteString(" " + ev.Aux)
 		}
-		if strings.HasPrefix(ev.What, "post_") {
+		switch {
+		case strings.HasPrefix(ev.What, "post_"):
 			fmt.Fprintf(&b, " wr_id %d len %d", ev.A, ev.B)
+		case ev.What != "modify_qp" && ev.QPN == 0:
+			fmt.Fprintf(&b, " id %#x", ev.A)
 		}
 	case KindCompletion:
 		fmt.Fprintf(&b, " %s %s wr_id %d len %d", ev.What, strings.TrimPrefix(ev.Aux, "IBV_WC_"), ev.A, ev.B)

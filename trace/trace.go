@@ -97,8 +97,8 @@ type ring struct {
 	mu    sync.Mutex
 	users int // Enables not yet disabled
 	buf   []Event
-	next uint64                 // Seq of the next event (the first is 1)
-	subs map[chan struct{}]bool // readers' doorbells (Subscribe)
+	next  uint64                 // Seq of the next event (the first is 1)
+	subs  map[chan struct{}]bool // readers' doorbells (Subscribe)
 }
 
 var (

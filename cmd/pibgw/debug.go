@@ -405,7 +405,8 @@ func mannerCommand(e *env) *cli.Command {
 			"pitfalls warn (log the object and the rule), strict (also fail the verb with EINVAL)\n" +
 			"or off; lowest_qpn (always the lowest free QP number); random_error_fields (random\n" +
 			"values in the undefined fields of error completions); then every check with its rule\n" +
-			"and how often it fired on the daemon's HCAs (attached processes warn on their stderr).",
+			"and how often it fired on the daemon's HCAs and in the attached processes (which also\n" +
+			"warn on their stderr).",
 		Flags: []cli.Flag{jsonFlag(), controlFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -420,9 +421,9 @@ func mannerCommand(e *env) *cli.Command {
 			}
 			fmt.Fprintf(e.stdout, "pitfalls %s, lowest_qpn %v, random_error_fields %v\n\n", m.Pitfalls, m.LowestQPN, m.RandomErrorFields)
 			tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
-			fmt.Fprintln(tw, "CHECK\tCOUNT\tRULE")
+			fmt.Fprintln(tw, "CHECK\tDAEMON\tATTACHED\tRULE")
 			for _, ch := range m.Checks {
-				fmt.Fprintf(tw, "%s\t%d\t%s\n", ch.Name, ch.Count, ch.Rule)
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", ch.Name, ch.Count, ch.Attached, ch.Rule)
 			}
 			return tw.Flush()
 		},

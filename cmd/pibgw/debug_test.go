@@ -72,7 +72,7 @@ func TestDebugVerbs(t *testing.T) {
 
 	out = mustRun(t, "manner", "--control", sock)
 	if !strings.HasPrefix(out, "pitfalls warn, lowest_qpn false, random_error_fields false\n") ||
-		!regexp.MustCompile(`(?m)^psn_width +0 +a PSN is 24 bits`).MatchString(out) || strings.Count(out, "\n") != 2+1+int(hca.NumPitfalls) {
+		!regexp.MustCompile(`(?m)^psn_width +0 +0 +a PSN is 24 bits`).MatchString(out) || strings.Count(out, "\n") != 2+1+int(hca.NumPitfalls) {
 		t.Errorf("manner:\n%s", out)
 	}
 	out = mustRun(t, "counters", "pib_0", "1", "--control", sock)

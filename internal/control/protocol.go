@@ -145,7 +145,7 @@ func (f Fault) Zero() bool {
 // "pib_0/1", and plugged into a port of the switch.
 type Cable struct {
 	Name       string `json:"name"`
-	SwitchPort int    `json:"switch_port"`
+	SwitchPort int    `json:"switch_port"` // of an HCA port's cable; 0 for a switch-to-switch cable or a UDP link
 	Up         bool   `json:"up"`
 	Fault      *Fault `json:"fault,omitempty"`
 	// Counters: packets and bytes delivered toward the switch (tx) and toward the HCA

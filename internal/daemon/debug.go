@@ -211,7 +211,11 @@ func (f *Fabric) Links(name string) ([]control.Cable, error) {
 
 func (f *Fabric) describeLocked(name string, i int, c *fabric.Cable) control.Cable {
 	tx, rx := c.Counters(fabric.AtoB), c.Counters(fabric.BtoA)
-	cc := control.Cable{Name: name, SwitchPort: i + 1, Up: c.Up(), Counters: map[string]uint64{
+	sw := 0
+	if i < len(f.hcaSwPorts) {
+		sw = f.hcaSwPorts[i]
+	}
+	cc := control.Cable{Name: name, SwitchPort: sw, Up: c.Up(), Counters: map[string]uint64{
 		"tx_packets": tx.Packets, "tx_bytes": tx.Bytes, "rx_packets": rx.Packets, "rx_bytes": rx.Bytes,
 		"down_drops": tx.DownDrops + rx.DownDrops,
 	}}
@@ -341,7 +345,8 @@ type MannerInfo struct {
 // MannerCheck is one pitfall check.
 type MannerCheck struct {
 	hca.PitfallInfo
-	Count uint64 `json:"count"` // on the daemon's HCAs (attached processes count their own)
+	Count    uint64 `json:"count"`    // on the daemon's HCAs
+	Attached uint64 `json:"attached"` // in the attached processes, summed
 }
 
 // Manner describes the daemon's manner.

@@ -406,3 +406,31 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Errorf("bad metrics address: %v", err)
 	}
 }
+
+// pibgw manner sums the pitfalls attached processes ran into.
+func TestMannerCountsAttached(t *testing.T) {
+	d := start(t, config.Default(), daemontest.New())
+	cl, s := serveAttached(t, d)
+	c := s.Device("pib_0").Open()
+	defer c.Close()
+	cq, err := c.CreateCQ(4, c.CreateCompChannel())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq.ReqNotify(false)
+	cq.Push(&hca.WC{}, false)
+	cq.Destroy() // with its event not acknowledged: destroy_unacked_cq, in the process
+	var m daemon.MannerInfo
+	if err := cl.Do(context.Background(), control.Request{Verb: control.VerbManner}, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range m.Checks {
+		want := uint64(0)
+		if ch.Name == "destroy_unacked_cq" {
+			want = 1
+		}
+		if ch.Attached != want || ch.Count != 0 {
+			t.Errorf("check %s: daemon %d, attached %d; want 0 and %d", ch.Name, ch.Count, ch.Attached, want)
+		}
+	}
+}

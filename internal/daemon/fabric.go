@@ -40,6 +40,7 @@ type Fabric struct {
 	Switches    []*fabric.Switch
 	switchNames []string
 	swCables    []namedCable     // cables between switches
+	hcaSwPorts  []int            // the switch port each HCA port's cable plugs into (0: a UDP link), by cable
 	hostSlots   map[int]hostSlot // a switch process's host ports by number
 	uplinks     []uplink         // switch ports plugged into other switch processes
 	Cables      []*fabric.Cable
@@ -121,6 +122,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			if remote {
 				j := udplink.NewJack(p)
 				f.Cables = append(f.Cables, j.Cable())
+				f.hcaSwPorts = append(f.hcaSwPorts, 0)
 				dl, err := udplink.Dial(fc.Switch, p.GUID(), j.UDP(), lc)
 				if err != nil {
 					return nil, fmt.Errorf("fabric.switch: %w", err)
@@ -136,6 +138,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			sl := slots[next]
 			next++
 			f.Cables = append(f.Cables, fabric.NewCable(p, sl.sw.Port(sl.port)))
+			f.hcaSwPorts = append(f.hcaSwPorts, sl.port)
 			log.Debug("cabled", "device", d.Name(), "port", p.Num(), "switch_port", sl.port)
 		}
 	}

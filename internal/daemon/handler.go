@@ -52,7 +52,19 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 		if d.Fabric == nil {
 			return nil, errNoFabric
 		}
-		return d.Fabric.Manner(), nil
+		m := d.Fabric.Manner()
+		if h.Attach != nil {
+			ctx, cancel := context.WithTimeout(ctx, askTimeout)
+			defer cancel()
+			counts, err := h.Attach.PitfallCounts(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for i := range m.Checks {
+				m.Checks[i].Attached = counts[m.Checks[i].Name]
+			}
+		}
+		return m, nil
 	case control.VerbMark:
 		h.mark(req.Mark)
 		return nil, nil
