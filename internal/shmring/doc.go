@@ -50,8 +50,8 @@
 // and wake-up cost anyway. SetSpin(0) turns it off, which is the better choice where the
 // two processes compete for processors with other work (below).
 //
-// Every 64th check of a spin yields the processor to Go's scheduler and every other 32nd
-// to the operating system (sched_yield(2), OSYield): where busy processes
+// Every 64th check of a spin yields the processor to Go's scheduler and, from the 256th
+// check on, every other 32nd to the operating system (sched_yield(2), OSYield): where busy processes
 // outnumber processors (the attach channel runs three — a program, the daemon, its peer
 // — and they may share two cores), the process a spinner waits for is often queued
 // behind it on its own processor and would otherwise wait for the end of its time slice
