@@ -53,6 +53,8 @@ type Session struct {
 	cmMu sync.Mutex
 	cms  map[*hca.Port]*ibcm.CM
 
+	traces processTraces // trace streams for the daemon (trace.go)
+
 	wg sync.WaitGroup
 }
 
@@ -139,10 +141,16 @@ func (s *Session) hello(ctx context.Context) error {
 		return fmt.Errorf("attach: ring: %w", err)
 	}
 	s.id, s.pid = m.Session, m.PID
+	if m.Trace {
+		s.traces.startEarly(s.clk)
+	}
 	for i, di := range m.Devices {
 		d, err := s.mirror(i, di)
 		if err != nil {
 			return err
+		}
+		if m.Manner != nil {
+			d.SetManner(*m.Manner)
 		}
 		s.devs = append(s.devs, d)
 	}
@@ -219,6 +227,7 @@ func (s *Session) Close() error {
 	for _, cm := range cms {
 		cm.Close()
 	}
+	s.traces.stopAll() // the trace streams send what was recorded until now
 	s.cancel()
 	s.c.c.Close()
 	s.wg.Wait()

@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/trace"
 )
 
 // Debugging requests the daemon sends to an attached process (`pibgw inspect`,
@@ -32,6 +34,7 @@ type debugCalls struct {
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]chan *msg
+	dropped atomic.Uint64 // answers dropped because their asker's channel was full
 }
 
 // ask sends m to the process and returns its answers (one, or the run that ended with
@@ -85,8 +88,9 @@ func (x *session) answered(m *msg) {
 	select {
 	case ch <- m:
 	default:
-		// The asker reads as fast as the session's reader delivers; a full channel means
-		// it is gone.
+		// Never block the session's reader: a trace follower that fell behind loses
+		// answers (and says so); an ask reads as fast as they come.
+		x.dbg.dropped.Add(1)
 	}
 }
 
@@ -157,6 +161,15 @@ func (s *Server) Inject(ctx context.Context, pid, dev int, kind string, id uint3
 func (s *Session) serveDaemon(m *msg) {
 	var replies []*msg
 	switch m.Op {
+	case opTrace:
+		s.serveTrace(m)
+		return
+	case opTraceStop:
+		s.stopTrace(m.Req)
+		return
+	case opTraceMark:
+		trace.Mark(m.Addr)
+		return
 	case opInspect:
 		rs, err := s.inspect(m.Kind)
 		if err != nil {
@@ -165,11 +178,16 @@ func (s *Session) serveDaemon(m *msg) {
 			replies = rs
 		}
 	case opInject:
-		r := &msg{OK: true}
-		if err := s.inject(m.Dev, m.Kind, m.Obj); err != nil {
-			r = &msg{Errno: int(syscall.ENOENT), Err: err.Error()}
+		do, err := s.injection(m.Dev, m.Kind, m.Obj)
+		if err != nil {
+			replies = []*msg{{Errno: int(syscall.ENOENT), Err: err.Error()}}
+			break
 		}
-		replies = []*msg{r}
+		// Answer first: a program may exit on the error it sees (rping does), before an
+		// answer sent after could leave.
+		s.answer(m.Req, &msg{OK: true})
+		do()
+		return
 	default:
 		replies = []*msg{{Errno: int(syscall.EOPNOTSUPP), Err: fmt.Sprintf("unknown request %q", m.Op)}}
 	}
@@ -216,32 +234,28 @@ func (s *Session) inspect(kind string) ([]*msg, error) {
 	return out, nil
 }
 
-func (s *Session) inject(dev int, kind string, id uint32) error {
+// injection finds the object to inject an error into and returns the injection.
+func (s *Session) injection(dev int, kind string, id uint32) (func(), error) {
 	if dev < 0 || dev >= len(s.devs) {
-		return fmt.Errorf("no device %d", dev)
+		return nil, fmt.Errorf("no device %d", dev)
 	}
 	d := s.devs[dev]
 	switch kind {
 	case hca.KindQP:
-		qp := d.LookupLocalQP(id)
-		if qp == nil {
-			return fmt.Errorf("%s has no QP %#x", d.Name(), id)
+		if qp := d.LookupLocalQP(id); qp != nil {
+			return qp.InjectFatal, nil
 		}
-		qp.InjectFatal()
+		return nil, fmt.Errorf("%s has no QP %#x", d.Name(), id)
 	case hca.KindCQ:
-		cq := d.LookupCQ(id)
-		if cq == nil {
-			return fmt.Errorf("%s has no CQ %d", d.Name(), id)
+		if cq := d.LookupCQ(id); cq != nil {
+			return cq.InjectError, nil
 		}
-		cq.InjectError()
+		return nil, fmt.Errorf("%s has no CQ %d", d.Name(), id)
 	case hca.KindSRQ:
-		srq := d.LookupSRQ(id)
-		if srq == nil {
-			return fmt.Errorf("%s has no SRQ %d", d.Name(), id)
+		if srq := d.LookupSRQ(id); srq != nil {
+			return srq.InjectError, nil
 		}
-		srq.InjectError()
-	default:
-		return fmt.Errorf("cannot inject into a %q (qp, cq or srq)", kind)
+		return nil, fmt.Errorf("%s has no SRQ %d", d.Name(), id)
 	}
-	return nil
+	return nil, fmt.Errorf("cannot inject into a %q (qp, cq or srq)", kind)
 }

@@ -130,3 +130,14 @@ func TestInspectAndInjectAttached(t *testing.T) {
 		t.Error("inject into an MR succeeded")
 	}
 }
+
+// An attached process's devices take the daemon's manner.
+func TestMannerReachesProcess(t *testing.T) {
+	srv, path := debugServer(t)
+	want := hca.Manner{Pitfalls: hca.PitfallsStrict, LowestQPN: true, RandomErrorFields: true}
+	srv.Devices[0].SetManner(want)
+	s := dial(t, path)
+	if got := s.Devices()[0].Manner(); got != want {
+		t.Fatalf("mirror manner %+v, want %+v", got, want)
+	}
+}

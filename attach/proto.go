@@ -103,6 +103,13 @@ type msg struct {
 	Obj     uint32            `json:"obj,omitempty"`
 	Objects []json.RawMessage `json:"objects,omitempty"`
 	More    bool              `json:"more,omitempty"`
+	// Manner in the hello reply: the daemon's behaviour choices and pitfall checks, which
+	// the process's mirror devices take.
+	Manner *hca.Manner `json:"manner,omitempty"`
+	// Trace in the hello reply: someone traces, record from the start (trace.go).
+	Trace bool `json:"trace,omitempty"`
+	// LIDFilter is a trace request's LID filter.
+	LIDFilter uint16 `json:"lid_filter,omitempty"`
 }
 
 // portRef names a port of the daemon and the P_Key of an IPoIB interface on it.

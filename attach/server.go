@@ -41,6 +41,7 @@ type Server struct {
 	nextID    uint32
 	listens   map[listenKey]*session
 	unwatch   []func()
+	traces    map[*traceSub]bool // pibgw trace followers (trace.go)
 	wg        sync.WaitGroup
 	dropsDead atomic.Uint64
 }
@@ -225,9 +226,13 @@ func (s *Server) serveConn(c *net.UnixConn) {
 		return
 	}
 	defer s.endSession(x)
-	hello := &msg{ID: m.ID, OK: true, Version: Version, Session: x.id, PID: os.Getpid()}
+	hello := &msg{ID: m.ID, OK: true, Version: Version, Session: x.id, PID: os.Getpid(), Trace: s.tracing(pid)}
 	for _, d := range s.Devices {
 		hello.Devices = append(hello.Devices, describe(d))
+	}
+	if len(s.Devices) > 0 {
+		m := s.Devices[0].Manner()
+		hello.Manner = &m
 	}
 	tm, td, ts := x.tx.Fds()
 	rm, rd, rs := x.rx.Fds()
@@ -236,6 +241,7 @@ func (s *Server) serveConn(c *net.UnixConn) {
 	}
 	s.log.Info("process attached", "pid", pid, "uid", uid, "session", x.id)
 	x.start()
+	s.startTraces(x)
 	for {
 		m, fds, err := cc.read(buf, oob)
 		closeAll(fds)

@@ -64,14 +64,21 @@ func (sw *Switch) manage(in int, b []byte) {
 			sw.smiDirected(in, b, madOff)
 			return
 		case wire.MgmtClassSubnLID:
-			// Responses, traps and trap represses are for an SM, and none runs here.
+			// Responses, traps and trap represses are for an SM, and none runs here;
+			// responses to an external client's requests are its.
 			if mad.IsResponse() || method == wire.MethodTrap || method == wire.MethodTrapRepress {
+				if mad.IsResponse() && sw.external(b, &pk, mad) {
+					return
+				}
 				break
 			}
 			sw.replyLID(in, b, &pk, madOff)
 			return
 		}
 	case 1:
+		if pk.DETH.QKey() == gsiQKey && mad.IsResponse() && sw.external(b, &pk, mad) {
+			return
+		}
 		if pk.DETH.QKey() != gsiQKey || class != wire.MgmtClassPerfMgt || mad.IsResponse() {
 			break
 		}
@@ -275,8 +282,14 @@ func (sw *Switch) smiDirected(in int, b []byte, madOff int) {
 	case hp == 1 && hc != 0 && req.DrSLID() != permissiveLID:
 		// C14-13:3: the return path ends here; LID-routed to DrSLID from here on.
 		lidRoute(0, req.DrSLID())
+	case hp == 1 && hc != 0:
+		// C14-13:3 with a permissive DrSLID: the SMP returned to its originator on this
+		// switch, which is an external client's or no one's.
+		var pk wire.Packet
+		if pk.Parse(out) != nil || !sw.external(out, &pk, s.MAD()) {
+			drop()
+		}
 	default:
-		// C14-13:3 with a permissive DrSLID means an SM on this switch: there is none.
 		drop()
 	}
 }

@@ -3,6 +3,7 @@ package fabric
 import (
 	"sync/atomic"
 
+	"github.com/pibgw/pibgw/mgmt"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -56,129 +57,71 @@ func (sw *Switch) pmaPorts(sel uint8) (lo, hi int, ok bool) {
 	return 0, 0, false
 }
 
+// pmaAttr answers one PMA attribute by the fabric's one PMA (mgmt.AnswerPMA).
 func (sw *Switch) pmaAttr(set bool, attr uint16, req, out []byte) uint16 {
-	switch attr {
-	case wire.AttrClassPortInfo:
-		if set {
-			return wire.StatusMethodAttrNotSupp
-		}
-		wire.FillPMAClassPortInfo(out, swPMACapMask, 18)
-	case wire.AttrPortCounters:
-		in := wire.PortCounters(req)
-		lo, hi, ok := sw.pmaPorts(in.PortSelect())
-		if !ok {
-			return wire.StatusInvalidAttrOrModVal
-		}
-		if set {
-			for i := lo; i <= hi; i++ {
-				p := &sw.ports[i]
-				for _, f := range [...]struct {
-					c wire.PortCounter
-					v *atomicU64
-				}{
-					{wire.PCPortRcvErrors, &p.rcvErrors}, {wire.PCPortXmitDiscards, &p.xmitDiscards},
-					{wire.PCPortXmitData, &p.xmitData}, {wire.PCPortRcvData, &p.rcvData},
-				} {
-					if in.Selected(f.c) {
-						f.v.Store(0)
-					}
-				}
-				if in.Selected(wire.PCPortXmitPkts) {
-					p.resetTotal(&p.xmitPkts, &p.ucXmitAdj)
-				}
-				if in.Selected(wire.PCPortRcvPkts) {
-					p.resetTotal(&p.rcvPkts, &p.ucRcvAdj)
-				}
-				if in.Selected(wire.PCPortRcvSwitchRelayErrors) {
-					for _, r := range relayDrops {
-						p.drops[r].Store(0)
-					}
-				}
-			}
-		}
-		var c PortCounters
-		var relay uint64
-		for i := lo; i <= hi; i++ {
-			pc := sw.Counters(i)
-			c.XmitPkts += pc.XmitPkts
-			c.RcvPkts += pc.RcvPkts
-			c.XmitData += pc.XmitData
-			c.RcvData += pc.RcvData
-			c.XmitDiscards += pc.XmitDiscards
-			c.RcvErrors += pc.RcvErrors
-			for _, r := range relayDrops {
-				relay += pc.Drops[r]
-			}
-		}
-		o := wire.PortCounters(out)
-		clear(o[4:wire.PortCountersLen])
-		o.SetCounter(wire.PCPortRcvErrors, c.RcvErrors)
-		o.SetCounter(wire.PCPortRcvSwitchRelayErrors, relay)
-		o.SetCounter(wire.PCPortXmitDiscards, c.XmitDiscards)
-		o.SetCounter(wire.PCPortXmitData, c.XmitData)
-		o.SetCounter(wire.PCPortRcvData, c.RcvData)
-		o.SetCounter(wire.PCPortXmitPkts, c.XmitPkts)
-		o.SetCounter(wire.PCPortRcvPkts, c.RcvPkts)
-	case wire.AttrPortCountersExtended:
-		in := wire.PortCountersExtended(req)
-		lo, hi, ok := sw.pmaPorts(in.PortSelect())
-		if !ok {
-			return wire.StatusInvalidAttrOrModVal
-		}
-		if set {
-			sel := in.CounterSelect()
-			for i := lo; i <= hi; i++ {
-				p := &sw.ports[i]
-				if sel&wire.CounterSelectExtPortXmitData != 0 {
-					p.xmitData.Store(0)
-				}
-				if sel&wire.CounterSelectExtPortRcvData != 0 {
-					p.rcvData.Store(0)
-				}
-				if sel&wire.CounterSelectExtPortXmitPkts != 0 {
-					p.resetTotal(&p.xmitPkts, &p.ucXmitAdj)
-				}
-				if sel&wire.CounterSelectExtPortRcvPkts != 0 {
-					p.resetTotal(&p.rcvPkts, &p.ucRcvAdj)
-				}
-				if sel&wire.CounterSelectExtPortUnicastXmitPkts != 0 {
-					p.resetUnicast(&p.xmitPkts, &p.mcXmit, &p.ucXmitAdj)
-				}
-				if sel&wire.CounterSelectExtPortUnicastRcvPkts != 0 {
-					p.resetUnicast(&p.rcvPkts, &p.mcRcv, &p.ucRcvAdj)
-				}
-				if sel&wire.CounterSelectExtPortMulticastXmitPkts != 0 {
-					p.ucXmitAdj.Add(-int64(p.mcXmit.Swap(0)))
-				}
-				if sel&wire.CounterSelectExtPortMulticastRcvPkts != 0 {
-					p.ucRcvAdj.Add(-int64(p.mcRcv.Swap(0)))
-				}
-			}
-		}
-		var c PortCounters
-		for i := lo; i <= hi; i++ {
-			pc := sw.Counters(i)
-			c.XmitData += pc.XmitData
-			c.RcvData += pc.RcvData
-			c.XmitPkts += pc.XmitPkts
-			c.RcvPkts += pc.RcvPkts
-			c.UnicastXmitPkts += pc.UnicastXmitPkts
-			c.UnicastRcvPkts += pc.UnicastRcvPkts
-			c.MulticastXmitPkts += pc.MulticastXmitPkts
-			c.MulticastRcvPkts += pc.MulticastRcvPkts
-		}
-		o := wire.PortCountersExtended(out)
-		clear(o[4:wire.PortCountersExtendedLen])
-		o.SetPortXmitData(c.XmitData)
-		o.SetPortRcvData(c.RcvData)
-		o.SetPortXmitPkts(c.XmitPkts)
-		o.SetPortRcvPkts(c.RcvPkts)
-		o.SetPortUnicastXmitPkts(c.UnicastXmitPkts)
-		o.SetPortUnicastRcvPkts(c.UnicastRcvPkts)
-		o.SetPortMulticastXmitPkts(c.MulticastXmitPkts)
-		o.SetPortMulticastRcvPkts(c.MulticastRcvPkts)
-	default:
-		return wire.StatusMethodAttrNotSupp
+	return mgmt.AnswerPMA(switchPMA{sw}, swPMACapMask, 18, set, attr, req, out)
+}
+
+// switchPMA is the switch as mgmt's PMA sees it.
+type switchPMA struct{ sw *Switch }
+
+func (x switchPMA) PMAPorts(sel uint8) (lo, hi int, ok bool) { return x.sw.pmaPorts(sel) }
+
+func (x switchPMA) PMACounters(i int, c *mgmt.Counters) {
+	pc := x.sw.Counters(i)
+	c[mgmt.XmitData] += pc.XmitData
+	c[mgmt.RcvData] += pc.RcvData
+	c[mgmt.XmitPkts] += pc.XmitPkts
+	c[mgmt.RcvPkts] += pc.RcvPkts
+	c[mgmt.UnicastXmitPkts] += pc.UnicastXmitPkts
+	c[mgmt.UnicastRcvPkts] += pc.UnicastRcvPkts
+	c[mgmt.MulticastXmitPkts] += pc.MulticastXmitPkts
+	c[mgmt.MulticastRcvPkts] += pc.MulticastRcvPkts
+	c[mgmt.RcvErrors] += pc.RcvErrors
+	c[mgmt.XmitDiscards] += pc.XmitDiscards
+	for _, r := range relayDrops {
+		c[mgmt.RcvSwitchRelayErrors] += pc.Drops[r]
 	}
-	return 0
+}
+
+// PMAReset zeroes port i's counters in set. The unicast counts are derived (total −
+// multicast + adjustment), so resetting a total or a multicast count keeps the unicast
+// one, and resetting the unicast one moves the adjustment.
+func (x switchPMA) PMAReset(i int, set mgmt.CounterSet) {
+	p := &x.sw.ports[i]
+	if set.Has(mgmt.RcvErrors) {
+		p.rcvErrors.Store(0)
+	}
+	if set.Has(mgmt.XmitDiscards) {
+		p.xmitDiscards.Store(0)
+	}
+	if set.Has(mgmt.XmitData) {
+		p.xmitData.Store(0)
+	}
+	if set.Has(mgmt.RcvData) {
+		p.rcvData.Store(0)
+	}
+	if set.Has(mgmt.XmitPkts) {
+		p.resetTotal(&p.xmitPkts, &p.ucXmitAdj)
+	}
+	if set.Has(mgmt.RcvPkts) {
+		p.resetTotal(&p.rcvPkts, &p.ucRcvAdj)
+	}
+	if set.Has(mgmt.UnicastXmitPkts) {
+		p.resetUnicast(&p.xmitPkts, &p.mcXmit, &p.ucXmitAdj)
+	}
+	if set.Has(mgmt.UnicastRcvPkts) {
+		p.resetUnicast(&p.rcvPkts, &p.mcRcv, &p.ucRcvAdj)
+	}
+	if set.Has(mgmt.MulticastXmitPkts) {
+		p.ucXmitAdj.Add(-int64(p.mcXmit.Swap(0)))
+	}
+	if set.Has(mgmt.MulticastRcvPkts) {
+		p.ucRcvAdj.Add(-int64(p.mcRcv.Swap(0)))
+	}
+	if set.Has(mgmt.RcvSwitchRelayErrors) {
+		for _, r := range relayDrops {
+			p.drops[r].Store(0)
+		}
+	}
 }

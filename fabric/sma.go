@@ -3,6 +3,7 @@ package fabric
 import (
 	"fmt"
 
+	"github.com/pibgw/pibgw/mgmt"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -336,7 +337,7 @@ func (sw *Switch) answerSMP(in int, req, resp wire.SMP) {
 	case method != wire.MethodGet && method != wire.MethodSet:
 		status = wire.StatusMethodNotSupported
 	default:
-		status = sw.smaAttr(in, method == wire.MethodSet, m.AttrID(), m.AttrMod(), req.SMPData(), resp.SMPData())
+		status = mgmt.AnswerSMA(swSMA{sw}, in, method, m.AttrID(), m.AttrMod(), req.SMPData(), resp.SMPData())
 	}
 	m.SetMethod(wire.MethodGetResp)
 	if resp.IsDirectedRoute() {
@@ -347,166 +348,159 @@ func (sw *Switch) answerSMP(in int, req, resp wire.SMP) {
 	}
 }
 
-// smaAttr answers one attribute; set is the request's SMP data, out the response's (a
-// copy of set on entry). It returns the MAD status.
-func (sw *Switch) smaAttr(in int, isSet bool, attr uint16, mod uint32, set, out []byte) uint16 {
-	const bad = wire.StatusInvalidAttrOrModVal
-	switch attr {
-	case wire.AttrNodeDescription:
-		if isSet {
-			return wire.StatusMethodAttrNotSupp
+// swSMA is the switch as the fabric's one SMA dispatch (mgmt.AnswerSMA) sees it: the
+// rules (read-only attributes, modifiers) are mgmt's, the storage and the switch's own
+// limits (LFT and MFT capacity, SwitchInfo's fields) here.
+type swSMA struct{ sw *Switch }
+
+func (x swSMA) IsSwitch() bool   { return true }
+func (x swSMA) NumPorts() int    { return x.sw.nports }
+func (x swSMA) NodeDesc() string { return x.sw.desc }
+
+func (x swSMA) FillNodeInfo(n wire.NodeInfo, in int) {
+	sw := x.sw
+	clear(n[:wire.NodeInfoLen])
+	n.SetBaseVersion(wire.MADBaseVersion)
+	n.SetClassVersion(wire.ClassVersionSM)
+	n.SetNodeType(wire.NodeTypeSwitch)
+	n.SetNumPorts(uint8(sw.nports))
+	n.SetSystemImageGUID(sw.sysGUID)
+	n.SetNodeGUID(sw.guid)
+	n.SetPortGUID(sw.guid)
+	n.SetPartitionCap(uint16(sw.pkeyCap))
+	n.SetDeviceID(sw.deviceID)
+	n.SetRevision(sw.revision)
+	n.SetLocalPortNum(uint8(in))
+	n.SetVendorID(sw.vendorID)
+}
+
+func (x swSMA) PortGUID(int) uint64 { return x.sw.guid }
+
+func (x swSMA) PortInfo(n, in int, set, out wire.PortInfo) uint16 {
+	status := uint16(0)
+	if set != nil {
+		status = x.sw.setPortInfo(n, set)
+	}
+	x.sw.fillPortInfo(n, in, out)
+	return status
+}
+
+func (x swSMA) PKeyCap(int) int { return x.sw.pkeyCap }
+
+func (x swSMA) PKeyBlock(n, blk int, set, out wire.PKeyTable) {
+	sw := x.sw
+	sw.mmu.Lock()
+	keys := sw.ports[n].mi.pkeys[blk*wire.PKeyTableBlockSize : (blk+1)*wire.PKeyTableBlockSize]
+	for i := range keys {
+		if set != nil {
+			keys[i] = set.Entry(i)
 		}
-		wire.NodeDescription(out).SetString(sw.desc)
-	case wire.AttrNodeInfo:
-		if isSet {
-			return wire.StatusMethodAttrNotSupp
+		out.SetEntry(i, keys[i])
+	}
+	sw.mmu.Unlock()
+}
+
+func (x swSMA) SL2VL(inPort, outPort int, set, out []byte) {
+	sw := x.sw
+	key := uint16(inPort<<8 | outPort)
+	sw.mmu.Lock()
+	if set != nil {
+		var t [8]byte
+		copy(t[:], set[:wire.SLtoVLMappingTableLen])
+		sw.sl2vl[key] = t
+	}
+	t := sw.sl2vl[key]
+	sw.mmu.Unlock()
+	clear(out[:wire.SMPDataLen])
+	copy(out, t[:])
+}
+
+func (x swSMA) VLArb(n int, blk uint32, set, out []byte) {
+	sw := x.sw
+	sw.mmu.Lock()
+	t := &sw.ports[n].mi.vlArb[blk-1]
+	if set != nil {
+		copy(t[:], set[:wire.VLArbitrationTableLen])
+	}
+	copy(out, t[:])
+	sw.mmu.Unlock()
+}
+
+// SMInfo: no SM runs on a switch.
+func (x swSMA) SMInfo(int, uint8, uint32, []byte) (uint16, bool) { return 0, false }
+
+func (x swSMA) SwitchInfo(set, out []byte) uint16 {
+	sw := x.sw
+	sw.mmu.Lock()
+	defer sw.mmu.Unlock()
+	if set != nil {
+		s := wire.SwitchInfo(set)
+		if int(s.LinearFDBTop()) >= LFTCap || int(s.DefaultPort()) > sw.nports && s.DefaultPort() != PortDrop {
+			sw.fillSwitchInfo(wire.SwitchInfo(out))
+			return wire.StatusInvalidAttrOrModVal
 		}
-		n := wire.NodeInfo(out)
-		clear(n[:wire.NodeInfoLen])
-		n.SetBaseVersion(wire.MADBaseVersion)
-		n.SetClassVersion(wire.ClassVersionSM)
-		n.SetNodeType(wire.NodeTypeSwitch)
-		n.SetNumPorts(uint8(sw.nports))
-		n.SetSystemImageGUID(sw.sysGUID)
-		n.SetNodeGUID(sw.guid)
-		n.SetPortGUID(sw.guid)
-		n.SetPartitionCap(uint16(sw.pkeyCap))
-		n.SetDeviceID(sw.deviceID)
-		n.SetRevision(sw.revision)
-		n.SetLocalPortNum(uint8(in))
-		n.SetVendorID(sw.vendorID)
-	case wire.AttrGUIDInfo:
-		if mod != 0 {
-			return bad
+		sw.si.lftTop = s.LinearFDBTop()
+		sw.si.defPort = s.DefaultPort()
+		sw.si.defMcastPrim = s.DefaultMulticastPrimaryPort()
+		sw.si.defMcastNotPrim = s.DefaultMulticastNotPrimaryPort()
+		sw.si.lifeTime = s.LifeTimeValue()
+		if t := s.MulticastFDBTop(); t == 0 || int(t-LIDMulticastMin) < sw.mftCap {
+			sw.si.mftTop = t
 		}
-		clear(out[:wire.GUIDInfoLen])
-		wire.GUIDInfo(out).SetGUID(0, sw.guid)
-	case wire.AttrSwitchInfo:
-		sw.mmu.Lock()
-		defer sw.mmu.Unlock()
-		if isSet {
-			s := wire.SwitchInfo(set)
-			if int(s.LinearFDBTop()) >= LFTCap || int(s.DefaultPort()) > sw.nports && s.DefaultPort() != PortDrop {
-				sw.fillSwitchInfo(wire.SwitchInfo(out))
-				return bad
-			}
-			sw.si.lftTop = s.LinearFDBTop()
-			sw.si.defPort = s.DefaultPort()
-			sw.si.defMcastPrim = s.DefaultMulticastPrimaryPort()
-			sw.si.defMcastNotPrim = s.DefaultMulticastNotPrimaryPort()
-			sw.si.lifeTime = s.LifeTimeValue()
-			if t := s.MulticastFDBTop(); t == 0 || int(t-LIDMulticastMin) < sw.mftCap {
-				sw.si.mftTop = t
-			}
-			// IBA 14.2.5.4: writing 1 to PortStateChange clears it; 0 leaves it.
-			if s.PortStateChange() {
-				sw.si.portStateChange = false
-			}
+		// IBA 14.2.5.4: writing 1 to PortStateChange clears it; 0 leaves it.
+		if s.PortStateChange() {
+			sw.si.portStateChange = false
 		}
-		sw.fillSwitchInfo(wire.SwitchInfo(out))
-	case wire.AttrPortInfo:
-		n := int(mod &^ wire.PortInfoAttrModSMSupportsExtSpeeds)
-		if n > sw.nports {
-			return bad
-		}
-		status := uint16(0)
-		if isSet {
-			status = sw.setPortInfo(n, wire.PortInfo(set))
-		}
-		sw.fillPortInfo(n, in, wire.PortInfo(out))
-		return status
-	case wire.AttrPKeyTable:
-		port, blk := int(mod>>16), int(mod&0xFFFF)
-		if port > sw.nports || (blk+1)*wire.PKeyTableBlockSize > sw.pkeyCap {
-			return bad
-		}
-		sw.mmu.Lock()
-		keys := sw.ports[port].mi.pkeys[blk*wire.PKeyTableBlockSize : (blk+1)*wire.PKeyTableBlockSize]
-		t := wire.PKeyTable(out)
-		for i := range keys {
-			if isSet {
-				keys[i] = wire.PKeyTable(set).Entry(i)
-			}
-			t.SetEntry(i, keys[i])
-		}
-		sw.mmu.Unlock()
-	case wire.AttrSLtoVLMappingTable:
-		// IBA 14.2.5.8: modifier bits 15-8 the input port, 7-0 the output port.
-		inP, outP := int(mod>>8&0xFF), int(mod&0xFF)
-		if mod>>16 != 0 || inP > sw.nports || outP > sw.nports {
-			return bad
-		}
-		key := uint16(mod)
-		sw.mmu.Lock()
-		if isSet {
-			var t [8]byte
-			copy(t[:], set[:wire.SLtoVLMappingTableLen])
-			sw.sl2vl[key] = t
-		}
-		t := sw.sl2vl[key]
-		sw.mmu.Unlock()
-		clear(out[:wire.SMPDataLen])
-		copy(out, t[:])
-	case wire.AttrVLArbitrationTable:
-		blk, port := mod>>16, int(mod&0xFF)
-		if blk < wire.VLArbLowBlock0 || blk > wire.VLArbHighBlock1 || port > sw.nports {
-			return bad
-		}
-		sw.mmu.Lock()
-		t := &sw.ports[port].mi.vlArb[blk-1]
-		if isSet {
-			copy(t[:], set[:wire.VLArbitrationTableLen])
-		}
-		copy(out, t[:])
-		sw.mmu.Unlock()
-	case wire.AttrLinearForwardingTable:
-		blk := int(mod)
-		if mod > 0xFFFF || (blk+1)*LFTBlockSize > LFTCap {
-			return bad
-		}
-		if isSet {
-			var e [LFTBlockSize]uint8
-			copy(e[:], set[:LFTBlockSize])
-			sw.SetLFTBlock(blk, e)
-		}
-		e := sw.LFTBlock(blk)
-		copy(out, e[:])
-	case wire.AttrMulticastForwardingTable:
-		// IBA 14.2.5.12: bits 31-28 the position (ports 16·pos … 16·pos+15), 8-0 the
-		// block of 32 MLIDs.
-		pos, blk := int(mod>>28), int(mod&0x1FF)
-		if mod&0x0FFFFE00 != 0 || (blk+1)*wire.MulticastForwardingTableBlockSize > sw.mftCap || pos*16 > sw.nports {
-			return bad
-		}
-		t := wire.MulticastForwardingTable(out)
-		sw.mmu.Lock()
-		for i := 0; i < wire.MulticastForwardingTableBlockSize; i++ {
-			mlid := uint16(LIDMulticastMin + blk*wire.MulticastForwardingTableBlockSize + i)
-			m := sw.MFT(mlid)
-			if isSet {
-				v := wire.MulticastForwardingTable(set).PortMask(i)
-				for j := 0; j < 16; j++ {
-					if v>>j&1 != 0 {
-						m.Set(pos*16 + j)
-					} else if pos*16+j < len(m)*64 {
-						m.Clear(pos*16 + j)
-					}
-				}
-				sw.SetMFT(mlid, m)
-				m = sw.MFT(mlid)
-			}
-			var v uint16
+	}
+	sw.fillSwitchInfo(wire.SwitchInfo(out))
+	return 0
+}
+
+func (x swSMA) LFTBlock(blk int, set, out []byte) uint16 {
+	sw := x.sw
+	if (blk+1)*LFTBlockSize > LFTCap {
+		return wire.StatusInvalidAttrOrModVal
+	}
+	if set != nil {
+		var e [LFTBlockSize]uint8
+		copy(e[:], set[:LFTBlockSize])
+		sw.SetLFTBlock(blk, e)
+	}
+	e := sw.LFTBlock(blk)
+	copy(out, e[:])
+	return 0
+}
+
+func (x swSMA) MFTBlock(pos, blk int, set, out []byte) uint16 {
+	sw := x.sw
+	if (blk+1)*wire.MulticastForwardingTableBlockSize > sw.mftCap {
+		return wire.StatusInvalidAttrOrModVal
+	}
+	t := wire.MulticastForwardingTable(out)
+	sw.mmu.Lock()
+	defer sw.mmu.Unlock()
+	for i := 0; i < wire.MulticastForwardingTableBlockSize; i++ {
+		mlid := uint16(LIDMulticastMin + blk*wire.MulticastForwardingTableBlockSize + i)
+		m := sw.MFT(mlid)
+		if set != nil {
+			v := wire.MulticastForwardingTable(set).PortMask(i)
 			for j := 0; j < 16; j++ {
-				if q := pos*16 + j; q <= sw.nports && m.Has(q) {
-					v |= 1 << j
+				if v>>j&1 != 0 {
+					m.Set(pos*16 + j)
+				} else if pos*16+j < len(m)*64 {
+					m.Clear(pos*16 + j)
 				}
 			}
-			t.SetPortMask(i, v)
+			sw.SetMFT(mlid, m)
+			m = sw.MFT(mlid)
 		}
-		sw.mmu.Unlock()
-	default:
-		// SMInfo (no SM runs on a switch), RandomForwardingTable and the rest.
-		return wire.StatusMethodAttrNotSupp
+		var v uint16
+		for j := 0; j < 16; j++ {
+			if q := pos*16 + j; q <= sw.nports && m.Has(q) {
+				v |= 1 << j
+			}
+		}
+		t.SetPortMask(i, v)
 	}
 	return 0
 }
@@ -574,23 +568,16 @@ func (sw *Switch) fillPortInfo(n, in int, o wire.PortInfo) {
 // apply: port 0 is always Active); on an external port the link fields and state.
 func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	const bad = wire.StatusInvalidAttrOrModVal
-	width, ok := wire.LinkEnable(s.LinkWidthEnabled(), wire.LinkWidthNoChange, wire.LinkWidthSetSupported, swWidthSupported)
+	set, ok := mgmt.CheckPortInfoSet(s, mgmt.PortCaps{
+		WidthSupported: swWidthSupported, SpeedSupported: swSpeedSupported, VLCap: swVLCap, MTUCap: swMTUCap,
+	})
 	if !ok {
-		return bad
-	}
-	speed, ok := wire.LinkEnable(s.LinkSpeedEnabled(), wire.LinkSpeedNoChange, wire.LinkSpeedSetSupported, swSpeedSupported)
-	if !ok {
-		return bad
-	}
-	mtu, vls, ldd, phys := s.NeighborMTU(), s.OperationalVLs(), s.LinkDownDefaultState(), s.PortPhysicalState()
-	if mtu > swMTUCap || vls > swVLCap || ldd > wire.LinkDownDefaultPolling ||
-		phys != wire.PhysStateNoChange && phys != wire.PhysStatePolling && phys != wire.PhysStateDisabled {
 		return bad
 	}
 	p := &sw.ports[n]
 	if n == 0 {
 		lid := s.LID()
-		if lid >= LIDMulticastMin {
+		if !mgmt.ValidUnicastLID(lid) {
 			return bad
 		}
 		sw.mmu.Lock()
@@ -609,35 +596,30 @@ func (sw *Switch) setPortInfo(n int, s wire.PortInfo) uint16 {
 	}
 	sw.mmu.Lock()
 	// Validate the state change before touching anything.
-	st := s.PortState()
-	cur := uint8(p.state.Load())
-	switch {
-	case st == wire.PortStateNoChange || st == PortStateDown:
-	case st == PortStateArmed && (cur == PortStateInit || cur == PortStateArmed):
-	case st == PortStateActive && (cur == PortStateArmed || cur == PortStateActive):
-	default:
+	st := set.PortState
+	if _, ok := mgmt.NextPortState(uint8(p.state.Load()), st); !ok {
 		sw.mmu.Unlock()
 		return bad
 	}
 	mi := &p.mi
-	if width != 0 {
-		mi.widthEnabled, mi.widthActive = width, wire.WidestLinkWidth(width)
+	if set.WidthEnabled != 0 {
+		mi.widthEnabled, mi.widthActive = set.WidthEnabled, set.WidthActive
 	}
-	if speed != 0 {
-		mi.speedEnabled, mi.speedActive = speed, wire.FastestLinkSpeed(speed)
+	if set.SpeedEnabled != 0 {
+		mi.speedEnabled, mi.speedActive = set.SpeedEnabled, set.SpeedActive
 	}
-	if mtu != 0 {
-		mi.neighborMTU = mtu
+	if set.NeighborMTU != 0 {
+		mi.neighborMTU = set.NeighborMTU
 	}
-	if vls != 0 {
-		mi.operVLs = vls
+	if set.OperVLs != 0 {
+		mi.operVLs = set.OperVLs
 	}
-	if ldd != 0 {
-		mi.linkDownDefault = ldd
+	if set.LinkDownDefault != 0 {
+		mi.linkDownDefault = set.LinkDownDefault
 	}
 	mi.vlHighLimit, mi.hoqLife = s.VLHighLimit(), s.HOQLife()
 	changed := false
-	switch phys {
+	switch set.PhysState {
 	case wire.PhysStateDisabled:
 		if p.phys.Swap(PhysStateDisabled) != PhysStateDisabled {
 			if p.state.Swap(PortStateDown) != PortStateDown {

@@ -172,6 +172,7 @@ type Switch struct {
 	mftWords int
 
 	mgmt atomic.Pointer[mgmtBox]
+	ext  atomic.Pointer[externalBox] // the external management client on port 0 (external.go)
 
 	// Management state (sma.go): identity is fixed at creation, the rest changes under mmu.
 	guid, sysGUID uint64

@@ -1,6 +1,7 @@
 package hca
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,6 +163,14 @@ func (cq *CQ) Destroy() error {
 		return errorf("destroy_cq", EBUSY, "CQ %d is used by %d QPs", cq.id, n)
 	}
 	d := cq.ctx.dev
+	cq.mu.Lock()
+	events, acked := cq.events, cq.acked
+	cq.mu.Unlock()
+	if events != acked {
+		if err := d.pitfall(PitfallDestroyUnackedCQ, "destroy_cq", 0, fmt.Sprintf("CQ %d", cq.id), "destroyed with %d of its %d completion events not acknowledged", events-acked, events); err != nil {
+			return err
+		}
+	}
 	d.mu.Lock()
 	d.counts.cq--
 	d.mu.Unlock()
@@ -181,11 +190,19 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 		cq.lost++
 		first := !cq.overflowed
 		cq.overflowed = true
+		rearm := first && cq.ch != nil && !cq.armed && cq.events > 0
+		events := cq.events
 		cq.mu.Unlock()
+		if rearm {
+			cq.ctx.dev.pitfall(PitfallChannelNotRearmed, "", wc.QPNum, fmt.Sprintf("CQ %d", cq.id), "overran (%d entries) after %d channel events, not re-armed since the last", len(cq.ring), events)
+		}
 		if first {
 			cq.ctx.dev.raise(AsyncEvent{Type: EventCQErr, CQ: cq})
 		}
 		return false
+	}
+	if wc.Status != WCSuccess && cq.ctx.dev.Manner().RandomErrorFields {
+		randomizeError(wc)
 	}
 	i := cq.head + cq.n
 	if i >= len(cq.ring) {

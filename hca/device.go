@@ -64,6 +64,9 @@ type Config struct {
 	// numbers and multicast membership come from there and every packet goes out
 	// through the ports' links.
 	Remote Remote
+	// Manner is pib's behaviour choices and pitfall checks (manner.go); SetManner
+	// changes it later.
+	Manner Manner
 	Clock  clock.Clock
 	Logger *slog.Logger
 }
@@ -149,8 +152,9 @@ type Device struct {
 	contexts map[*Context]struct{}
 	watchers []*portWatcher
 
-	ids atomic.Uint32 // object ids for inspection
-	reg registry      // every object, for inspection (registry.go)
+	ids    atomic.Uint32 // object ids for inspection
+	reg    registry      // every object, for inspection (registry.go)
+	manner mannerState   // behaviour choices and pitfall checks (manner.go)
 }
 
 type objectCounts struct{ pd, cq, mr, srq, ah, qp int }
@@ -222,6 +226,7 @@ func NewDevice(cfg Config) (*Device, error) {
 	for i := 1; i <= cfg.NumPorts; i++ {
 		d.ports = append(d.ports, newPort(d, uint8(i)))
 	}
+	d.SetManner(cfg.Manner)
 	return d, nil
 }
 

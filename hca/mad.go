@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -82,13 +83,14 @@ type madTable struct {
 
 type madHandlerBox struct{ h MADHandler }
 
-// TIDExternal is bit 63 of a transaction ID. The ibsim server sets it (with its client's
-// slot in bits 48-62) in every request one of its clients (opensm, infiniband-diags) sends
-// from a port, and the port hands responses carrying it to the external handler instead of
-// the class's response handler — as the kernel's MAD layer routes a response to the agent
-// whose hi_tid is in the TID's upper bits (IBA 13.4.6.4: the requester chooses the TID and
-// the responder returns it unchanged). Port.TID never sets it.
-const TIDExternal = 1 << 63
+// TIDExternal is bit 63 of a transaction ID (fabric.TIDExternal, which a switch's port 0
+// honours too). The ibsim server sets it (with its client's slot in bits 48-62) in every
+// request one of its clients (opensm, infiniband-diags) sends from a port, and the port
+// hands responses carrying it to the external handler instead of the class's response
+// handler — as the kernel's MAD layer routes a response to the agent whose hi_tid is in
+// the TID's upper bits (IBA 13.4.6.4: the requester chooses the TID and the responder
+// returns it unchanged). Port.TID never sets it.
+const TIDExternal = fabric.TIDExternal
 
 // SetExternalMADHandler installs h, which receives every response (and TrapRepress)
 // arriving at the port, on QP0 or QP1, whose TID has TIDExternal set; nil removes it.

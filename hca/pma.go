@@ -1,6 +1,9 @@
 package hca
 
-import "github.com/pibgw/pibgw/wire"
+import (
+	"github.com/pibgw/pibgw/mgmt"
+	"github.com/pibgw/pibgw/wire"
+)
 
 // The performance management agent of an HCA port (IBA 16.1): ClassPortInfo,
 // PortCounters and PortCountersExtended, read from the port's real counters. Like the
@@ -38,81 +41,52 @@ func (p *Port) handlePMA(m *MAD) {
 }
 
 // pmaAttr answers one PMA attribute; req is the request's data, out the response's
-// (a copy of req on entry).
+// (a copy of req on entry). The rules are the fabric's one PMA's (mgmt.AnswerPMA).
 func (p *Port) pmaAttr(set bool, attr uint16, req, out []byte) uint16 {
-	switch attr {
-	case wire.AttrClassPortInfo:
-		if set {
-			return wire.StatusMethodAttrNotSupp
+	return mgmt.AnswerPMA(portPMA{p}, pmaCapMask, pmaRespTimeValue, set, attr, req, out)
+}
+
+// portPMA is the port as mgmt's PMA sees it: a CA has one port per PortSelect, the port
+// the MAD came in on (IBA 16.1.3.5), so no AllPortSelect.
+type portPMA struct{ p *Port }
+
+func (x portPMA) PMAPorts(sel uint8) (lo, hi int, ok bool) {
+	n := int(x.p.num)
+	return n, n, sel == x.p.num
+}
+
+func (x portPMA) PMACounters(_ int, c *mgmt.Counters) {
+	for i, hc := range pmaCounters {
+		if hc != cntNone {
+			c[i] += x.p.counters.Get(hc)
 		}
-		wire.FillPMAClassPortInfo(out, pmaCapMask, pmaRespTimeValue)
-	case wire.AttrPortCounters:
-		in := wire.PortCounters(req)
-		// IBA 16.1.3.5: on a CA, PortSelect names the port (the one the MAD came in on).
-		if in.PortSelect() != p.num {
-			return wire.StatusInvalidAttrOrModVal
-		}
-		if set {
-			for _, f := range pmaCounterMap {
-				if in.Selected(f.pc) {
-					p.counters.v[f.hc].Store(in.Counter(f.pc))
-				}
-			}
-		}
-		o := wire.PortCounters(out)
-		clear(o[4:wire.PortCountersLen])
-		for _, f := range pmaCounterMap {
-			o.SetCounter(f.pc, p.counters.Get(f.hc))
-		}
-	case wire.AttrPortCountersExtended:
-		in := wire.PortCountersExtended(req)
-		if in.PortSelect() != p.num {
-			return wire.StatusInvalidAttrOrModVal
-		}
-		if set {
-			sel := in.CounterSelect()
-			for i, hc := range pmaExtCounters {
-				if sel>>i&1 != 0 {
-					p.counters.v[hc].Store(0)
-				}
-			}
-		}
-		o := wire.PortCountersExtended(out)
-		clear(o[4:wire.PortCountersExtendedLen])
-		c := &p.counters
-		o.SetPortXmitData(c.Get(CntXmitData))
-		o.SetPortRcvData(c.Get(CntRcvData))
-		o.SetPortXmitPkts(c.Get(CntXmitPkts))
-		o.SetPortRcvPkts(c.Get(CntRcvPkts))
-		o.SetPortUnicastXmitPkts(c.Get(CntUnicastXmitPkts))
-		o.SetPortUnicastRcvPkts(c.Get(CntUnicastRcvPkts))
-		o.SetPortMulticastXmitPkts(c.Get(CntMulticastXmitPkts))
-		o.SetPortMulticastRcvPkts(c.Get(CntMulticastRcvPkts))
-	default:
-		return wire.StatusMethodAttrNotSupp
 	}
-	return 0
 }
 
-// pmaCounterMap names the port counter behind each PortCounters field pibgw counts; the
-// others (symbol errors, link recovery, constraint errors, XmitWait…) have no cause in
-// a soft link and stay 0. PortCounters and PortCountersExtended read the same 64-bit
-// counters: the 32-bit fields saturate (IBA 16.1.3.5), and a Set of either resets both.
-var pmaCounterMap = [...]struct {
-	pc wire.PortCounter
-	hc Counter
-}{
-	{wire.PCPortRcvErrors, CntRcvErrors},
-	{wire.PCPortXmitDiscards, CntXmitDiscards},
-	{wire.PCVL15Dropped, CntVL15Dropped},
-	{wire.PCPortXmitData, CntXmitData},
-	{wire.PCPortRcvData, CntRcvData},
-	{wire.PCPortXmitPkts, CntXmitPkts},
-	{wire.PCPortRcvPkts, CntRcvPkts},
+func (x portPMA) PMAReset(_ int, set mgmt.CounterSet) {
+	for i, hc := range pmaCounters {
+		if hc != cntNone && set.Has(mgmt.Counter(i)) {
+			x.p.counters.v[hc].Store(0)
+		}
+	}
 }
 
-// pmaExtCounters is PortCountersExtended's counters in CounterSelect bit order.
-var pmaExtCounters = [...]Counter{
-	CntXmitData, CntRcvData, CntXmitPkts, CntRcvPkts,
-	CntUnicastXmitPkts, CntUnicastRcvPkts, CntMulticastXmitPkts, CntMulticastRcvPkts,
+// cntNone marks a PMA counter an HCA port does not have (switch relay errors).
+const cntNone = Counter(0xFF)
+
+// pmaCounters names the port counter behind each of mgmt's PMA counters. PortCounters'
+// 32-bit fields and PortCountersExtended's 64-bit ones read the same counters.
+var pmaCounters = [mgmt.NumCounters]Counter{
+	mgmt.XmitData:             CntXmitData,
+	mgmt.RcvData:              CntRcvData,
+	mgmt.XmitPkts:             CntXmitPkts,
+	mgmt.RcvPkts:              CntRcvPkts,
+	mgmt.UnicastXmitPkts:      CntUnicastXmitPkts,
+	mgmt.UnicastRcvPkts:       CntUnicastRcvPkts,
+	mgmt.MulticastXmitPkts:    CntMulticastXmitPkts,
+	mgmt.MulticastRcvPkts:     CntMulticastRcvPkts,
+	mgmt.RcvErrors:            CntRcvErrors,
+	mgmt.RcvSwitchRelayErrors: cntNone,
+	mgmt.XmitDiscards:         CntXmitDiscards,
+	mgmt.VL15Dropped:          CntVL15Dropped,
 }

@@ -12,6 +12,9 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	if trace.On() {
 		qp.tracePostSend(wrs)
 	}
+	if err := qp.checkPostSend(wrs); err != nil {
+		return 0, err
+	}
 	if bs, ok := qp.tr.(BatchSender); ok && len(wrs) > 1 && qp.State() == QPStateRTS {
 		return qp.postSendBatch(bs, wrs)
 	}
@@ -183,6 +186,9 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	const op = "post_recv"
 	if trace.On() {
 		qp.tracePostRecv(wrs)
+	}
+	if err := qp.checkPostRecv(wrs); err != nil {
+		return 0, err
 	}
 	if qp.typ == QPTypeXRCSend || qp.typ == QPTypeXRCRecv {
 		return 0, errorf(op, EINVAL, "an %s QP has no receive queue", qp.typ)

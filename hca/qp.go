@@ -42,6 +42,8 @@ type QP struct {
 
 	sqdPending []SendWR // WRs posted in SQD, started on the return to RTS
 
+	unsig atomic.Int32 // unsignaled sends in a row (manner_checks.go)
+
 	mcMu   sync.Mutex
 	mcGIDs map[[16]byte]struct{}
 
@@ -178,6 +180,15 @@ func (pd *PD) createQP(init QPInitAttr, xrcd *XRCD) (*QP, error) {
 
 // allocQPNLocked returns the next free QP number; d.mu held.
 func (d *Device) allocQPNLocked() uint32 {
+	if d.Manner().LowestQPN {
+		// pib's behavior flag: the lowest free number, so a program that mistakes a
+		// destroyed QP's successor for it meets its bug at once.
+		n := uint32(firstUserQPN)
+		for d.qps.load(n) != nil {
+			n = nextQPN(n)
+		}
+		return n
+	}
 	for d.qps.load(d.nextQPN) != nil {
 		d.nextQPN = nextQPN(d.nextQPN)
 	}
@@ -258,6 +269,9 @@ func (qp *QP) receiving() bool {
 // Modify changes attributes and state (ibv_modify_qp).
 func (qp *QP) Modify(a *QPAttr, mask QPAttrMask) error {
 	const op = "modify_qp"
+	if err := qp.checkModify(a, mask); err != nil {
+		return err
+	}
 	qp.mu.Lock()
 	cur := qp.State()
 	next := cur
@@ -357,11 +371,16 @@ func (qp *QP) checkValues(a *QPAttr, mask QPAttrMask) error {
 	}
 	// pib's "manner" check: PSNs are 24 bits; a wider value is a bug in the caller.
 	if mask&QPAttrSQPSN != 0 && a.SQPSN > 0xFFFFFF {
-		d.log.Warn("pitfall: sq_psn wider than 24 bits; upper bits ignored", "qpn", qp.num, "sq_psn", a.SQPSN)
+		if err := d.pitfall(PitfallPSNWidth, op, qp.num, qp.what(), "sq_psn %#x is wider than 24 bits; the upper bits are ignored", a.SQPSN); err != nil {
+			return err
+		}
 	}
 	if mask&QPAttrRQPSN != 0 && a.RQPSN > 0xFFFFFF {
-		d.log.Warn("pitfall: rq_psn wider than 24 bits; upper bits ignored", "qpn", qp.num, "rq_psn", a.RQPSN)
+		if err := d.pitfall(PitfallPSNWidth, op, qp.num, qp.what(), "rq_psn %#x is wider than 24 bits; the upper bits are ignored", a.RQPSN); err != nil {
+			return err
+		}
 	}
+
 	if mask&QPAttrAccessFlags != 0 && a.QPAccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
 		return errorf(op, EINVAL, "qp_access_flags %#x has unknown bits", uint32(a.QPAccessFlags))
 	}
@@ -428,11 +447,7 @@ func (qp *QP) changed(from, to QPState) {
 	switch {
 	case from == to && to != QPStateReset:
 	case to == QPStateReset:
-		// IBA 10.3.1: RESET empties both queues without completions. pib's "manner" check
-		// warns because completions are silently lost.
-		if n := qp.rqLen(); n > 0 {
-			qp.dev.log.Warn("pitfall: QP moved to RESET with receive WRs outstanding; they are lost without completions", "qpn", qp.num, "wrs", n)
-		}
+		// IBA 10.3.1: RESET empties both queues without completions (checkManner warns).
 		if qp.srq == nil {
 			qp.rq.drain()
 		}
@@ -478,6 +493,15 @@ func (qp *QP) flushRecv() {
 // Destroy destroys the QP (ibv_destroy_qp).
 func (qp *QP) Destroy() error {
 	d := qp.dev
+	if qp.num > 1 && d.pitfallsOn() {
+		// Receives posted at destruction are normal (every server ends so); sends not yet
+		// completed may not have reached the peer.
+		if s, _ := qp.outstanding(); s > 0 {
+			if err := d.pitfall(PitfallDestroyOutstanding, "destroy_qp", qp.num, qp.what(), "destroyed with %d send WRs not completed", s); err != nil {
+				return err
+			}
+		}
+	}
 	qp.mu.Lock()
 	cur := qp.State()
 	qp.state.Store(uint32(QPStateReset))

@@ -3,6 +3,7 @@ package hca
 import (
 	"sync"
 
+	"github.com/pibgw/pibgw/mgmt"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -77,7 +78,7 @@ func (p *Port) SMAGet(attr uint16, mod uint32, out []byte) uint16 {
 		return wire.StatusInvalidAttrOrModVal
 	}
 	var req [wire.SMPDataLen]byte
-	return p.dev.smaAttr(p, wire.MethodGet, attr, mod, req[:], out[:wire.SMPDataLen])
+	return mgmt.AnswerSMA(smaNode{p.dev}, int(p.num), wire.MethodGet, attr, mod, req[:], out[:wire.SMPDataLen])
 }
 
 type trapBox struct{ h MADHandler }
@@ -265,7 +266,7 @@ func (p *Port) answerSMP(in *Port, req, resp wire.SMP) {
 	case method != wire.MethodGet && method != wire.MethodSet:
 		status = wire.StatusMethodNotSupported
 	default:
-		status = p.dev.smaAttr(in, method, m.AttrID(), m.AttrMod(), req.SMPData(), resp.SMPData())
+		status = mgmt.AnswerSMA(smaNode{p.dev}, int(in.num), method, m.AttrID(), m.AttrMod(), req.SMPData(), resp.SMPData())
 	}
 	m.SetMethod(wire.MethodGetResp)
 	if resp.IsDirectedRoute() {
@@ -276,93 +277,81 @@ func (p *Port) answerSMP(in *Port, req, resp wire.SMP) {
 	}
 }
 
-// smaAttr answers one attribute: set is the request's SMP data, out the response's
-// (holding a copy of set on entry). It returns the MAD status.
-func (d *Device) smaAttr(in *Port, method uint8, attr uint16, mod uint32, set, out []byte) uint16 {
-	isSet := method == wire.MethodSet
-	switch attr {
-	case wire.AttrNodeDescription:
-		if isSet {
-			return wire.StatusMethodAttrNotSupp
-		}
-		wire.NodeDescription(out).SetString(d.cfg.NodeDesc)
-	case wire.AttrNodeInfo:
-		if isSet {
-			return wire.StatusMethodAttrNotSupp
-		}
-		d.fillNodeInfo(wire.NodeInfo(out), in)
-	case wire.AttrGUIDInfo:
-		// GUIDCap is 1: block 0 holds the port GUID, which the SM cannot change.
-		if mod != 0 {
-			return wire.StatusInvalidAttrOrModVal
-		}
-		clear(out[:wire.GUIDInfoLen])
-		wire.GUIDInfo(out).SetGUID(0, in.guid)
-	case wire.AttrPortInfo:
-		// IBA 14.2.5.6: the modifier is the port number (0: the port the SMP came in on);
-		// bit 31 says the SM understands extended speeds.
-		n := mod &^ wire.PortInfoAttrModSMSupportsExtSpeeds
-		q := in
-		if n != 0 {
-			if q = d.Port(int(n)); q == nil {
-				return wire.StatusInvalidAttrOrModVal
-			}
-		}
-		status := uint16(0)
-		if isSet {
-			status = q.setPortInfo(wire.PortInfo(set))
-		}
-		q.fillPortInfo(wire.PortInfo(out), in.num)
-		return status
-	case wire.AttrPKeyTable:
-		// The table has PartitionCap = 32 entries: one block. A CA ignores the port
-		// field (bits 31-16); the table is the receiving port's.
-		if mod&0xFFFF != 0 {
-			return wire.StatusInvalidAttrOrModVal
-		}
-		t := wire.PKeyTable(out)
-		if isSet {
-			var keys [PKeyTableLen]uint16
-			for i := range keys {
-				keys[i] = wire.PKeyTable(set).Entry(i)
-			}
-			in.SetPKeys(keys)
-		}
-		keys := in.PKeys()
-		for i, k := range keys {
-			t.SetEntry(i, k)
-		}
-	case wire.AttrSLtoVLMappingTable:
-		in.smaMu.Lock()
-		if isSet {
-			copy(in.sl2vl[:], set[:wire.SLtoVLMappingTableLen])
-		}
-		clear(out[:wire.SMPDataLen])
-		copy(out, in.sl2vl[:])
-		in.smaMu.Unlock()
-	case wire.AttrVLArbitrationTable:
-		// Modifier bits 31-16: the block, 1-2 low-priority and 3-4 high-priority entries.
-		blk := mod >> 16
-		if blk < wire.VLArbLowBlock0 || blk > wire.VLArbHighBlock1 {
-			return wire.StatusInvalidAttrOrModVal
-		}
-		in.smaMu.Lock()
-		if isSet {
-			copy(in.vlArb[blk-1][:], set[:wire.VLArbitrationTableLen])
-		}
-		copy(out, in.vlArb[blk-1][:])
-		in.smaMu.Unlock()
-	case wire.AttrSMInfo:
-		b := in.smInfo.Load()
-		if b == nil {
-			return wire.StatusMethodAttrNotSupp
-		}
-		return b.a.SMInfo(method, mod, out)
-	default:
-		// SwitchInfo, the forwarding tables and everything else a CA does not have.
-		return wire.StatusMethodAttrNotSupp
+// smaNode is the device as the fabric's one SMA dispatch (mgmt.AnswerSMA) sees it: the
+// rules (read-only attributes, modifiers, what a CA has) are mgmt's, the storage here.
+type smaNode struct{ d *Device }
+
+func (x smaNode) IsSwitch() bool   { return false }
+func (x smaNode) NumPorts() int    { return len(x.d.ports) }
+func (x smaNode) NodeDesc() string { return x.d.cfg.NodeDesc }
+
+func (x smaNode) FillNodeInfo(n wire.NodeInfo, in int) { x.d.fillNodeInfo(n, x.d.Port(in)) }
+
+func (x smaNode) PortGUID(in int) uint64 { return x.d.Port(in).guid }
+
+func (x smaNode) PortInfo(n, in int, set, out wire.PortInfo) uint16 {
+	q := x.d.Port(n)
+	status := uint16(0)
+	if set != nil {
+		status = q.setPortInfo(set)
 	}
-	return 0
+	q.fillPortInfo(out, uint8(in))
+	return status
+}
+
+// PKeyCap: PartitionCap = 32 entries, one block.
+func (x smaNode) PKeyCap(int) int { return PKeyTableLen }
+
+func (x smaNode) PKeyBlock(n, _ int, set, out wire.PKeyTable) {
+	p := x.d.Port(n)
+	if set != nil {
+		var keys [PKeyTableLen]uint16
+		for i := range keys {
+			keys[i] = set.Entry(i)
+		}
+		p.SetPKeys(keys)
+	}
+	for i, k := range p.PKeys() {
+		out.SetEntry(i, k)
+	}
+}
+
+func (x smaNode) SL2VL(inPort, _ int, set, out []byte) {
+	p := x.d.Port(inPort)
+	p.smaMu.Lock()
+	if set != nil {
+		copy(p.sl2vl[:], set[:wire.SLtoVLMappingTableLen])
+	}
+	clear(out[:wire.SMPDataLen])
+	copy(out, p.sl2vl[:])
+	p.smaMu.Unlock()
+}
+
+func (x smaNode) VLArb(n int, blk uint32, set, out []byte) {
+	p := x.d.Port(n)
+	p.smaMu.Lock()
+	if set != nil {
+		copy(p.vlArb[blk-1][:], set[:wire.VLArbitrationTableLen])
+	}
+	copy(out, p.vlArb[blk-1][:])
+	p.smaMu.Unlock()
+}
+
+func (x smaNode) SMInfo(in int, method uint8, mod uint32, out []byte) (uint16, bool) {
+	b := x.d.Port(in).smInfo.Load()
+	if b == nil {
+		return 0, false // no SM on the port: attribute not supported
+	}
+	return b.a.SMInfo(method, mod, out), true
+}
+
+// A CA has no SwitchInfo or forwarding tables; mgmt.AnswerSMA never asks it for them.
+func (x smaNode) SwitchInfo(_, _ []byte) uint16 { return wire.StatusMethodAttrNotSupp }
+func (x smaNode) LFTBlock(int, []byte, []byte) uint16 {
+	return wire.StatusMethodAttrNotSupp
+}
+func (x smaNode) MFTBlock(int, int, []byte, []byte) uint16 {
+	return wire.StatusMethodAttrNotSupp
 }
 
 // fillNodeInfo writes NodeInfo (IBA 14.2.5.3) as seen through port in.
@@ -435,60 +424,28 @@ func (p *Port) fillPortInfo(o wire.PortInfo, localPort uint8) {
 func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 	const bad = wire.StatusInvalidAttrOrModVal
 	lid := s.LID()
-	if lid >= multicastLIDLo && lid != 0 {
+	if !mgmt.ValidUnicastLID(lid) {
 		return bad
 	}
-	width, ok := wire.LinkEnable(s.LinkWidthEnabled(), wire.LinkWidthNoChange, wire.LinkWidthSetSupported, portWidthSupported)
+	set, ok := mgmt.CheckPortInfoSet(s, mgmt.PortCaps{
+		WidthSupported: portWidthSupported, SpeedSupported: portSpeedSupported,
+		VLCap: portVLCap, MTUCap: uint8(p.dev.cfg.MaxMTU),
+	})
 	if !ok {
 		return bad
 	}
-	speed, ok := wire.LinkEnable(s.LinkSpeedEnabled(), wire.LinkSpeedNoChange, wire.LinkSpeedSetSupported, portSpeedSupported)
-	if !ok {
-		return bad
-	}
-	mtu := MTU(s.NeighborMTU())
-	if mtu != 0 && (mtu.Bytes() == 0 || mtu > p.dev.cfg.MaxMTU) {
-		return bad
-	}
-	vls := s.OperationalVLs()
-	if vls > portVLCap {
-		return bad
-	}
-	ldd := s.LinkDownDefaultState()
-	if ldd > wire.LinkDownDefaultPolling {
-		return bad
-	}
-	phys := s.PortPhysicalState()
-	if phys != wire.PhysStateNoChange && phys != wire.PhysStatePolling && phys != wire.PhysStateDisabled {
-		return bad
-	}
-	state := PortState(s.PortState())
 	linked := p.link.Load() != nil
 	ok = p.updateIf(func(pi *portInfo) bool {
-		// IBA 14.2.5.6 / 7.2: the SM moves a port Init → Armed → Active, or takes it
-		// Down; Init is reached only by training the link. Setting the state the port
-		// already has is no change.
-		switch state {
-		case PortNop:
-		case PortDown:
-			pi.state = PortDown
-			if linked && pi.phys == PhysLinkUp {
-				pi.state = PortInit // the link retrains at once: the cable is still there
-			}
-		case PortArmed:
-			if pi.state != PortInit && pi.state != PortArmed {
-				return false
-			}
-			pi.state = PortArmed
-		case PortActive:
-			if pi.state != PortArmed && pi.state != PortActive {
-				return false
-			}
-			pi.state = PortActive
-		default:
+		// The SM moves a port Init → Armed → Active, or takes it Down (mgmt.NextPortState).
+		next, ok := mgmt.NextPortState(uint8(pi.state), set.PortState)
+		if !ok {
 			return false
 		}
-		switch phys {
+		pi.state = PortState(next)
+		if set.PortState == wire.PortStateDown && linked && pi.phys == PhysLinkUp {
+			pi.state = PortInit // the link retrains at once: the cable is still there
+		}
+		switch set.PhysState {
 		case wire.PhysStateDisabled:
 			pi.state, pi.phys = PortDown, PhysDisabled
 		case wire.PhysStatePolling:
@@ -512,20 +469,20 @@ func (p *Port) setPortInfo(s wire.PortInfo) uint16 {
 		pi.subnetTimeout = s.SubnetTimeOut()
 		pi.vlHighLimit = s.VLHighLimit()
 		pi.hoqLife = s.HOQLife()
-		if width != 0 {
-			pi.widthEnabled, pi.widthActive = width, wire.WidestLinkWidth(width)
+		if set.WidthEnabled != 0 {
+			pi.widthEnabled, pi.widthActive = set.WidthEnabled, set.WidthActive
 		}
-		if speed != 0 {
-			pi.speedEnabled, pi.speedActive = speed, wire.FastestLinkSpeed(speed)
+		if set.SpeedEnabled != 0 {
+			pi.speedEnabled, pi.speedActive = set.SpeedEnabled, set.SpeedActive
 		}
-		if mtu != 0 {
-			pi.activeMTU = mtu
+		if set.NeighborMTU != 0 {
+			pi.activeMTU = MTU(set.NeighborMTU)
 		}
-		if vls != 0 {
-			pi.operVLs = vls
+		if set.OperVLs != 0 {
+			pi.operVLs = set.OperVLs
 		}
-		if ldd != 0 {
-			pi.linkDownDefault = ldd
+		if set.LinkDownDefault != 0 {
+			pi.linkDownDefault = set.LinkDownDefault
 		}
 		return true
 	})

@@ -122,3 +122,13 @@ func (f *Fabric) Close() error {
 	}
 	return f.d.Close()
 }
+
+// Inspect lists the verbs objects of kind ("" for all: hca.Kinds) that the processes
+// attached through Options.Attach own — the one with pid, or all (pid 0) — as `pibgw
+// inspect` shows them.
+func (f *Fabric) Inspect(ctx context.Context, pid int, kind string) ([]hca.ObjectInfo, error) {
+	if f.attach == nil {
+		return nil, fmt.Errorf("inproc: no attach socket (Options.Attach)")
+	}
+	return f.attach.Inspect(ctx, pid, kind)
+}

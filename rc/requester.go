@@ -63,6 +63,7 @@ type requester struct {
 	nakPSN          uint32    // PSN of the last sequence NAK acted on
 	nakSet          bool
 	drainedNotified bool
+	rnrRun          int // RNR NAKs in a row with rnr_retry 7 (the rnr_retry_forever pitfall)
 }
 
 func (r *requester) init(sqPSN uint32, depth int) {
@@ -480,6 +481,7 @@ func (r *requester) ack(c *conn, psn uint32) {
 	}
 	if progress {
 		r.retryLeft, r.rnrLeft = r.retryCnt, r.rnrRetry
+		r.rnrRun = 0
 		r.restartTimer(c)
 	}
 }
@@ -517,6 +519,10 @@ func (r *requester) nak(c *conn, psn uint32, code uint8) {
 	r.complete(c)
 }
 
+// rnrForever is how many RNR NAKs in a row, with rnr_retry 7 (infinite), make the
+// rnr_retry_forever pitfall.
+const rnrForever = 16
+
 // rnr handles an RNR NAK: wait the responder's timer, then resend from psn; rnr_retry 7
 // retries forever (IBA 9.7.5.2.8).
 func (r *requester) rnr(c *conn, psn uint32, code uint8) {
@@ -529,6 +535,8 @@ func (r *requester) rnr(c *conn, psn uint32, code uint8) {
 			return
 		}
 		r.rnrLeft--
+	} else if r.rnrRun++; r.rnrRun == rnrForever {
+		c.qp.Pitfall(hca.PitfallRNRRetryForever, "%d RNR NAKs in a row with rnr_retry 7: the peer posts no receive and the QP retries forever", r.rnrRun)
 	}
 	r.rnrWait = true
 	c.stats.RNRNAKs.Add(1)

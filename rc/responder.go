@@ -206,6 +206,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		}
 		// IBA 9.7.5.2: every packet but the last carries exactly one MTU.
 		if !last && len(pk.Payload) != p.mtu {
+			qp.Pitfall(hca.PitfallPathMTUMismatch, "a SEND's %s packet carries %d bytes, this QP's path MTU is %d: the peer's differs", op, len(pk.Payload), p.mtu)
 			r.recvError(c, psn, hca.WCLocLenErr, wire.NAKInvalidRequest)
 			return
 		}
@@ -260,6 +261,9 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 		}
 		n := uint64(len(pk.Payload))
 		if n > r.wLeft || (!last && n != uint64(p.mtu)) || (last && n != r.wLeft) {
+			if !last && n != uint64(p.mtu) {
+				qp.Pitfall(hca.PitfallPathMTUMismatch, "an RDMA WRITE's %s packet carries %d bytes, this QP's path MTU is %d: the peer's differs", op, n, p.mtu)
+			}
 			r.fatal(c, psn, wire.NAKInvalidRequest)
 			return
 		}
@@ -361,13 +365,18 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 // [va, va+n) lies inside. It returns the MR and where in it the access starts.
 func (r *responder) access_(qp *hca.QP, pk *hca.Packet, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, uint64, bool) {
 	if r.access&acc == 0 {
+		qp.ExplainRemoteAccess(rkey, acc, r.access)
 		return nil, 0, false
 	}
 	if r.xrc {
 		// Annex A14: an XRC request reaches memory through its XRC SRQ's PD.
 		return qp.RemoteAccessXRC(pk.XRCETH.SRQ(), rkey, va, n, acc)
 	}
-	return qp.RemoteAccess(rkey, va, n, acc)
+	mr, va, ok := qp.RemoteAccess(rkey, va, n, acc)
+	if !ok {
+		qp.ExplainRemoteAccess(rkey, acc, r.access)
+	}
+	return mr, va, ok
 }
 
 // takeRecv takes the receive WQE a SEND (or WRITE with immediate) consumes: from the QP's

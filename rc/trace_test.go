@@ -83,7 +83,6 @@ func TestTraceRCWriteAndRetry(t *testing.T) {
 	if wc := waitWC(t, a.scq, clk); wc.Status != hca.WCSuccess {
 		t.Fatal(wc.Status)
 	}
-	disable()
 	evs := readAll(start)
 
 	da, dr, qa := f.Devs[0].Name(), f.Devs[1].Name(), a.qp.Num()

@@ -117,11 +117,13 @@ func computeRoutes(nodes []*Node, _ bool) {
 			lft[j] = 0xFF
 		}
 		load := make([]uint32, len(sw.Ports)) // LIDs routed out of each port so far
-		// cand[t]: the ports one hop closer to switch t, in adjacency order, in one
-		// backing array (a switch's ports toward all targets: at most ns × its degree).
-		cand := make([][]uint8, ns)
-		done := make([]bool, ns)
-		var backing []uint8
+		// The ports one hop closer to switch t, in adjacency order, as a candidate list;
+		// targets with the same ports share one list (on a fat tree's edge switch, every
+		// target outside it), so that a list's pick can be kept between destinations.
+		listOf := make([]int32, ns) // target → list index + 1; 0 = not yet computed
+		var lists []candList
+		byKey := map[uint64]int32{}
+		var scratch []uint8
 		for _, d := range dests {
 			if int(d.t) == s {
 				lft[d.lid] = d.q
@@ -134,29 +136,78 @@ func computeRoutes(nodes []*Node, _ bool) {
 			if ds == inf {
 				continue
 			}
-			if !done[d.t] {
-				done[d.t] = true
-				from := len(backing)
+			li := listOf[t] - 1
+			if li < 0 {
+				scratch = scratch[:0]
+				h := uint64(14695981039346656037) // FNV-1a over the ports
 				for _, e := range adj[s] {
 					if dist[int(e.to)*ns+t] == ds-1 {
-						backing = append(backing, e.port)
+						scratch = append(scratch, e.port)
+						h = (h ^ uint64(e.port)) * 1099511628211
 					}
 				}
-				cand[d.t] = backing[from:len(backing):len(backing)]
-			}
-			best, bestLoad := uint8(0xFF), uint32(1<<32-1)
-			for _, port := range cand[d.t] {
-				if load[port] < bestLoad {
-					best, bestLoad = port, load[port]
+				li = -1
+				if j, ok := byKey[h]; ok && string(lists[j].ports) == string(scratch) {
+					li = j
 				}
-			}
-			if best != 0xFF {
-				lft[d.lid] = best
-				if !d.isSwitch {
-					load[best]++
+				if li < 0 {
+					li = int32(len(lists))
+					lists = append(lists, candList{ports: append([]uint8(nil), scratch...), best: -1})
+					if _, ok := byKey[h]; !ok {
+						byKey[h] = li
+					}
 				}
+				listOf[t] = li + 1
 			}
+			l := &lists[li]
+			if len(l.ports) == 0 {
+				continue
+			}
+			best := l.pick(load)
+			lft[d.lid] = best
+			if d.isSwitch {
+				continue // switch LIDs do not count toward the load
+			}
+			load[best]++
+			l.advance(load)
 		}
 		sw.LFT = lft
 	})
+}
+
+// candList is a switch's candidate ports toward some targets, with the pick among them
+// kept between destinations: the least-loaded port, the first of equals (the rule the
+// routes follow). Loads only grow, so a kept pick whose own load has not changed is still
+// the first least-loaded port, whatever other lists did meanwhile; after this list's pick
+// the next is the first later port still at the old minimum, else a rescan.
+type candList struct {
+	ports    []uint8
+	best     int    // index of the kept pick; -1 when it must be found again
+	bestLoad uint32 // its port's load when it was found
+}
+
+// pick returns the least-loaded port, the first of equals.
+func (l *candList) pick(load []uint32) uint8 {
+	if l.best < 0 || load[l.ports[l.best]] != l.bestLoad {
+		l.best = 0
+		for i, p := range l.ports {
+			if load[p] < load[l.ports[l.best]] {
+				l.best = i
+			}
+		}
+		l.bestLoad = load[l.ports[l.best]]
+	}
+	return l.ports[l.best]
+}
+
+// advance moves the kept pick on after its port's load went up by one.
+func (l *candList) advance(load []uint32) {
+	was := l.bestLoad
+	for i := l.best + 1; i < len(l.ports); i++ {
+		if load[l.ports[i]] == was {
+			l.best = i
+			return
+		}
+	}
+	l.best = -1
 }

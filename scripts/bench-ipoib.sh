@@ -9,6 +9,10 @@
 #   relay64k  the relay at MTU 65520, the ceiling for connected mode;
 #   connected `pibgw up` with both interfaces in connected mode (RFC 4755, MTU 65520):
 #           TUN → IPoIB → RC connection → switch → RC → IPoIB → TUN.
+#   udp     two hosts of a multi-host fabric: `pibgw switch` and two `pibgw up` (each its own
+#           process, fabric.switch on loopback), datagram mode: TUN → IPoIB → UD → UDP link →
+#           switch process → UDP link → UD → IPoIB → TUN;
+#   udpcm   the same in connected mode.
 # For each: ping RTT (median of 200 pings) and iperf3 TCP throughput (10 s), and pibgw's
 # ratios to the relay. The measurements are interleaved — pings in bursts of 50 taken in
 # turn, iperf3 runs in turn (order reversed every round) — so that the load of a shared
@@ -85,7 +89,7 @@ start_relay() {
 	for _ in $(seq 50); do ip -n "$ns" addr show dev "$dev" 2>/dev/null | grep -q "${ip%/*}" && break; sleep 0.1; done
 }
 
-names=(veth relay pibgw relay64k connected)
+names=(veth relay pibgw relay64k connected udp udpcm)
 declare -A client server addr
 
 # veth
@@ -108,6 +112,7 @@ cat >"$work/bench.toml" <<TOML
 [daemon]
 log_level = "warn"
 max_procs = $PIBGW_MAXPROCS
+attach = "none"
 [fabric]
 hca_count = 2
 [[interfaces]]
@@ -142,6 +147,45 @@ pids+=($!)
 for _ in $(seq 100); do [ -S "$work/pibgw-cm.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.5.2 && break; sleep 0.1; done
 client[connected]=$a server[connected]=$b addr[connected]=10.77.5.2
 
+# Multi-host: a switch process on loopback and one `pibgw up` per host, each with one HCA
+# plugged into it over a UDP link (no PSK: loopback is allowed by default).
+swport=$((20000 + tag % 20000))
+"$work/pibgw" --log-level warn switch --listen "127.0.0.1:$swport" --control "$work/switch.sock" --ports 8 &
+pids+=($!)
+for _ in $(seq 50); do [ -S "$work/switch.sock" ] && break; sleep 0.1; done
+# udp_host NAME NETNS GUIDBYTE ADDR MODE: one host of the multi-host fabric.
+udp_host() {
+	cat >"$work/$1.toml" <<TOML
+[daemon]
+log_level = "warn"
+max_procs = $PIBGW_MAXPROCS
+attach = "none"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903${3}000000"
+switch = "127.0.0.1:$swport"
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+netns = "$2"
+addresses = ["$4/24"]
+mode = "$5"
+TOML
+	netns+=("$2")
+	"$work/pibgw" up --config "$work/$1.toml" --control "$work/$1.sock" &
+	pids+=($!)
+}
+udp_host udp-a bench-udp-a-$tag 11 10.77.6.1 datagram
+udp_host udp-b bench-udp-b-$tag 12 10.77.6.2 datagram
+udp_host udpcm-a bench-udpcm-a-$tag 13 10.77.7.1 connected
+udp_host udpcm-b bench-udpcm-b-$tag 14 10.77.7.2 connected
+for pair in "bench-udp-a-$tag 10.77.6.2" "bench-udpcm-a-$tag 10.77.7.2"; do
+	set -- $pair
+	for _ in $(seq 200); do ip netns exec "$1" ping -c 1 -W 1 "$2" >/dev/null 2>&1 && break; sleep 0.1; done
+done
+client[udp]=bench-udp-a-$tag server[udp]=bench-udp-b-$tag addr[udp]=10.77.6.2
+client[udpcm]=bench-udpcm-a-$tag server[udpcm]=bench-udpcm-b-$tag addr[udpcm]=10.77.7.2
+
 # Pings: warm up (neighbours, paths), then bursts of 50 in turn.
 for n in "${names[@]}"; do
 	ip netns exec "${client[$n]}" ping -c 3 -W 1 "${addr[$n]}" >/dev/null
@@ -157,7 +201,7 @@ done
 for n in "${names[@]}"; do : >"$work/tcp-$n"; done
 for ((r = 0; r < ROUNDS; r++)); do
 	order=("${names[@]}")
-	if ((r % 2 == 1)); then order=(connected relay64k pibgw relay veth); fi
+	if ((r % 2 == 1)); then order=(udpcm udp connected relay64k pibgw relay veth); fi
 	for n in "${order[@]}"; do tcp_gbps "${client[$n]}" "${server[$n]}" "${addr[$n]}" >>"$work/tcp-$n"; done
 done
 
@@ -182,3 +226,6 @@ dg_tcp=$(echo "${results[2]}" | awk '{print $3}')
 r64_tcp=$(echo "${results[3]}" | awk '{print $3}')
 cm_tcp=$(echo "${results[4]}" | awk '{print $3}')
 echo "connected mode (MTU 65520): TCP $(awk -v x="$cm_tcp" -v y="$dg_tcp" 'BEGIN{printf "%.2f×", x/y}') datagram mode, $(awk -v x="$cm_tcp" -v y="$r64_tcp" 'BEGIN{printf "%.2f×", x/y}') relay64k (targets: ≥ 1.5×, ≥ 1.0×)"
+udp_tcp=$(echo "${results[5]}" | awk '{print $3}')
+udpcm_tcp=$(echo "${results[6]}" | awk '{print $3}')
+echo "multi-host over UDP links: datagram TCP $(awk -v x="$udp_tcp" -v y="$dg_tcp" 'BEGIN{printf "%.2f×", x/y}') single-host, connected $(awk -v x="$udpcm_tcp" -v y="$cm_tcp" 'BEGIN{printf "%.2f×", x/y}') single-host (targets: ≥ 0.5×, ≥ 0.5×)"

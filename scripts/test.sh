@@ -55,6 +55,7 @@ FUZZ=(
 	"./trace FuzzDecode"
 	"./internal/ibsim FuzzDatagrams"
 	"./fabric/udplink FuzzReceive"
+	"./fabric/topology FuzzParse"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")

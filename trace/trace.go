@@ -94,37 +94,41 @@ type Event struct {
 }
 
 type ring struct {
-	mu   sync.Mutex
-	buf  []Event
+	mu    sync.Mutex
+	users int // Enables not yet disabled
+	buf   []Event
 	next uint64                 // Seq of the next event (the first is 1)
 	subs map[chan struct{}]bool // readers' doorbells (Subscribe)
 }
 
 var (
-	on    atomic.Bool
-	users atomic.Int32
-	r     = ring{next: 1, subs: map[chan struct{}]bool{}}
+	on atomic.Bool
+	r  = ring{next: 1, subs: map[chan struct{}]bool{}}
 )
 
 // On reports whether events are being recorded: the hot paths' one check.
 func On() bool { return on.Load() }
 
 // Enable turns recording on until every Enable's disable function has been called (each
-// reader enables while it reads). The ring is allocated the first time.
+// reader enables while it reads). The ring (about 14 MB) exists only while someone
+// records: the last disable frees it; sequence numbers go on across.
 func Enable() (disable func()) {
 	r.mu.Lock()
 	if r.buf == nil {
 		r.buf = make([]Event, RingSize)
 	}
-	r.mu.Unlock()
-	users.Add(1)
+	r.users++
 	on.Store(true)
+	r.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			if users.Add(-1) == 0 {
+			r.mu.Lock()
+			if r.users--; r.users == 0 {
 				on.Store(false)
+				r.buf = nil
 			}
+			r.mu.Unlock()
 		})
 	}
 }
@@ -170,6 +174,9 @@ func Read(from uint64, dst []Event) (n int, next uint64, lost uint64) {
 	if r.next > RingSize && from < r.next-RingSize {
 		lost = r.next - RingSize - from
 		from = r.next - RingSize
+	}
+	if r.buf == nil {
+		return 0, r.next, 0
 	}
 	for from < r.next && n < len(dst) {
 		dst[n] = r.buf[from%RingSize]

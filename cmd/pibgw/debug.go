@@ -396,3 +396,84 @@ func faultCommand(e *env) *cli.Command {
 		},
 	}
 }
+
+func mannerCommand(e *env) *cli.Command {
+	return &cli.Command{
+		Name:  "manner",
+		Usage: "show pib's behaviour choices and the pitfall checks, with how often each fired",
+		Description: "Prints the [manner] configuration the daemon's HCAs and attached processes' use:\n" +
+			"pitfalls warn (log the object and the rule), strict (also fail the verb with EINVAL)\n" +
+			"or off; lowest_qpn (always the lowest free QP number); random_error_fields (random\n" +
+			"values in the undefined fields of error completions); then every check with its rule\n" +
+			"and how often it fired on the daemon's HCAs (attached processes warn on their stderr).",
+		Flags: []cli.Flag{jsonFlag(), controlFlag()},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef(c, "unexpected argument %q", c.Args().First())
+			}
+			var m daemon.MannerInfo
+			if err := client(c).Do(c.Context, control.Request{Verb: control.VerbManner}, &m); err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return writeJSON(e.stdout, m)
+			}
+			fmt.Fprintf(e.stdout, "pitfalls %s, lowest_qpn %v, random_error_fields %v\n\n", m.Pitfalls, m.LowestQPN, m.RandomErrorFields)
+			tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
+			fmt.Fprintln(tw, "CHECK\tCOUNT\tRULE")
+			for _, ch := range m.Checks {
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", ch.Name, ch.Count, ch.Rule)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// perfCounters is `pibgw counters CA [PORT]`: perfquery's PortCounters and, after them,
+// perfquery -x's PortCountersExtended.
+func perfCounters(c *cli.Context, e *env) error {
+	if c.NArg() > 2 {
+		return usagef(c, "unexpected argument %q", c.Args().Get(2))
+	}
+	req := control.Request{Verb: control.VerbPerf, Dev: c.Args().Get(0)}
+	if s := c.Args().Get(1); s != "" {
+		n, err := strconv.ParseUint(s, 10, 8)
+		if err != nil || n == 0 {
+			return usagef(c, "port %q: want a port number (1..32)", s)
+		}
+		req.ID = uint32(n)
+	}
+	var ps []control.PerfCounters
+	if err := client(c).Do(c.Context, req, &ps); err != nil {
+		return err
+	}
+	if c.Bool("json") {
+		return writeJSON(e.stdout, ps)
+	}
+	for i, p := range ps {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		fmt.Fprintf(e.stdout, "# Port counters: %s Lid %d port %d (CapMask: 0x%04X)\n", p.CA, p.LID, p.Port, p.CapMask)
+		printPerf(e.stdout, p.Counters)
+		fmt.Fprintf(e.stdout, "# Port extended counters: %s Lid %d port %d (CapMask: 0x%04X)\n", p.CA, p.LID, p.Port, p.CapMask)
+		printPerf(e.stdout, p.Extended)
+	}
+	return nil
+}
+
+// printPerf prints fields as infiniband-diags does: the name and a colon padded with
+// dots to 33 columns, then the value.
+func printPerf(w io.Writer, fields []control.PerfCounter) {
+	for _, f := range fields {
+		name := f.Name + ":"
+		if n := 33 - len(name); n > 0 {
+			name += strings.Repeat(".", n)
+		}
+		if f.Hex > 0 {
+			fmt.Fprintf(w, "%s0x%0*x\n", name, f.Hex, f.Value)
+		} else {
+			fmt.Fprintf(w, "%s%d\n", name, f.Value)
+		}
+	}
+}

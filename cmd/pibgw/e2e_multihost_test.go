@@ -15,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/fabric/fabrictest"
 	"github.com/pibgw/pibgw/fabric/udplink"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
@@ -33,24 +35,7 @@ func TestE2EMultiHost(t *testing.T) {
 	requireE2E(t, "ping", "iperf3")
 	bin := buildPibgw(t)
 	dir := t.TempDir()
-	fab := e2eNetNS("fab")
-	hosts := []string{e2eNetNS("ha"), e2eNetNS("hb"), e2eNetNS("hc")}
-	for _, ns := range append([]string{fab}, hosts...) {
-		mustCmd(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		mustCmd(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
-	// veth pairs: 10.77.X.1 in fab, 10.77.X.2 in host X.
-	for i, ns := range hosts {
-		a, b := fmt.Sprintf("pm%d%ds", os.Getpid()%100000, i), fmt.Sprintf("pm%d%dh", os.Getpid()%100000, i)
-		mustCmd(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
-		mustCmd(t, "ip", "link", "set", a, "netns", fab)
-		mustCmd(t, "ip", "link", "set", b, "netns", ns)
-		mustCmd(t, "ip", "-n", fab, "addr", "add", fmt.Sprintf("10.77.%d.1/24", i+1), "dev", a)
-		mustCmd(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.77.%d.2/24", i+1), "dev", b)
-		mustCmd(t, "ip", "-n", fab, "link", "set", a, "up")
-		mustCmd(t, "ip", "-n", ns, "link", "set", b, "up")
-	}
+	fab, hosts := multiHostNet(t, "m", 3)
 	psk := filepath.Join(dir, "psk")
 	if err := os.WriteFile(psk, []byte("e2e multi-host pre-shared key\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -78,13 +63,14 @@ ipoib = true
 `, swSock, config.DefaultSwitchUDPPort, psk, guid(0), guid(1)))
 	sw := startNSProc(t, bin, fab, swSock, "switch", "--config", swCfg)
 
+	attachSock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("h%d.attach", i)) }
 	var hs []*nsProc
 	for i, ns := range hosts {
 		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
 		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
 		writeFile(t, cfg, fmt.Sprintf(`[daemon]
 control = %q
-attach = "none"
+attach = %q
 log_level = "debug"
 [fabric]
 hca_count = 1
@@ -99,7 +85,7 @@ addresses = ["10.10.0.%d/24"]
 parent = "ib0"
 pkey = 0x8001
 addresses = ["10.20.0.%d/24"]
-`, sock, i+1, i+1, config.DefaultSwitchUDPPort, psk, i+1, i+1))
+`, sock, attachSock(i), i+1, i+1, config.DefaultSwitchUDPPort, psk, i+1, i+1))
 		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
 	}
 	// Every host's ib0 up (the SM in the switch process brought the ports Active).
@@ -109,8 +95,43 @@ addresses = ["10.20.0.%d/24"]
 			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
 		})
 	}
+	// The switch process captures its hosts' links: 20 packets of the pings, which
+	// tshark decodes as IPoIB without a malformed frame.
+	pcap := filepath.Join(dir, "switch.pcap")
+	capture := exec.Command(bin, "capture", "-w", pcap, "-c", "20", "--control", swSock)
+	if err := capture.Start(); err != nil {
+		t.Fatal(err)
+	}
+	captured := make(chan error, 1)
+	go func() { captured <- capture.Wait() }()
+	t.Cleanup(func() { capture.Process.Kill() })
+	waitUntil(t, 5*time.Second, "the capture started", func() bool {
+		fi, err := os.Stat(pcap)
+		return err == nil && fi.Size() >= 24
+	})
 	if ok, out := pingNS(hosts[0], "10.10.0.2", 5); !ok {
 		t.Fatalf("A → B:\n%s", out)
+	}
+	select {
+	case err := <-captured:
+		if err != nil {
+			t.Fatalf("pibgw capture on the switch: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pibgw capture on the switch did not get 20 packets")
+	}
+	if _, err := exec.LookPath("tshark"); err == nil {
+		fabrictest.RequireCleanDecode(t, pcap, fabrictest.NoEoIBHeuristic...)
+		rows := fabrictest.TsharkFieldsWith(t, pcap, fabrictest.NoEoIBHeuristic, "frame.protocols")
+		icmp := 0
+		for _, r := range rows {
+			if strings.Contains(r[0], "infiniband") && strings.Contains(r[0], "icmp") {
+				icmp++
+			}
+		}
+		if len(rows) != 20 || icmp == 0 {
+			t.Errorf("tshark: %d frames, %d ICMP over IPoIB: %v", len(rows), icmp, rows)
+		}
 	}
 	if ok, out := pingNS(hosts[2], "10.10.0.1", 3); !ok {
 		t.Errorf("C → A:\n%s", out)
@@ -153,14 +174,34 @@ addresses = ["10.20.0.%d/24"]
 		if err == nil && jerr == nil && res.Error == "" {
 			break
 		}
-		if try == 20 {
+		if try == 100 { // 10 s for the server to listen, on a loaded machine
 			t.Fatalf("iperf3 -c: %v %v %s", err, jerr, res.Error)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("iperf3 A→B across the UDP switch, 2 s TCP: %.0f Mbit/s received", res.End.SumReceived.BitsPerSecond/1e6)
-	if res.End.SumReceived.Bytes <= 0 {
+	if res.End.SumReceived.Bytes <= 0 || res.End.SumReceived.BitsPerSecond < 1e6 {
 		t.Error("iperf3 received nothing")
+	}
+
+	// rdma_cm across hosts: the rping example, its server attached to B's daemon, its
+	// client to A's, 1,000 validated iterations.
+	binDir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/pibgw/pibgw/examples/rping").CombinedOutput(); err != nil {
+		t.Fatalf("go build rping: %v\n%s", err, out)
+	}
+	rsrv := startAttached(t, attachSock(1), exec.Command(binDir+"/rping", "-s", "-a", "10.10.0.2", "-C", "1000", "-V"))
+	waitUntil(t, 10*time.Second, "the rping server listening on B", func() bool {
+		var ss []attach.SessionInfo
+		return hs[1].do(control.VerbPS, &ss) == nil && len(ss) == 1 && ss[0].Listens == 1
+	})
+	rcli := startAttached(t, attachSock(0), exec.Command(binDir+"/rping", "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", "1000", "-V", "-d"))
+	rcli.mustSucceed(t, time.Minute)
+	rsrv.mustSucceed(t, 30*time.Second)
+	if m := rpingRateRE.FindStringSubmatch(rcli.stderr.String()); m == nil || m[1] != "1000" {
+		t.Errorf("rping client across hosts:\n%s", rcli.stderr.String())
+	} else {
+		t.Logf("rping A → B across the switch process: %s", m[0])
 	}
 
 	// P_Key 0x8001: A ↔ B over the children; C is no member, reaches neither.
@@ -236,6 +277,136 @@ addresses = ["10.20.0.%d/24"]
 	})
 	t.Logf("A → B back %v after the switch restarted", time.Since(restarted).Round(time.Millisecond))
 }
+
+// multiHostNet makes namespace fab and n host namespaces, each host joined to fab by a
+// veth pair: 10.77.X.1 in fab, 10.77.X.2 in host X (X from 1). The cleanup deletes them
+// (and with them the veths).
+func multiHostNet(t *testing.T, tag string, n int) (fab string, hosts []string) {
+	t.Helper()
+	fab = e2eNetNS(tag + "fab")
+	for i := range n {
+		hosts = append(hosts, e2eNetNS(fmt.Sprintf("%sh%d", tag, i)))
+	}
+	for _, ns := range append([]string{fab}, hosts...) {
+		mustCmd(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		mustCmd(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	for i, ns := range hosts {
+		a, b := fmt.Sprintf("p%s%d%ds", tag, os.Getpid()%100000, i), fmt.Sprintf("p%s%d%dh", tag, os.Getpid()%100000, i)
+		mustCmd(t, "ip", "link", "add", a, "type", "veth", "peer", "name", b)
+		mustCmd(t, "ip", "link", "set", a, "netns", fab)
+		mustCmd(t, "ip", "link", "set", b, "netns", ns)
+		mustCmd(t, "ip", "-n", fab, "addr", "add", fmt.Sprintf("10.77.%d.1/24", i+1), "dev", a)
+		mustCmd(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.77.%d.2/24", i+1), "dev", b)
+		mustCmd(t, "ip", "-n", fab, "link", "set", a, "up")
+		mustCmd(t, "ip", "-n", ns, "link", "set", b, "up")
+	}
+	return fab, hosts
+}
+
+// TestE2ETopology is issue 15's acceptance point 3, as root: `pibgw switch --topology`
+// with ../shared/data/topologies/2sw2path4hca.ibnd (two switches, two parallel links;
+// the SM's HCA on Switch1, the first host on Switch2, the second on Switch1), two hosts
+// over UDP links: ping crosses between the switches, and once the link carrying it is
+// pulled (`pibgw link Switch1/N down`) the SM routes over the other within one sweep.
+func TestE2ETopology(t *testing.T) {
+	requireE2E(t, "ping")
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	fab, hosts := multiHostNet(t, "t", 2)
+	topo := filepath.Join(dir, "2sw.ibnd")
+	writeFile(t, topo, twoSwitchesIBND)
+	swSock := filepath.Join(dir, "sw.sock")
+	sw := startNSProc(t, bin, fab, swSock, "switch", "--topology", topo, "--listen", ":8432",
+		"--allow", "10.77.0.0/16", "--sweep", "500ms", "--control", swSock)
+	var hs []*nsProc
+	for i, ns := range hosts {
+		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
+		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		writeFile(t, cfg, fmt.Sprintf(`[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903%02x000000"
+switch = "10.77.%d.1:8432"
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+addresses = ["10.10.0.%d/24"]
+`, sock, i+1, i+1, i+1))
+		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+		// One at a time, so that host i gets host port i+1: Hca2 on Switch2, then Hca3 on Switch1.
+		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
+			var ifs []control.Interface
+			return hs[i].do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
+		})
+	}
+	cables := func() map[string]uint64 {
+		t.Helper()
+		out, _, err := sw.pibgw("link", "--json")
+		var cs []control.Cable
+		if jerr := json.Unmarshal([]byte(out), &cs); err != nil || jerr != nil {
+			t.Fatalf("pibgw link: %v %v\n%s", err, jerr, out)
+		}
+		m := map[string]uint64{}
+		for _, c := range cs {
+			m[c.Name] = c.Counters["tx_packets"] + c.Counters["rx_packets"]
+		}
+		return m
+	}
+	before := cables()
+	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
+		t.Fatalf("A (Switch2) → B (Switch1):\n%s", out)
+	}
+	after := cables()
+	used := ""
+	for name, n := range after {
+		if strings.HasPrefix(name, "Switch1/") && n-before[name] >= 20 { // 10 echoes, 10 replies
+			used = name
+		}
+	}
+	if used == "" {
+		t.Fatalf("no inter-switch cable carried the pings: before %v after %v", before, after)
+	}
+	if _, errs, err := sw.pibgw("link", used, "down"); err != nil {
+		t.Fatalf("pibgw link %s down: %v %s", used, err, errs)
+	}
+	cut := time.Now()
+	waitUntil(t, 5*time.Second, "A → B after "+used+" was cut", func() bool {
+		ok, _ := runPing(hosts[0], "10.10.0.2")
+		return ok
+	})
+	t.Logf("pings crossed %s; %v after it was cut they cross the other link", used, time.Since(cut).Round(time.Millisecond))
+}
+
+// twoSwitchesIBND is ../shared/data/topologies/2sw2path4hca.ibnd.
+const twoSwitchesIBND = `Switch	8 "Switch1"
+[1]	"Hca1"[1]
+[2]	"Hca3"[1]
+[3]	"Switch2"[3]
+[5]	"Switch2"[5]
+
+Switch 8 "Switch2"
+[1]	"Hca2"[1]
+[2]	"Hca4"[1]
+[3]	"Switch1"[3]
+[5]	"Switch1"[5]
+
+Hca	2 "Hca1"
+[1]	"Switch1"[1]
+
+Hca	2 "Hca2"
+[1]	"Switch2"[1]
+
+Hca	2 "Hca3"
+[1]	"Switch1"[2]
+
+Hca 	2 "Hca4"
+[1]	"Switch2"[2]
+`
 
 // nsProc is a pibgw process (up or switch) running in a namespace.
 type nsProc struct {
@@ -424,3 +595,132 @@ type nullPort struct{}
 
 func (nullPort) Receive([][]byte)   {}
 func (nullPort) Attach(fabric.Link) {}
+
+// TestE2EHostSM: the SM on a host instead of in the switch process (`pibgw switch
+// --no-sm`, sm.mode = "internal" on host A): A's SM waits for its UDP link, sweeps the
+// fabric through the remote switch, and B comes up too: ping A → B.
+func TestE2EHostSM(t *testing.T) {
+	requireE2E(t, "ping")
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	fab, hosts := multiHostNet(t, "s", 2)
+	swSock := filepath.Join(dir, "sw.sock")
+	sw := startNSProc(t, bin, fab, swSock, "switch", "--no-sm", "--ports", "8", "--listen", ":8432",
+		"--allow", "10.77.0.0/16", "--control", swSock)
+	var hs []*nsProc
+	for i, ns := range hosts {
+		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
+		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		sm := ""
+		if i == 0 {
+			sm = "[sm]\nmode = \"internal\"\nsweep_interval = \"1s\"\n"
+		}
+		writeFile(t, cfg, fmt.Sprintf(`[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903%02x000000"
+switch = "10.77.%d.1:8432"
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+addresses = ["10.10.0.%d/24"]
+%s`, sock, i+1, i+1, i+1, sm))
+		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+	}
+	for i, h := range hs {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
+			var ifs []control.Interface
+			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
+		})
+	}
+	if ok, out := pingNS(hosts[0], "10.10.0.2", 3); !ok {
+		t.Fatalf("A → B with A's SM:\n%s", out)
+	}
+	// Port 1 has the switch process's own HCA (no SM on it), which A's SM brought up too.
+	if out, _, err := sw.pibgw("stat", "switch"); err != nil || strings.Count(out, "State: Active") != 3 {
+		t.Errorf("pibgw stat switch: %v\n%s", err, out)
+	}
+}
+
+// TestE2ESwitchUplinks: switches in two processes joined by two UDP links (switch 2's
+// ports 7 and 8 are uplinks into switch 1, `pibgw switch --uplink`), host A on switch 1,
+// host B on switch 2: ping crosses; pulling out the uplink that carries it, the SM (in
+// switch 1's process) routes over the other.
+func TestE2ESwitchUplinks(t *testing.T) {
+	requireE2E(t, "ping")
+	bin := buildPibgw(t)
+	dir := t.TempDir()
+	fab, hosts := multiHostNet(t, "u", 2)
+	sock1, sock2 := filepath.Join(dir, "sw1.sock"), filepath.Join(dir, "sw2.sock")
+	startNSProc(t, bin, fab, sock1, "switch", "--ports", "8", "--listen", ":8432", "--allow", "10.77.0.0/16",
+		"--allow", "127.0.0.0/8", "--sweep", "500ms", "--control", sock1) // hosts, and switch 2's uplinks
+	cfg2 := filepath.Join(dir, "sw2.toml")
+	// Its own node_guid_base (the switch GUID takes the base's bytes but the OUI's next).
+	writeFile(t, cfg2, fmt.Sprintf("interfaces = []\n[daemon]\ncontrol = %q\nattach = \"none\"\n[fabric]\nhca_count = 1\n"+
+		"node_guid_base = 0x0002c90310000000\nswitch_ports = 8\nlisten = \":8433\"\nallow = [\"10.77.0.0/16\"]\n[sm]\nmode = \"external\"\n", sock2))
+	sw2 := startNSProc(t, bin, fab, sock2, "switch", "--config", cfg2, "--uplink", "7=127.0.0.1:8432", "--uplink", "8=127.0.0.1:8432")
+	var hs []*nsProc
+	for i, ns := range hosts {
+		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
+		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		writeFile(t, cfg, fmt.Sprintf(`[daemon]
+control = %q
+attach = "none"
+log_level = "debug"
+[fabric]
+hca_count = 1
+node_guid_base = "0x0002c903%02x000000"
+switch = "10.77.%d.1:%d"
+[[interfaces]]
+name = "ib0"
+hca = "pib_0"
+addresses = ["10.10.0.%d/24"]
+`, sock, i+1, i+1, 8432+i, i+1))
+		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+	}
+	for i, h := range hs {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
+			var ifs []control.Interface
+			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
+		})
+	}
+	uplinks := func() map[string]uint64 {
+		t.Helper()
+		out, _, err := sw2.pibgw("link", "--json")
+		var cs []control.Cable
+		if jerr := json.Unmarshal([]byte(out), &cs); err != nil || jerr != nil {
+			t.Fatalf("pibgw link: %v %v\n%s", err, jerr, out)
+		}
+		m := map[string]uint64{}
+		for _, c := range cs {
+			m[c.Name] = c.Counters["tx_packets"] + c.Counters["rx_packets"]
+		}
+		return m
+	}
+	before := uplinks()
+	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
+		t.Fatalf("A (switch 1) → B (switch 2):\n%s", out)
+	}
+	after := uplinks()
+	used := ""
+	for _, name := range []string{"switch/7", "switch/8"} {
+		if after[name]-before[name] >= 20 {
+			used = name
+		}
+	}
+	if used == "" {
+		t.Fatalf("no uplink carried the pings: before %v after %v", before, after)
+	}
+	if _, errs, err := sw2.pibgw("link", used, "down"); err != nil {
+		t.Fatalf("pibgw link %s down: %v %s", used, err, errs)
+	}
+	cut := time.Now()
+	waitUntil(t, 5*time.Second, "A → B after "+used+" was cut", func() bool {
+		ok, _ := runPing(hosts[0], "10.10.0.2")
+		return ok
+	})
+	t.Logf("pings crossed uplink %s; %v after it was cut they cross the other", used, time.Since(cut).Round(time.Millisecond))
+}

@@ -37,7 +37,10 @@ type osmEnv struct {
 func (e *osmEnv) cmd(ctx context.Context, host string, name string, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, name, args...)
 	c.Dir = e.dir
-	c.Env = append(os.Environ(), "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+e.sock)
+	// opensm keeps its caches (guid2lid…) and dumps in OSM_CACHE_DIR and OSM_TMP_DIR:
+	// the test's directory, not /var/cache/opensm.
+	c.Env = append(os.Environ(), "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+e.sock,
+		"OSM_CACHE_DIR="+e.dir, "OSM_TMP_DIR="+e.dir)
 	if host != "" {
 		c.Env = append(c.Env, "SIM_HOST="+host)
 	}
@@ -223,6 +226,12 @@ socket_name = %q
 		}
 	}
 
+	// The same topology seen from the switch's port 0 (SIM_HOST = its NodeDescription).
+	if sw := e.diag("pibgw switch-1", "ibnetdiscover"); strings.Count(sw, "\nCa\t") != 3 || strings.Count(sw, "\nSwitch\t") != 1 ||
+		!strings.Contains(sw, "Initiated from node 0002c90200000100") {
+		t.Errorf("ibnetdiscover from the switch:\n%s", sw)
+	}
+
 	// smpquery by LID and by directed route.
 	for h, p := range ports {
 		ni := e.diag("", "smpquery", "nodeinfo", p.lid)
@@ -234,9 +243,11 @@ socket_name = %q
 			t.Errorf("smpquery portinfo %s (%s):\n%s", p.lid, h, pi)
 		}
 	}
-	if pi := e.diag("", "smpquery", "-D", "portinfo", "0,1", "2"); diagField(pi, "LinkState") != "Active" || diagField(pi, "Lid") != "0" {
-		// The switch's port 2 (to pib_1): Active; only port 0 of a switch has a LID.
-		t.Errorf("smpquery -D portinfo 0,1 2:\n%s", pi)
+	for port := 1; port <= 3; port++ {
+		// The switch's ports to the HCAs: Active; only port 0 of a switch has a LID.
+		if pi := e.diag("", "smpquery", "-D", "portinfo", "0,1", fmt.Sprint(port)); diagField(pi, "LinkState") != "Active" || diagField(pi, "Lid") != "0" {
+			t.Errorf("smpquery -D portinfo 0,1 %d:\n%s", port, pi)
+		}
 	}
 
 	// perfquery: pib_1's PortXmitPkts/PortRcvPkts move with a ping to it.
@@ -254,6 +265,20 @@ socket_name = %q
 	// Five echo requests in and five replies out, plus the perfquery MADs themselves.
 	if x1-x0 < 5 || r1-r0 < 5 {
 		t.Errorf("perfquery %s 1: PortXmitPkts %d → %d, PortRcvPkts %d → %d across 5 pings", ports["pib_1"].lid, x0, x1, r0, r1)
+	}
+	// pibgw counters prints what perfquery reads, field by field in its format; the error
+	// counters agree (the packet counters move with the queries themselves).
+	pq, ours := e.diag("", "perfquery", ports["pib_1"].lid, "1"), d.MustPibgw("counters", "pib_1", "1")
+	fieldRE := regexp.MustCompile(`(?m)^([A-Za-z0-9]+):\.+(\S+)$`)
+	want, got := fieldRE.FindAllStringSubmatch(pq, -1), fieldRE.FindAllStringSubmatch(ours, -1)
+	if len(want) == 0 || len(got) < len(want) {
+		t.Errorf("perfquery:\n%s\npibgw counters pib_1 1:\n%s", pq, ours)
+	} else {
+		for i, w := range want {
+			if got[i][1] != w[1] || (strings.Contains(w[1], "Error") || strings.Contains(w[1], "Select") || strings.Contains(w[1], "Dropped")) && got[i][2] != w[2] {
+				t.Errorf("field %d: perfquery %s %s, pibgw counters %s %s", i, w[1], w[2], got[i][1], got[i][2])
+			}
+		}
 	}
 	if sw := e.diag("", "perfquery", swLID, "2"); diagField(sw, "PortXmitPkts") == "" {
 		t.Errorf("perfquery of the switch's port 2:\n%s", sw)

@@ -59,17 +59,20 @@ func nodesCommand(e *env) *cli.Command {
 
 func countersCommand(e *env) *cli.Command {
 	return &cli.Command{
-		Name:  "counters",
-		Usage: "print the UDP links' counters (datagrams, drops by reason, switch ports)",
-		Description: "Prints the counters of the process's UDP links, summed: datagrams and packets each\n" +
+		Name:      "counters",
+		Usage:     "print an HCA port's counters like perfquery (CA [PORT]), or the UDP links' counters",
+		ArgsUsage: "[CA [PORT] | --all]",
+		Description: "With CA (pib_0) and optionally PORT, or --all for every HCA port, prints the port's\n" +
+			"PortCounters and PortCountersExtended as its PMA answers perfquery, in perfquery's\n" +
+			"format. Without: prints the counters of the process's UDP links, summed: datagrams and packets each\n" +
 			"way, sessions opened, refusals, peers declared dead, and every drop by reason\n" +
 			"(drop_auth: a tag that does not verify — a wrong PSK; drop_not_allowed: a source\n" +
 			"outside the allow-list; drop_replay; drop_truncated …). A switch process adds its\n" +
 			"switch ports' counters.",
-		Flags: []cli.Flag{jsonFlag(), controlFlag()},
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "all", Usage: "every HCA port's counters"}, jsonFlag(), controlFlag()},
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usagef(c, "unexpected argument %q", c.Args().First())
+			if c.NArg() > 0 || c.Bool("all") {
+				return perfCounters(c, e)
 			}
 			var m control.LinkCounters
 			if err := client(c).Do(c.Context, control.Request{Verb: control.VerbCounters}, &m); err != nil {

@@ -49,7 +49,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	cmds := []*cli.Command{
 		upCommand(e), showCommand(e), neighCommand(e), modeCommand(e), childCommand(e), captureCommand(e),
 		devinfoCommand(e), statCommand(e), psCommand(e), execCommand(e), switchCommand(e), nodesCommand(e), countersCommand(e),
-		inspectCommand(e), injectCommand(e), linkCommand(e), faultCommand(e),
+		inspectCommand(e), injectCommand(e), linkCommand(e), faultCommand(e), traceCommand(e), mannerCommand(e),
 	}
 	setUsageHandlers(cmds, "")
 	return &cli.App{

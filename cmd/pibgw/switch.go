@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -26,8 +28,10 @@ func switchCommand(e *env) *cli.Command {
 			"(--no-sm leaves them to a host with sm.mode = \"internal\"); hosts get ports 2..N. A full\n" +
 			"switch refuses the next host, which logs the reason and retries. --config reads a\n" +
 			"configuration file in pibgw up's format ([daemon], [fabric], [sm] with its partitions);\n" +
-			"the flags override it. The control socket answers stat, devinfo, nodes, counters and\n" +
-			"capture.",
+			"the flags override it. --topology builds the switches and links of an ibsim net file\n" +
+			"instead of one switch; --uplink plugs a switch port into another switch process, so\n" +
+			"that switches of several processes make one fabric. The control socket answers stat,\n" +
+			"devinfo, nodes, counters, link and capture.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Aliases: []string{"l"}, Value: fmt.Sprintf(":%d", config.DefaultSwitchUDPPort), Usage: "UDP `ADDR:PORT` to serve hosts on"},
 			&cli.IntFlag{Name: "ports", Aliases: []string{"n"}, Value: config.MaxSwitchPorts, Usage: "switch ports `N` (1..254), port 1 for the SM's HCA"},
@@ -35,6 +39,8 @@ func switchCommand(e *env) *cli.Command {
 			&cli.StringSliceFlag{Name: "allow", Usage: "without --psk, accept hosts from `PREFIX` (repeatable; default loopback only)"},
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "configuration `FILE` (TOML)"},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default " + DefaultSwitchControl + ")", EnvVars: []string{"PIBGW_SWITCH_CONTROL"}},
+			&cli.StringFlag{Name: "topology", Aliases: []string{"t"}, Usage: "build the switches and links of an ibsim net `FILE` (fabric.topology); its HCA ports are the host ports"},
+			&cli.StringSliceFlag{Name: "uplink", Usage: "`PORT=HOST:PORT`: plug switch port PORT into the switch process at HOST:PORT (repeatable; fabric.uplinks)"},
 			&cli.BoolFlag{Name: "no-sm", Usage: "run no SM here (a host runs it: sm.mode = \"internal\" there)"},
 			&cli.DurationFlag{Name: "sweep", Value: time.Second, Usage: "the SM's light-sweep `INTERVAL` (how soon it sees hosts come and go)"},
 			&cli.BoolFlag{Name: "json", Usage: "log as JSON lines"},
@@ -93,7 +99,18 @@ func switchConfig(c *cli.Context) (*config.Config, error) {
 	if c.IsSet("listen") || cfg.Fabric.Listen == "" {
 		cfg.Fabric.Listen = c.String("listen")
 	}
-	if c.IsSet("ports") || c.String("config") == "" {
+	if path := c.String("topology"); path != "" {
+		t, err := config.LoadTopology(path)
+		if err != nil {
+			return nil, fmt.Errorf("switch: --topology: %w", err)
+		}
+		cfg.Fabric.Topology, cfg.Fabric.TopologyFile = t, path
+	}
+	if cfg.Fabric.Topology != nil {
+		if c.IsSet("ports") {
+			return nil, usagef(c, "--ports is not used with a topology (the file gives each switch its ports)")
+		}
+	} else if c.IsSet("ports") || c.String("config") == "" {
 		n := c.Int("ports")
 		if n < 1 || n > config.MaxSwitchPorts {
 			return nil, usagef(c, "--ports %d out of range 1..%d", n, config.MaxSwitchPorts)
@@ -114,6 +131,17 @@ func switchConfig(c *cli.Context) (*config.Config, error) {
 		}
 		cfg.Fabric.Allow = append(cfg.Fabric.Allow, pf)
 	}
+	for _, u := range c.StringSlice("uplink") {
+		ps, addr, ok := strings.Cut(u, "=")
+		port, err := strconv.Atoi(ps)
+		if !ok || err != nil || port < 1 || port > cfg.Fabric.SwitchPorts || addr == "" {
+			return nil, usagef(c, "--uplink %q: want PORT=HOST:PORT with PORT in 1..%d", u, cfg.Fabric.SwitchPorts)
+		}
+		if cfg.Fabric.Topology != nil {
+			return nil, usagef(c, "--uplink is not used with a topology")
+		}
+		cfg.Fabric.Uplinks = append(cfg.Fabric.Uplinks, config.Uplink{Port: port, Switch: addr})
+	}
 	if c.Bool("no-sm") {
 		cfg.SM.Mode = config.SMExternal
 	}
@@ -121,7 +149,11 @@ func switchConfig(c *cli.Context) (*config.Config, error) {
 	for _, h := range cfg.Fabric.HCAs {
 		total += h.Ports
 	}
-	if total >= cfg.Fabric.SwitchPorts {
+	if t := cfg.Fabric.Topology; t != nil {
+		if n := len(config.TopologyHCAPorts(t)); total >= n {
+			return nil, fmt.Errorf("switch: %s has %d HCA ports: none left for hosts after the %d of the local HCAs", cfg.Fabric.TopologyFile, n, total)
+		}
+	} else if total >= cfg.Fabric.SwitchPorts {
 		return nil, fmt.Errorf("switch: %d ports leave none for hosts after the %d of the local HCAs", cfg.Fabric.SwitchPorts, total)
 	}
 	return cfg, nil

@@ -75,16 +75,19 @@ func open(a cipher.AEAD, n *nonce, d []byte) bool {
 }
 
 // replayWindow accepts each sequence number once, and none older than the window
-// (the sliding-window check of RFC 4303 §3.4.3 and RFC 6479, with a 1024-bit window).
+// (the sliding-window check of RFC 4303 §3.4.3 and RFC 6479: a 1024-bit bitmap, a
+// window of 960).
 // One goroutine (the receive loop) owns it.
 type replayWindow struct {
 	top  uint64 // highest accepted
 	bits [windowWords]uint64
 }
 
+// The bitmap has windowWords words; the window is one word less (RFC 6479 §2), so that
+// the word of the oldest sequence number in the window is never the one the newest reuses.
 const (
 	windowWords = 16
-	windowBits  = windowWords * 64
+	windowBits  = (windowWords - 1) * 64
 )
 
 // check reports whether seq is new, without recording it (before authentication).
@@ -106,9 +109,11 @@ func (w *replayWindow) accept(seq uint64) {
 	if seq > w.top {
 		// Clear the words the window slides past.
 		from, to := w.top/64+1, seq/64
-		if to-from >= windowWords {
+		switch {
+		case to < from: // the same word as top
+		case to-from >= windowWords:
 			w.bits = [windowWords]uint64{}
-		} else {
+		default:
 			for i := from; i <= to; i++ {
 				w.bits[i%windowWords] = 0
 			}

@@ -28,6 +28,7 @@ type batch struct {
 	msgs  []mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6 // big enough for sockaddr_in too
+	nlens []uint32                // send: each slot's address length
 	bufs  [][]byte
 	lens  []int    // payload length of each slot (send) or received length (receive)
 	nonce nonce    // AEAD scratch of the sender that holds the batch
@@ -35,19 +36,42 @@ type batch struct {
 
 	count int // slots in use (send) or received (receive)
 	errno syscall.Errno
-	sent  int
+	sent  int                   // messages sent
 	rfn   func(fd uintptr) bool // method values, made once
 	wfn   func(fd uintptr) bool
+
+	// UDP segmentation offload (Linux 4.18+ UDP_SEGMENT, 5.0+ UDP_GRO): a message may
+	// carry several datagrams of one size (the last may be shorter), which the kernel
+	// sends, and a receiving socket with UDP_GRO is handed, as one.
+	ctrl     []byte        // per message: a UDP_SEGMENT cmsg (send) or room for UDP_GRO's (receive)
+	segs     []int         // receive: each message's segment size (0: one datagram)
+	slots    []int         // send: datagrams in each message
+	nmsgs    int           // send: messages built from the slots
+	datagram int           // send: datagrams of the messages sent
+	refusal  syscall.Errno // send: why the kernel refused a segmented message
 }
+
+const ctrlLen = 32 // ≥ unix.CmsgSpace(4)
+
+// maxGSOSegments is the kernel's UDP_MAX_SEGMENTS; maxGSOBytes the most one UDP
+// message carries over IPv4.
+const (
+	maxGSOSegments = 64
+	maxGSOBytes    = 65507
+)
 
 func newBatch(n, bufSize int) *batch {
 	b := &batch{
 		msgs:  make([]mmsghdr, n),
 		iovs:  make([]unix.Iovec, n),
 		names: make([]unix.RawSockaddrInet6, n),
+		nlens: make([]uint32, n),
 		bufs:  make([][]byte, n),
 		lens:  make([]int, n),
-		run:   make([][]byte, 0, n),
+		run:   make([][]byte, 0, n*max(1, bufSize/maxDatagram)),
+		ctrl:  make([]byte, n*ctrlLen),
+		segs:  make([]int, n),
+		slots: make([]int, n),
 	}
 	mem := make([]byte, n*bufSize)
 	for i := range b.msgs {
@@ -67,6 +91,8 @@ func (b *batch) recv(fd uintptr) bool {
 		m := &b.msgs[i]
 		m.hdr.Namelen = unix.SizeofSockaddrInet6
 		m.hdr.Flags = 0
+		m.hdr.Control = &b.ctrl[i*ctrlLen]
+		m.hdr.SetControllen(ctrlLen)
 		m.n = 0
 		b.iovs[i].SetLen(len(b.bufs[i]))
 	}
@@ -80,9 +106,33 @@ func (b *batch) recv(fd uintptr) bool {
 		b.count = int(r)
 		for i := 0; i < b.count; i++ {
 			b.lens[i] = int(b.msgs[i].n)
+			b.segs[i] = b.groSize(i)
 		}
 	}
 	return true
+}
+
+// groSize returns the segment size the kernel reported for message i (a UDP_GRO cmsg),
+// or 0.
+func (b *batch) groSize(i int) int {
+	n := int(b.msgs[i].hdr.Controllen)
+	c := b.ctrl[i*ctrlLen : i*ctrlLen+min(n, ctrlLen)]
+	for len(c) >= unix.CmsgLen(0) {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+		l := int(h.Len)
+		if l < unix.CmsgLen(0) || l > len(c) {
+			return 0
+		}
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && l >= unix.CmsgLen(2) {
+			d := c[unix.CmsgLen(0):l]
+			if len(d) >= 4 {
+				return int(*(*int32)(unsafe.Pointer(&d[0])))
+			}
+			return int(*(*uint16)(unsafe.Pointer(&d[0])))
+		}
+		c = c[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(c)):]
+	}
+	return 0
 }
 
 // readBatch receives up to len(b.msgs) datagrams, blocking until at least one arrives.
@@ -117,18 +167,25 @@ func (b *batch) from(i int) netip.AddrPort {
 // setTo addresses slot i to the raw address sa.
 func (b *batch) setTo(i int, sa *rawAddr) {
 	b.names[i] = sa.sa
+	b.nlens[i] = sa.len
 	b.msgs[i].hdr.Namelen = sa.len
 }
 
 func (b *batch) send(fd uintptr) bool {
-	for b.sent < b.count {
+	for b.sent < b.nmsgs {
 		r, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&b.msgs[b.sent])),
-			uintptr(b.count-b.sent), unix.MSG_DONTWAIT, 0, 0)
+			uintptr(b.nmsgs-b.sent), unix.MSG_DONTWAIT, 0, 0)
 		switch {
 		case e == unix.EAGAIN:
 			return false
 		case e == unix.EINTR:
 			continue
+		case (e == unix.EIO || e == unix.EINVAL || e == unix.EMSGSIZE) && b.slots[b.sent] > 1:
+			// The path cannot segment: a segment larger than its MTU (EMSGSIZE; EINVAL
+			// before Linux 6.3), or no checksum offload on the device (EIO). Say so; the
+			// caller sends again without.
+			b.refusal = e
+			return true
 		case e != 0:
 			// A datagram the kernel will not take (e.g. ECONNREFUSED from an earlier ICMP
 			// error, EHOSTUNREACH): skip it and send the rest, as UDP loses datagrams.
@@ -136,25 +193,94 @@ func (b *batch) send(fd uintptr) bool {
 			b.sent++
 			continue
 		}
+		for k := b.sent; k < b.sent+int(r); k++ {
+			b.datagram += b.slots[k]
+		}
 		b.sent += int(r)
 	}
 	return true
 }
 
-// writeBatch sends slots 0..count-1.
-func (b *batch) writeBatch(rc syscall.RawConn) error {
+// layout builds the messages from slots 0..count-1 (all to one address): one datagram
+// each, or with gso runs of equal-size datagrams, the last of a run possibly shorter.
+func (b *batch) layout(gso bool) {
+	k := 0
+	for s := 0; s < b.count; {
+		n, size, total := 1, b.lens[s], b.lens[s]
+		for gso && s+n < b.count && n < maxGSOSegments && b.lens[s+n-1] == size && b.lens[s+n] <= size &&
+			total+b.lens[s+n] <= maxGSOBytes {
+			total += b.lens[s+n]
+			n++
+		}
+		m := &b.msgs[k].hdr
+		m.Name = (*byte)(unsafe.Pointer(&b.names[s]))
+		m.Namelen = b.nlens[s]
+		m.Iov = &b.iovs[s]
+		m.Iovlen = uint64(n)
+		m.Flags = 0
+		if n > 1 {
+			c := b.ctrl[k*ctrlLen:]
+			h := (*unix.Cmsghdr)(unsafe.Pointer(&c[0]))
+			h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+			h.SetLen(unix.CmsgLen(2))
+			*(*uint16)(unsafe.Pointer(&c[unix.CmsgLen(0)])) = uint16(size)
+			m.Control = &c[0]
+			m.SetControllen(unix.CmsgSpace(2))
+		} else {
+			m.Control = nil
+			m.SetControllen(0)
+		}
+		b.slots[k] = n
+		k++
+		s += n
+	}
+	b.nmsgs = k
+}
+
+// writeBatch sends slots 0..count-1, as few messages as UDP segmentation offload
+// allows when gso is on; it reports whether the kernel refused segmentation (the
+// caller then turns it off) after sending everything without it.
+func (b *batch) writeBatch(rc syscall.RawConn, gso bool) (refused bool, err error) {
 	for i := 0; i < b.count; i++ {
 		b.iovs[i].SetLen(b.lens[i])
-		b.msgs[i].hdr.Flags = 0
 	}
-	b.sent, b.errno = 0, 0
+	b.layout(gso)
+	b.sent, b.errno, b.datagram, b.refusal = 0, 0, 0, 0
 	if err := rc.Write(b.wfn); err != nil {
-		return err
+		return false, err
+	}
+	if gso && b.sent < b.nmsgs && b.refusal != 0 {
+		// Send the rest one datagram each.
+		done := b.datagram
+		b.relayout(done)
+		b.sent, b.errno = 0, 0
+		if err := rc.Write(b.wfn); err != nil {
+			return true, err
+		}
+		b.datagram += done
+		refused = true
 	}
 	if b.errno != 0 {
-		return b.errno
+		return refused, b.errno
 	}
-	return nil
+	return refused, nil
+}
+
+// relayout makes one message per datagram of slots from..count-1.
+func (b *batch) relayout(from int) {
+	k := 0
+	for s := from; s < b.count; s++ {
+		m := &b.msgs[k].hdr
+		m.Name = (*byte)(unsafe.Pointer(&b.names[s]))
+		m.Namelen = b.nlens[s]
+		m.Iov, m.Iovlen, m.Flags = &b.iovs[s], 1, 0
+		m.Control = nil
+		m.SetControllen(0)
+		b.slots[k] = 1
+		k++
+	}
+	b.nmsgs = k
+	b.datagram = 0
 }
 
 // rawAddr is a peer's socket address in the form sendmmsg takes, built once per peer.
@@ -206,4 +332,16 @@ func listenUDP(addr string) (*net.UDPConn, int, error) {
 	_ = c.SetReadBuffer(4 << 20)
 	_ = c.SetWriteBuffer(4 << 20)
 	return c, fam, nil
+}
+
+// enableGRO asks the kernel to hand runs of a flow's datagrams over coalesced
+// (UDP_GRO, Linux 5.0); it reports whether it does.
+func enableGRO(rc syscall.RawConn) bool {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
+	}); err != nil {
+		return false
+	}
+	return serr == nil
 }

@@ -26,6 +26,9 @@ type Dialer struct {
 
 	cur atomic.Pointer[peer]
 
+	firstUp chan struct{} // closed when the first session comes up
+	upOnce  sync.Once
+
 	mu         sync.Mutex
 	closed     bool
 	crand      [randLen]byte // of the connect in flight
@@ -71,13 +74,24 @@ func Dial(remote string, guid uint64, port fabric.Port, cfg Config) (*Dialer, er
 			e.cfg.Allow = append(append([]netip.Prefix(nil), e.cfg.Allow...), netip.PrefixFrom(rap.Addr(), rap.Addr().BitLen()))
 		}
 	}
-	d := &Dialer{e: e, remote: rap, raw: raw, guid: guid, port: port, delay: cfg.ReconnectMin}
+	d := &Dialer{e: e, remote: rap, raw: raw, guid: guid, port: port, delay: cfg.ReconnectMin, firstUp: make(chan struct{})}
 	e.role = d
 	e.start()
-	d.mu.Lock()
-	d.connectLocked()
-	d.mu.Unlock()
+	d.connect()
 	return d, nil
+}
+
+// connect sends a connect (outside d.mu: no lock across I/O) and arms the retry timer,
+// unless a session is up.
+func (d *Dialer) connect() {
+	d.mu.Lock()
+	if p := d.cur.Load(); p != nil && !p.gone.Load() {
+		d.mu.Unlock()
+		return
+	}
+	send := d.connectLocked()
+	d.mu.Unlock()
+	send()
 }
 
 // DialStatus is a dialer's state.
@@ -110,6 +124,9 @@ func (d *Dialer) Status() DialStatus {
 // Counters returns the dialer's counters.
 func (d *Dialer) Counters() Counters { return d.e.Counters() }
 
+// FirstUp is closed when the dialer's first session comes up.
+func (d *Dialer) FirstUp() <-chan struct{} { return d.firstUp }
+
 // Close disconnects from the switch, unplugs the port and closes the socket.
 func (d *Dialer) Close() {
 	d.mu.Lock()
@@ -125,17 +142,18 @@ func (d *Dialer) Close() {
 	d.e.close()
 }
 
-// connectLocked sends a connect and arms the retry timer with the back-off.
-func (d *Dialer) connectLocked() {
+// connectLocked prepares a connect, arms the retry timer with the back-off, and returns
+// the function that sends the connect.
+func (d *Dialer) connectLocked() (send func()) {
 	if d.closed {
-		return
+		return func() {}
 	}
 	rand.Read(d.crand[:])
 	var body [connectLen]byte
 	binary.BigEndian.PutUint64(body[:], d.guid)
 	binary.BigEndian.PutUint64(body[8:], uint64(d.e.cfg.Clock.Now().UnixNano()))
 	copy(body[16:], d.crand[:])
-	d.e.sendControl(&d.raw, d.e.hs, MsgConnect, 0, randUint64(), body[:])
+	send = func() { d.e.sendControl(&d.raw, d.e.hs, MsgConnect, 0, randUint64(), body[:]) }
 	d.attempts++
 	d.unanswered++
 	if d.unanswered == 10 || d.unanswered%100 == 0 {
@@ -150,16 +168,10 @@ func (d *Dialer) connectLocked() {
 	} else {
 		d.timer.Reset(wait)
 	}
+	return send
 }
 
-func (d *Dialer) retry() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p := d.cur.Load(); p != nil && !p.gone.Load() {
-		return
-	}
-	d.connectLocked()
-}
+func (d *Dialer) retry() { d.connect() }
 
 func (d *Dialer) lookup(src netip.AddrPort) *peer {
 	if src != d.remote {
@@ -203,6 +215,7 @@ func (d *Dialer) handshake(src netip.AddrPort, h Header, body []byte) {
 		}
 		p.startTimer() // before the port sees the link: tests advance fake time from there
 		d.port.Attach(p)
+		d.upOnce.Do(func() { close(d.firstUp) })
 		e.ctr.connects.Add(1)
 		e.log.Info("udplink: connected to switch", "switch", d.remote, "port_guid", fmt.Sprintf("%#016x", d.guid), "switch_port", num)
 	case MsgRefuse:
@@ -248,8 +261,8 @@ func (d *Dialer) ended(p *peer, dead bool) {
 	if d.endSession(p, dead) {
 		d.mu.Lock()
 		d.delay = d.e.cfg.ReconnectMin
-		d.connectLocked()
 		d.mu.Unlock()
+		d.connect()
 	}
 }
 

@@ -96,6 +96,7 @@ type endpoint struct {
 	rx      *batch
 	hsNonce nonce
 
+	gso     atomic.Bool // send with UDP_SEGMENT until the kernel refuses
 	closed  atomic.Bool
 	started bool
 	done    chan struct{}
@@ -109,8 +110,14 @@ func newEndpoint(uc *net.UDPConn, fam int, cfg Config) (*endpoint, error) {
 	e := &endpoint{
 		cfg: cfg, uc: uc, rc: rc, fam: fam, log: cfg.Logger,
 		free: make(chan *batch, 8),
-		rx:   newBatch(cfg.Batch, maxDatagram),
 		done: make(chan struct{}),
+	}
+	e.gso.Store(true)
+	if enableGRO(rc) {
+		// Coalesced runs arrive in one buffer: fewer, bigger ones.
+		e.rx = newBatch(groMessages, groBuffer)
+	} else {
+		e.rx = newBatch(cfg.Batch, maxDatagram)
 	}
 	if cfg.PSK != nil {
 		if len(cfg.PSK) < PSKMinLen {
@@ -160,24 +167,42 @@ func (e *endpoint) loop() {
 	}
 }
 
+// With UDP_GRO, the receive batch is groMessages buffers of groBuffer bytes: a
+// coalesced run of a flow is at most 64 KiB.
+const (
+	groMessages = 8
+	groBuffer   = 65536 + maxDatagram
+)
+
 // receive handles one received batch: data for one peer in a row is delivered in one
 // Receive call.
 func (e *endpoint) receive(b *batch) {
-	e.ctr.rxDgrams.Add(uint64(b.count))
 	now := e.cfg.Clock.Now().UnixNano()
 	var cur *peer
 	run := b.run[:0]
+	var n uint64
 	for i := 0; i < b.count; i++ {
-		p, pkt := e.classify(b, i, now, &cur, &run)
-		if pkt == nil {
-			continue
+		src, trunc := b.from(i), b.truncated(i)
+		d, seg := b.bufs[i][:b.lens[i]], b.segs[i]
+		if seg <= 0 || seg >= len(d) {
+			seg = len(d)
 		}
-		if p != cur {
-			e.deliver(cur, run)
-			cur, run = p, run[:0]
+		for first := true; first || len(d) > 0; first = false {
+			piece := d[:min(seg, len(d))]
+			d = d[len(piece):]
+			n++
+			p, pkt := e.classify(piece, src, trunc, now, &cur, &run)
+			if pkt == nil {
+				continue
+			}
+			if p != cur {
+				e.deliver(cur, run)
+				cur, run = p, run[:0]
+			}
+			run = append(run, pkt)
 		}
-		run = append(run, pkt)
 	}
+	e.ctr.rxDgrams.Add(n)
 	e.deliver(cur, run)
 	b.run = run[:0]
 }
@@ -210,9 +235,8 @@ const (
 // classify checks datagram i and returns the packet it carries with its peer, or nil
 // after handling (or dropping) anything else. Control messages first deliver the data
 // collected so far, so that a session's packets and its end stay in order.
-func (e *endpoint) classify(b *batch, i int, now int64, cur **peer, run *[][]byte) (*peer, []byte) {
-	d := b.bufs[i][:b.lens[i]]
-	if b.truncated(i) {
+func (e *endpoint) classify(d []byte, src netip.AddrPort, trunc bool, now int64, cur **peer, run *[][]byte) (*peer, []byte) {
+	if trunc || len(d) > maxDatagram {
 		e.ctr.drop(DropTruncated)
 		return nil, nil
 	}
@@ -224,7 +248,6 @@ func (e *endpoint) classify(b *batch, i int, now int64, cur **peer, run *[][]byt
 		e.ctr.drop(DropShort)
 		return nil, nil
 	}
-	src := b.from(i)
 	if e.hs == nil && !allowed(e.cfg.Allow, src.Addr()) {
 		e.ctr.drop(DropNotAllowed)
 		return nil, nil
@@ -318,15 +341,29 @@ func (e *endpoint) putBatch(b *batch) {
 	}
 }
 
-// flush sends a batch's datagrams and empties it.
-func (e *endpoint) flush(b *batch) {
+// flush sends a batch's datagrams (to p, or a control message when p is nil) and
+// empties it. A path that cannot take segmented sends (UDP_SEGMENT: a segment larger than
+// its MTU, or a device without checksum offload) is sent datagram by datagram from then
+// on: the peer's path, or, for EIO, every path of the socket.
+func (e *endpoint) flush(b *batch, p *peer) {
 	if b.count == 0 {
 		return
 	}
-	if err := b.writeBatch(e.rc); err != nil && !e.closed.Load() {
+	gso := p != nil && e.gso.Load() && !p.noGSO.Load()
+	refused, err := b.writeBatch(e.rc, gso)
+	if refused {
+		if b.refusal == syscall.EIO {
+			e.gso.Store(false)
+		}
+		if !p.noGSO.Swap(true) {
+			e.log.Info("udplink: this path does not take segmented UDP sends; sending datagrams one by one",
+				"peer", p.addr, "err", b.refusal)
+		}
+	}
+	if err != nil && !e.closed.Load() {
 		e.ctr.drop(DropTxError)
 	}
-	e.ctr.txDgrams.Add(uint64(b.sent))
+	e.ctr.txDgrams.Add(uint64(b.datagram))
 	b.count = 0
 }
 
@@ -351,10 +388,10 @@ func (e *endpoint) sendData(p *peer, pkts [][]byte) {
 		n++
 		bytes += uint64(len(pkt))
 		if b.count == len(b.msgs) {
-			e.flush(b)
+			e.flush(b, p)
 		}
 	}
-	e.flush(b)
+	e.flush(b, p)
 	e.putBatch(b)
 	e.ctr.txPkts.Add(n)
 	e.ctr.txBytes.Add(bytes)
@@ -387,7 +424,7 @@ func (e *endpoint) sendControl(to *rawAddr, a cipher.AEAD, t MsgType, session ui
 	b.lens[0] = end
 	b.setTo(0, to)
 	b.count = 1
-	e.flush(b)
+	e.flush(b, nil)
 	e.putBatch(b)
 }
 
@@ -404,6 +441,7 @@ type peer struct {
 	num     int    // switch port number (listener: local, dialer: the switch's)
 	guid    uint64 // the host port's GUID
 
+	noGSO          atomic.Bool // the path refused a segmented send
 	txSeq          atomic.Uint64
 	lastRx         atomic.Int64 // clock time, Unix ns
 	gone           atomic.Bool

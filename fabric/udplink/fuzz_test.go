@@ -29,10 +29,16 @@ func FuzzReceive(f *testing.F) {
 	f.Add(byte(6), []byte{byte(MsgConnect), 1, 2, 3})
 	f.Add(byte(0), make([]byte, 9000))
 	f.Add(byte(0), []byte{})
+	f.Add(byte(0x80), []byte{5, 1, 2, 3})
 	f.Fuzz(func(t *testing.T, sel byte, data []byte) {
 		h := hs[sel&1]
 		if h.session() == nil {
 			h.connect()
+		}
+		if sel&0x80 != 0 && len(data) > 0 { // a coalesced run: valid datagrams and fuzz, cut at a fuzzed size
+			run := append(append(h.data(pkt(2, 1, 16)), data...), h.data(pkt(2, 1, 16))...)
+			h.injectGRO(run, int(data[0])<<4|int(sel&0x70)>>4)
+			return
 		}
 		switch sel >> 1 & 3 {
 		case 0: // raw bytes

@@ -69,8 +69,21 @@ func (h *rxHarness) inject(ds ...[]byte) {
 			b.msgs[i].hdr.Flags = 0x20 // MSG_TRUNC
 		}
 		b.lens[i] = copy(b.bufs[i], d)
+		b.segs[i] = 0
 		b.count++
 	}
+	h.l.e.receive(b)
+}
+
+// injectGRO hands the listener d as the kernel hands a coalesced run (UDP_GRO): one
+// buffer of datagrams of seg bytes, the last possibly shorter.
+func (h *rxHarness) injectGRO(d []byte, seg int) {
+	b := newBatch(1, groBuffer)
+	raw, _ := makeRawAddr(h.src, h.l.e.fam)
+	b.setTo(0, &raw)
+	b.lens[0] = copy(b.bufs[0], d)
+	b.segs[0] = seg
+	b.count = 1
 	h.l.e.receive(b)
 }
 

@@ -154,6 +154,13 @@ func (l *Listener) handshake(src netip.AddrPort, h Header, body []byte) {
 		e.ctr.drop(DropMalformed)
 		return
 	}
+	// The answer goes out after the lock is released (no lock across I/O).
+	var reply func()
+	defer func() {
+		if reply != nil {
+			reply()
+		}
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// A replayed connect must not move a host's port to the replayer's address: each
@@ -179,7 +186,7 @@ func (l *Listener) handshake(src netip.AddrPort, h Header, body []byte) {
 		}
 		rb := make([]byte, 0, refuseMinLen+len(msg))
 		rb = append(append(append(rb, crand...), code, byte(len(msg))), msg...)
-		e.sendControl(&to, e.hs, MsgRefuse, 0, randUint64(), rb)
+		reply = func() { e.sendControl(&to, e.hs, MsgRefuse, 0, randUint64(), rb) }
 		e.ctr.refused.Add(1)
 		e.log.Warn("udplink: refused host", "from", src, "port_guid", fmt.Sprintf("%#016x", guid), "reason", msg)
 		return
@@ -207,7 +214,7 @@ func (l *Listener) handshake(src netip.AddrPort, h Header, body []byte) {
 	p.startTimer()
 	port.Attach(nil)
 	port.Attach(p)
-	e.sendControl(&to, e.hs, MsgConnectAck, p.session, randUint64(), ack)
+	reply = func() { e.sendControl(&to, e.hs, MsgConnectAck, p.session, randUint64(), ack) }
 	e.ctr.connects.Add(1)
 	e.log.Info("udplink: host connected", "from", src, "port_guid", fmt.Sprintf("%#016x", guid), "switch_port", num)
 }

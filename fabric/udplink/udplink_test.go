@@ -138,6 +138,9 @@ func TestHostsThroughSwitch(t *testing.T) {
 			if got := recv(t, a, 1); !bytes.Equal(got[0], back) {
 				t.Fatalf("reply differs")
 			}
+			// The switch counts a packet sent once sendmmsg returned, which may be after
+			// the host received it.
+			waitFor(t, func() bool { return s.l.Counters().TxPackets == 4 })
 			c := s.l.Counters()
 			if c.RxPackets != 4 || c.TxPackets != 4 || c.Connects != 2 {
 				t.Fatalf("switch counters %+v", c)
@@ -457,5 +460,65 @@ func TestSwitchRestartHint(t *testing.T) {
 			}
 			waitFor(t, func() bool { return d.Status().Up })
 		})
+	}
+}
+
+// A switch of 254 ports (IBA's most) takes 254 hosts, each on its own port, refuses the
+// 255th with "switch full", and still forwards between its hosts.
+func TestFullSize(t *testing.T) {
+	const n = 254
+	s := newTestSwitch(t, n, Config{})
+	hosts := make([]*hostPort, n)
+	dialers := make([]*Dialer, n)
+	for i := range hosts {
+		dialers[i], hosts[i] = dial(t, s, uint64(0x1000+i), Config{})
+	}
+	for _, h := range hosts {
+		h.waitLink(t, true)
+	}
+	ports := map[int]bool{}
+	for _, d := range dialers {
+		ports[d.Status().SwitchPort] = true
+	}
+	if len(ports) != n || len(s.l.Peers()) != n {
+		t.Fatalf("%d distinct ports, %d sessions", len(ports), len(s.l.Peers()))
+	}
+	extra, _ := dial(t, s, 0x9999, Config{})
+	waitFor(t, func() bool { return strings.Contains(extra.Status().Refusal, "switch full: all 254 ports") })
+	first, last := dialers[0].Status().SwitchPort, dialers[n-1].Status().SwitchPort
+	p := pkt(uint16(last), uint16(first), 40)
+	hosts[0].Send(p)
+	if got := recv(t, hosts[n-1], 1); !bytes.Equal(got[0], p) {
+		t.Fatal("port 1 → port 254 did not arrive intact")
+	}
+}
+
+// A coalesced run (UDP_GRO) is split at its segment size: every datagram of it is
+// delivered, in order, the last one shorter.
+func TestGROSplit(t *testing.T) {
+	sink := fabrictest.NewRecorder()
+	h := newRxHarness(t, testPSK, sink)
+	h.connect()
+	var run []byte
+	var want [][]byte
+	for i := range 5 {
+		p := pkt(2, 1, 100)
+		if i == 4 {
+			p = pkt(2, 1, 40)
+		}
+		want = append(want, p)
+		run = append(run, h.data(p)...)
+	}
+	seg := len(h.data(want[0])) // same length as the others
+	h.hp.txSeq.Add(^uint64(0))  // that datagram was never sent
+	h.injectGRO(run, seg)
+	got := sink.Packets()
+	if len(got) != 5 {
+		t.Fatalf("%d packets delivered, want 5 (counters %+v)", len(got), h.l.Counters())
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("packet %d differs", i)
+		}
 	}
 }

@@ -4,7 +4,7 @@
 //
 //	configs/x.toml: fabric.hcas[1].ports: 40 out of range 1..32
 //
-// The file's sections are daemon, fabric, sm and interfaces; README.md documents every
+// The file's sections are daemon, fabric, sm, ibsim, manner and interfaces; README.md documents every
 // option and configs/default.toml spells the defaults out.
 package config
 
@@ -15,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/pibgw/pibgw/fabric/topology"
 )
 
 // Defaults.
@@ -66,8 +68,29 @@ type Config struct {
 	Fabric     Fabric
 	SM         SM
 	IBSim      IBSim
+	Manner     Manner
 	Interfaces []Interface
 }
+
+// Manner is the [manner] section: pib's behaviour choices and pitfall checks (pib's
+// behavior, manner_warn and manner_err module options), for the daemon's HCAs and those
+// of attached processes (hca.Manner).
+type Manner struct {
+	// Pitfalls is "warn" (log the object and the rule), "strict" (also fail the verb with
+	// EINVAL) or "off".
+	Pitfalls string
+	// LowestQPN always hands out the lowest free QP number.
+	LowestQPN bool
+	// RandomErrorFields fills the undefined fields of error completions with random values.
+	RandomErrorFields bool
+}
+
+// manner.pitfalls values.
+const (
+	PitfallsWarn   = "warn"
+	PitfallsStrict = "strict"
+	PitfallsOff    = "off"
+)
 
 // IBSim is the [ibsim] section: the server of OFED ibsim's MAD protocol through which
 // unmodified opensm and infiniband-diags (LD_PRELOAD=libumad2sim.so) use the fabric.
@@ -101,6 +124,9 @@ type Daemon struct {
 	// AttachMode is the attach socket's permission bits (attach_mode, default 0666: any
 	// local user may attach, as to /dev/infiniband/uverbs*; the daemon polices them).
 	AttachMode os.FileMode
+	// Metrics is the address of the Prometheus metrics endpoint (GET /metrics), e.g.
+	// "127.0.0.1:9464"; "" (the default) serves none.
+	Metrics string
 }
 
 // AttachPath returns the attach socket the daemon serves, "" for none: daemon.attach, or
@@ -132,13 +158,27 @@ type Fabric struct {
 	SwitchPorts  int
 	HCAs         []HCA
 
-	Switch      string         // HOST:PORT of the switch process; "" for the built-in switch
-	Listen      string         // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
+	Switch string // HOST:PORT of the switch process; "" for the built-in switch
+	Listen string // [HOST]:PORT where this fabric's switch serves other processes (pibgw switch)
+	// TopologyFile is fabric.topology: an ibsim net file of switches and links built
+	// instead of the one switch; Topology is its contents.
+	TopologyFile string
+	Topology     *topology.Topology
+	// Uplinks plug ports of this process's switch into other switch processes, so that
+	// switches in several processes make one fabric.
+	Uplinks     []Uplink
 	PSKFile     string         // psk_file as configured
 	PSK         []byte         // its key; nil: no authentication, Allow applies
 	Allow       []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
 	Keepalive   time.Duration  // keepalive interval of UDP links
 	LinkTimeout time.Duration  // a UDP link silent this long is down
+}
+
+// Uplink is one [[fabric.uplinks]] entry: switch port Port plugs into the switch process
+// at Switch (HOST:PORT) as a host port would.
+type Uplink struct {
+	Port   int
+	Switch string
 }
 
 // HCA is one soft HCA.

@@ -179,6 +179,9 @@ func TestErrors(t *testing.T) {
 		{"[ibsim]\nmax_clients = 0\n", "x.toml: ibsim.max_clients: 0 out of range 1..4096"},
 		{"[ibsim]\nenable = true\nsocket_name = \"\"\n", "x.toml: ibsim.socket_name: empty, and ibsim.udp is not set: the server would listen nowhere"},
 		{"[ibsim]\nenable = 1\n", "x.toml: ibsim.enable: want true or false, got an integer"},
+		{"[manner]\npitfalls = \"loud\"\n", "x.toml: manner.pitfalls: \"loud\": want \"warn\", \"strict\" or \"off\""},
+		{"[manner]\nlowest_qpn = \"yes\"\n", "x.toml: manner.lowest_qpn: want true or false, got a string"},
+		{"[manner]\nstrict = true\n", "x.toml: manner.strict: unknown option"},
 		{"[sm]\nport = 2\n", "x.toml: sm.port: 2 out of range 1..1 (pib_0 has 1)"},
 		{"[sm]\npriority = 16\n", "x.toml: sm.priority: 16 out of range 0..15"},
 		{"[daemon]\nmax_procs = -1\n", "x.toml: daemon.max_procs: -1 out of range 0..4096"},
@@ -223,6 +226,12 @@ func TestErrors(t *testing.T) {
 		{"[fabric]\nallow = [\"10.0.0.0/33\"]\n", "x.toml: fabric.allow[0]: \"10.0.0.0/33\": want an address or a prefix"},
 		{"[fabric]\nkeepalive = \"1s\"\nlink_timeout = \"1s\"\n", "x.toml: fabric.link_timeout: 1s is shorter than two keepalives (2s)"},
 		{"[fabric]\nkeepalive = \"-1s\"\n", "x.toml: fabric.keepalive: \"-1s\": want a positive duration"},
+		{"[fabric]\n[[fabric.uplinks]]\nswitch = \"10.0.0.1:8432\"\n", "x.toml: fabric.uplinks[0].port: missing"},
+		{"[fabric]\n[[fabric.uplinks]]\nport = 9\nswitch = \"10.0.0.1:8432\"\n", "x.toml: fabric.uplinks[0].port: 9 out of range 1..8 (switch_ports)"},
+		{"[fabric]\n[[fabric.uplinks]]\nport = 7\nswitch = \"10.0.0.1\"\n", "x.toml: fabric.uplinks[0].switch: \"10.0.0.1\": want HOST:PORT"},
+		{"[fabric]\n[[fabric.uplinks]]\nport = 7\nswitch = \"a:1\"\n[[fabric.uplinks]]\nport = 7\nswitch = \"a:1\"\n", "x.toml: fabric.uplinks[1].port: port 7 has two uplinks"},
+		{"[fabric]\nswitch = \"10.0.0.1:8432\"\n[[fabric.uplinks]]\nport = 7\nswitch = \"a:1\"\n", "x.toml: fabric.uplinks[0]: uplinks join this process's one switch"},
+		{"[fabric]\ntopology = \"/nonexistent.ibnd\"\n", "x.toml: fabric.topology: open /nonexistent.ibnd"},
 		{"[sm]\nenabled = true\n", "x.toml: sm.enabled: unknown option"},
 		{"[fabric\n", "x.toml:2: "},
 		{"a = 1\n", "x.toml: a: unknown option"},
@@ -302,5 +311,18 @@ func TestMultiHostExamples(t *testing.T) {
 		if c.Fabric.PSK == nil || (name == "switch") != (c.Fabric.Listen != "") || (name == "switch") != (c.SM.Mode == SMInternal) {
 			t.Errorf("%s: fabric %+v sm %+v", name, c.Fabric, c.SM)
 		}
+	}
+}
+
+func TestManner(t *testing.T) {
+	if m := Default().Manner; m.Pitfalls != PitfallsWarn || m.LowestQPN || m.RandomErrorFields {
+		t.Errorf("default manner %+v", m)
+	}
+	c, err := Parse("x.toml", []byte("[manner]\npitfalls = \"strict\"\nlowest_qpn = true\nrandom_error_fields = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Manner; m.Pitfalls != PitfallsStrict || !m.LowestQPN || !m.RandomErrorFields {
+		t.Errorf("manner %+v", m)
 	}
 }

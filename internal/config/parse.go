@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/pibgw/pibgw/fabric/topology"
 )
 
 // The file's shape. Leaves are decoded as `any` so that this package, not the TOML
@@ -29,18 +31,21 @@ type file struct {
 		State      any `toml:"state"`
 		Attach     any `toml:"attach"`
 		AttachMode any `toml:"attach_mode"`
+		Metrics    any `toml:"metrics"`
 	} `toml:"daemon"`
 	Fabric struct {
-		HCACount     any       `toml:"hca_count"`
-		NodeGUIDBase any       `toml:"node_guid_base"`
-		SwitchPorts  any       `toml:"switch_ports"`
-		HCAs         []fileHCA `toml:"hcas"`
-		Switch       any       `toml:"switch"`
-		Listen       any       `toml:"listen"`
-		PSKFile      any       `toml:"psk_file"`
-		Allow        any       `toml:"allow"`
-		Keepalive    any       `toml:"keepalive"`
-		LinkTimeout  any       `toml:"link_timeout"`
+		HCACount     any          `toml:"hca_count"`
+		NodeGUIDBase any          `toml:"node_guid_base"`
+		SwitchPorts  any          `toml:"switch_ports"`
+		HCAs         []fileHCA    `toml:"hcas"`
+		Uplinks      []fileUplink `toml:"uplinks"`
+		Switch       any          `toml:"switch"`
+		Listen       any          `toml:"listen"`
+		Topology     any          `toml:"topology"`
+		PSKFile      any          `toml:"psk_file"`
+		Allow        any          `toml:"allow"`
+		Keepalive    any          `toml:"keepalive"`
+		LinkTimeout  any          `toml:"link_timeout"`
 	} `toml:"fabric"`
 	SM struct {
 		Mode          any             `toml:"mode"`
@@ -56,7 +61,17 @@ type file struct {
 		UDP        any `toml:"udp"`
 		MaxClients any `toml:"max_clients"`
 	} `toml:"ibsim"`
+	Manner struct {
+		Pitfalls          any `toml:"pitfalls"`
+		LowestQPN         any `toml:"lowest_qpn"`
+		RandomErrorFields any `toml:"random_error_fields"`
+	} `toml:"manner"`
 	Interfaces []fileInterface `toml:"interfaces"`
+}
+
+type fileUplink struct {
+	Port   any `toml:"port"`
+	Switch any `toml:"switch"`
 }
 
 type fileHCA struct {
@@ -119,6 +134,7 @@ func Parse(name string, data []byte) (*Config, error) {
 	p.fabric(c, &f)
 	p.sm(c, &f)
 	p.ibsim(c, &f)
+	p.manner(c, &f)
 	p.interfaces(c, &f, md.IsDefined("interfaces"))
 	if p.err != nil {
 		return nil, p.err
@@ -300,6 +316,12 @@ func (p *parser) daemon(c *Config, f *file) {
 		p.errf("daemon.log_level", "%q: want debug, info, warn or error", lvl)
 	}
 	c.Daemon.Capture = p.str("daemon.capture", d.Capture, "")
+	c.Daemon.Metrics = p.str("daemon.metrics", d.Metrics, "")
+	if m := c.Daemon.Metrics; m != "" {
+		if _, port, err := net.SplitHostPort(m); err != nil || port == "" {
+			p.errf("daemon.metrics", "%q: want host:port, e.g. \"127.0.0.1:9464\"", m)
+		}
+	}
 	c.Daemon.MaxProcs = int(p.intIn("daemon.max_procs", d.MaxProcs, 0, 0, 4096))
 	c.Daemon.State = p.str("daemon.state", d.State, "")
 	c.Daemon.Attach = p.str("daemon.attach", d.Attach, "")
@@ -363,6 +385,31 @@ func (p *parser) remote(c *Config, f *file) {
 	fb := &f.Fabric
 	c.Fabric.Switch = p.str("fabric.switch", fb.Switch, "")
 	c.Fabric.Listen = p.str("fabric.listen", fb.Listen, "")
+	if path := p.str("fabric.topology", fb.Topology, ""); path != "" {
+		if c.Fabric.Switch != "" {
+			p.errf("fabric.topology", "a fabric with fabric.switch has no switches of its own")
+		}
+		if fb.SwitchPorts != nil {
+			p.errf("fabric.switch_ports", "not used with fabric.topology (the file gives each switch its ports)")
+		}
+		c.Fabric.TopologyFile = path
+		if !filepath.IsAbs(path) && p.src != "" {
+			path = filepath.Join(filepath.Dir(p.src), path)
+		}
+		t, err := LoadTopology(path)
+		if err != nil {
+			p.errf("fabric.topology", "%v", err)
+		} else {
+			c.Fabric.Topology = t
+			n := 0
+			for _, h := range c.Fabric.HCAs {
+				n += h.Ports
+			}
+			if slots := len(TopologyHCAPorts(t)); slots < n {
+				p.errf("fabric.topology", "%s has %d HCA ports for the %d of this configuration's HCAs", path, slots, n)
+			}
+		}
+	}
 	if l := c.Fabric.Listen; l != "" {
 		if c.Fabric.Switch != "" {
 			p.errf("fabric.listen", "a fabric with fabric.switch has no switch of its own to serve")
@@ -398,6 +445,28 @@ func (p *parser) remote(c *Config, f *file) {
 			continue
 		}
 		c.Fabric.Allow = append(c.Fabric.Allow, pf)
+	}
+	used := map[int]bool{}
+	for i, u := range fb.Uplinks {
+		field := fmt.Sprintf("fabric.uplinks[%d]", i)
+		if c.Fabric.Switch != "" || c.Fabric.Topology != nil {
+			p.errf(field, "uplinks join this process's one switch to another switch process (not with fabric.switch or fabric.topology)")
+			break
+		}
+		port := int(p.intIn(field+".port", u.Port, 0, 1, MaxSwitchPorts))
+		if port == 0 {
+			p.errf(field+".port", "missing: the switch port to plug into the other switch")
+		} else if port > c.Fabric.SwitchPorts {
+			p.errf(field+".port", "%d out of range 1..%d (switch_ports)", port, c.Fabric.SwitchPorts)
+		} else if used[port] {
+			p.errf(field+".port", "port %d has two uplinks", port)
+		}
+		used[port] = true
+		sw := p.str(field+".switch", u.Switch, "")
+		if _, pt, err := net.SplitHostPort(sw); err != nil || pt == "" {
+			p.errf(field+".switch", "%q: want HOST:PORT of the other switch process", sw)
+		}
+		c.Fabric.Uplinks = append(c.Fabric.Uplinks, Uplink{Port: port, Switch: sw})
 	}
 	c.Fabric.Keepalive = p.duration("fabric.keepalive", fb.Keepalive, DefaultKeepalive)
 	c.Fabric.LinkTimeout = p.duration("fabric.link_timeout", fb.LinkTimeout, DefaultLinkTimeout)
@@ -569,6 +638,16 @@ func hcaNames(c *Config) string {
 }
 
 // pkey reads a P_Key: a TOML integer (0x8001) or a string ("0x8001", "8001").
+func (p *parser) manner(c *Config, f *file) {
+	m := &f.Manner
+	c.Manner.Pitfalls = p.str("manner.pitfalls", m.Pitfalls, PitfallsWarn)
+	if !slices.Contains([]string{PitfallsWarn, PitfallsOff, PitfallsStrict}, c.Manner.Pitfalls) {
+		p.errf("manner.pitfalls", "%q: want %q, %q or %q", c.Manner.Pitfalls, PitfallsWarn, PitfallsStrict, PitfallsOff)
+	}
+	c.Manner.LowestQPN = p.boolean("manner.lowest_qpn", m.LowestQPN, false)
+	c.Manner.RandomErrorFields = p.boolean("manner.random_error_fields", m.RandomErrorFields, false)
+}
+
 func (p *parser) ibsim(c *Config, f *file) {
 	s := &f.IBSim
 	c.IBSim.Enable = p.boolean("ibsim.enable", s.Enable, false)
@@ -778,4 +857,36 @@ func LogLevel(s string) (slog.Level, error) {
 		return 0, fmt.Errorf("log level %q: want debug, info, warn or error", s)
 	}
 	return l, nil
+}
+
+// LoadTopology reads an ibsim net file (fabric.topology, pibgw switch --topology).
+func LoadTopology(path string) (*topology.Topology, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := topology.Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(t.Switches()) == 0 {
+		return nil, fmt.Errorf("%s: no switch", path)
+	}
+	return t, nil
+}
+
+// TopologyHCAPorts lists the switch ports the HCA ports of a topology are linked to,
+// HCA by HCA in file order, port by port: the local HCAs' ports take the first ones, the
+// hosts of a switch process the rest.
+func TopologyHCAPorts(t *topology.Topology) []topology.End {
+	var out []topology.End
+	for _, h := range t.HCAs() {
+		for p := 1; p <= h.Ports; p++ {
+			if e, ok := h.Links[p]; ok {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
 }

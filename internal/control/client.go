@@ -12,6 +12,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/pibgw/pibgw/trace"
 )
 
 // DefaultPath is the control socket's default path.
@@ -189,4 +191,35 @@ func (f *pcapFramer) Write(p []byte) (int, error) {
 		f.buf = append(f.buf[:0], f.buf[end:]...)
 	}
 	return len(p), nil
+}
+
+// Trace asks for the trace stream and calls fn with each record until ctx is cancelled
+// (the connection is closed, which ends the daemon's stream), the daemon stops, or fn
+// returns an error.
+func (c *Client) Trace(ctx context.Context, req Request, fn func(trace.Record) error) error {
+	req.Verb = VerbTrace
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	_, br, err := roundTrip(conn, req)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(br)
+	for {
+		var rec trace.Record
+		if err := dec.Decode(&rec); err != nil {
+			if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("trace stream: %w", err)
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
 }

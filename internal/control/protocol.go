@@ -25,6 +25,13 @@
 //	inject   kind id [dev pid]  nothing: QP error (id = QPN), CQ or SRQ error (id = object id)
 //	link     [cable state]  []Cable (all, or the one named; state "up"/"down" changes it)
 //	fault    cable fault    Cable (after the change; an all-zero Fault removes the faults)
+//	trace    [id lid kinds pid] a stream: after the OK response line, one JSON trace.Record
+//	                        per line (the daemon's events and those of attached processes
+//	                        that pass the filter) until the client closes the connection
+//	trace-mark mark         nothing: a bookmark in the trace
+//	manner                  daemon.MannerInfo: behaviour choices, pitfall mode and checks
+//	perfquery [dev id]      []PerfCounters: HCA ports' PMA counters (dev "" all HCAs, id the
+//	                        port, 0 all ports)
 //	nodes                   []Link (the UDP links: a switch's hosts, or a host's switch)
 //	counters                LinkCounters
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
@@ -62,6 +69,10 @@ const (
 	VerbInject   = "inject"
 	VerbLink     = "link"
 	VerbFault    = "fault"
+	VerbTrace    = "trace"
+	VerbMark     = "trace-mark"
+	VerbManner   = "manner"
+	VerbPerf     = "perfquery"
 	VerbNodes    = "nodes"
 	VerbCounters = "counters"
 )
@@ -82,7 +93,8 @@ type Link struct {
 	Refusal       string    `json:"refusal,omitempty"`  // the switch's last refusal (host side)
 	Attempts      uint64    `json:"attempts,omitempty"` // connects sent (host side)
 	Authenticated bool      `json:"authenticated"`      // datagrams carry PSK tags
-	Local         string    `json:"local,omitempty"`    // the local UDP address
+	Local         string    `json:"local,omitempty"`
+	Uplink        bool      `json:"uplink,omitempty"` // this switch's port plugged into another switch process    // the local UDP address
 }
 
 // LinkCounters are the UDP links' counters (udplink.Counters by name: rx_datagrams,
@@ -107,6 +119,9 @@ type Request struct {
 	Cable   string   `json:"cable,omitempty"` // link, fault: "pib_0/1"
 	State   string   `json:"state,omitempty"` // link: "up", "down"
 	Fault   *Fault   `json:"fault,omitempty"`
+	LID     uint16   `json:"lid,omitempty"`   // trace: only packets from or to this LID
+	Kinds   string   `json:"kinds,omitempty"` // trace: "packet,drop,…"
+	Mark    string   `json:"mark,omitempty"`  // trace-mark: the bookmark's text
 }
 
 // Fault is the fault injection on a cable (fabric.FaultConfig): probabilities 0..1 per
@@ -238,3 +253,23 @@ func HWAddrString(b []byte) string {
 
 // PKeyString prints a P_Key as the kernel's sysfs pkey file does: 0x%04x.
 func PKeyString(k uint16) string { return fmt.Sprintf("0x%04x", k) }
+
+// PerfCounters is an HCA port's PMA counters as perfquery shows them (`pibgw counters
+// CA [PORT]`): PortCounters and PortCountersExtended, in the attributes' field order
+// and with infiniband-diags' names.
+type PerfCounters struct {
+	CA       string        `json:"ca"`
+	Port     int           `json:"port"`
+	LID      uint16        `json:"lid"`
+	CapMask  uint16        `json:"cap_mask"` // the PMA's ClassPortInfo:CapabilityMask
+	Counters []PerfCounter `json:"counters"`
+	Extended []PerfCounter `json:"extended"`
+}
+
+// PerfCounter is one field. Hex is the number of hex digits perfquery prints it with
+// (CounterSelect, CounterSelect2), 0 for decimal.
+type PerfCounter struct {
+	Name  string `json:"name"`
+	Value uint64 `json:"value"`
+	Hex   int    `json:"hex,omitempty"`
+}

@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// Handler answers requests. Handle returns the result of every verb but capture;
-// Capture validates a capture request and returns the function that streams it (called
-// after the OK response line went out, with ctx cancelled when the client goes away).
+// Handler answers requests. Handle returns the result of every verb but the streams
+// (capture, trace); Capture validates a stream request and returns the function that
+// streams it (called after the OK response line went out, with ctx cancelled when the
+// client goes away).
 type Handler interface {
 	Handle(ctx context.Context, req *Request) (any, error)
 	Capture(ctx context.Context, req *Request) (stream func(ctx context.Context, w io.Writer) error, err error)
@@ -126,7 +127,7 @@ func (s *Server) serveConn(conn net.Conn) {
 	log := s.Logger.With("verb", req.Verb)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	if req.Verb == VerbCapture {
+	if req.Verb == VerbCapture || req.Verb == VerbTrace {
 		stream, err := s.Handler.Capture(ctx, &req)
 		if err != nil {
 			writeResponse(conn, nil, err)
@@ -142,7 +143,7 @@ func (s *Server) serveConn(conn net.Conn) {
 			cancel()
 		}()
 		if err := stream(ctx, conn); err != nil && ctx.Err() == nil {
-			log.Warn("capture ended", "err", err)
+			log.Warn(req.Verb+" ended", "err", err)
 		}
 		return
 	}

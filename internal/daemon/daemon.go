@@ -44,6 +44,8 @@ type Daemon struct {
 	onNetNS func([]string)
 
 	Fabric *Fabric
+	// Metrics is the Prometheus endpoint (daemon.metrics), nil when off.
+	Metrics *metricsServer
 	// RDMA is rdma_cm over the daemon's IPoIB interfaces (their addresses, neighbours
 	// and paths, a CM per port).
 	RDMA *rdmacm.IPoIBHost
@@ -92,6 +94,11 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			return nil, err
 		}
 	}
+	if addr := d.cfg.Daemon.Metrics; addr != "" {
+		if d.Metrics, err = d.ServeMetrics(addr); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -119,6 +126,9 @@ func (d *Daemon) Close() error {
 	d.mu.Unlock()
 
 	var errs []error
+	if d.Metrics != nil {
+		d.Metrics.Close()
+	}
 	// Children first, then parents: reverse creation order.
 	for i := len(ifaces) - 1; i >= 0; i-- {
 		errs = append(errs, d.stopInterface(ifaces[i]))

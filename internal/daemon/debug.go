@@ -10,6 +10,7 @@ import (
 
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
 )
 
@@ -171,6 +172,10 @@ func (f *Fabric) cableRefs() (names []string, cables []*fabric.Cable) {
 			i++
 		}
 	}
+	for _, nc := range f.swCables { // fabric.topology's links between switches
+		names = append(names, nc.name)
+		cables = append(cables, nc.c)
+	}
 	return names, cables
 }
 
@@ -316,4 +321,42 @@ func ParseLinkState(s string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("link state %q: want up or down", s)
+}
+
+// HCAManner converts the [manner] section.
+func HCAManner(m config.Manner) hca.Manner {
+	mode, _ := hca.ParsePitfallMode(m.Pitfalls) // validated by config: "" is warn
+	return hca.Manner{Pitfalls: mode, LowestQPN: m.LowestQPN, RandomErrorFields: m.RandomErrorFields}
+}
+
+// MannerInfo is what `pibgw manner` shows: the behaviour choices, the pitfall mode and
+// every check with how often it fired on the daemon's HCAs.
+type MannerInfo struct {
+	Pitfalls          string        `json:"pitfalls"`
+	LowestQPN         bool          `json:"lowest_qpn"`
+	RandomErrorFields bool          `json:"random_error_fields"`
+	Checks            []MannerCheck `json:"checks"`
+}
+
+// MannerCheck is one pitfall check.
+type MannerCheck struct {
+	hca.PitfallInfo
+	Count uint64 `json:"count"` // on the daemon's HCAs (attached processes count their own)
+}
+
+// Manner describes the daemon's manner.
+func (f *Fabric) Manner() MannerInfo {
+	var m hca.Manner
+	if len(f.Devs) > 0 {
+		m = f.Devs[0].Manner()
+	}
+	out := MannerInfo{Pitfalls: m.Pitfalls.String(), LowestQPN: m.LowestQPN, RandomErrorFields: m.RandomErrorFields}
+	for _, pi := range hca.Pitfalls() {
+		c := MannerCheck{PitfallInfo: pi}
+		for _, d := range f.Devs {
+			c.Count += d.PitfallCounts()[pi.Name]
+		}
+		out.Checks = append(out.Checks, c)
+	}
+	return out
 }

@@ -5,8 +5,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/internal/daemon"
 	"github.com/pibgw/pibgw/internal/daemon/daemontest"
+	"github.com/pibgw/pibgw/trace"
 )
 
 // serveAttached runs the control API with an attach socket, and attaches a session.
@@ -243,5 +247,162 @@ func TestLinkAndFault(t *testing.T) {
 		if err := cl.Do(ctx, bad.req, nil); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: %v, want %q", bad.req, err, bad.want)
 		}
+	}
+}
+
+// The trace stream carries the daemon's events that pass the filter, and bookmarks.
+func TestTraceStream(t *testing.T) {
+	d := start(t, config.Default(), daemontest.New())
+	cl := serve(t, d)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recs := make(chan trace.Record, 1024)
+	done := make(chan error, 1)
+	go func() {
+		done <- cl.Trace(ctx, control.Request{Kinds: "api,mark"}, func(r trace.Record) error {
+			recs <- r
+			return nil
+		})
+	}()
+	// The stream runs once a bookmark comes through.
+	next := func(what string, ok func(trace.Record) bool) trace.Record {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case r := <-recs:
+				if ok(r) {
+					return r
+				}
+			case <-timeout:
+				t.Fatalf("no %s in the trace", what)
+			}
+		}
+	}
+	started := false
+	for deadline := time.Now().Add(10 * time.Second); !started; {
+		if err := cl.Do(context.Background(), control.Request{Verb: control.VerbMark, Mark: "go"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		wait := time.After(100 * time.Millisecond)
+		for !started {
+			select {
+			case r := <-recs:
+				if r.Kind == "mark" && r.What == "go" {
+					if r.Owner != "daemon" || r.PID != os.Getpid() {
+						t.Fatalf("bookmark %+v", r)
+					}
+					started = true
+				}
+				continue
+			case <-wait:
+			}
+			break
+		}
+		if !started && time.Now().After(deadline) {
+			t.Fatal("the trace stream did not start")
+		}
+	}
+	own := makeObjects(t, d.Fabric.Device("pib_0"))
+	r := next("modify_qp", func(r trace.Record) bool { return r.Kind == "api" && r.What == "modify_qp" })
+	if r.QPN != own.qp.Num() || r.Aux != "RESET->INIT" || r.Dev != "pib_0" || !strings.Contains(r.Text, "modify_qp RESET->INIT") {
+		t.Fatalf("modify_qp record %+v", r)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []control.Request{{Kinds: "bogus"}, {PID: 1}} {
+		if err := cl.Trace(context.Background(), bad, func(trace.Record) error { return nil }); err == nil {
+			t.Errorf("trace %+v succeeded", bad)
+		}
+	}
+}
+
+// [manner] reaches the HCAs; pibgw manner shows it and counts the pitfalls.
+func TestMannerVerb(t *testing.T) {
+	cfg, err := config.Parse("m.toml", []byte("[manner]\npitfalls = \"strict\"\nlowest_qpn = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, cfg, daemontest.New())
+	cl := serve(t, d)
+	dev := d.Fabric.Device("pib_0")
+	if m := dev.Manner(); m.Pitfalls != hca.PitfallsStrict || !m.LowestQPN {
+		t.Fatalf("HCA manner %+v", m)
+	}
+	c := dev.Open()
+	defer c.Close()
+	cq, _ := c.CreateCQ(4, c.CreateCompChannel())
+	cq.ReqNotify(false)
+	cq.Push(&hca.WC{}, false)
+	if err := cq.Destroy(); err == nil {
+		t.Fatal("strict: destroying a CQ with an unacknowledged event succeeded")
+	}
+	var m daemon.MannerInfo
+	if err := cl.Do(context.Background(), control.Request{Verb: control.VerbManner}, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Pitfalls != "strict" || !m.LowestQPN || m.RandomErrorFields || len(m.Checks) != int(hca.NumPitfalls) {
+		t.Fatalf("manner %+v", m)
+	}
+	for _, ch := range m.Checks {
+		want := uint64(0)
+		if ch.Name == "destroy_unacked_cq" {
+			want = 1
+		}
+		if ch.Count != want || ch.Rule == "" {
+			t.Errorf("check %+v, want count %d", ch, want)
+		}
+	}
+}
+
+// daemon.metrics serves every port's and interface's counters to Prometheus.
+func TestMetricsEndpoint(t *testing.T) {
+	cfg, err := config.Parse("m.toml", []byte("[daemon]\nmetrics = \"127.0.0.1:0\"\n[[interfaces]]\nname = \"ib0\"\nhca = \"pib_0\"\nstack = \"userspace\"\naddresses = [\"10.10.0.1/24\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := start(t, cfg, daemontest.New())
+	if d.Metrics == nil {
+		t.Fatal("no metrics endpoint")
+	}
+	resp, err := http.Get("http://" + d.Metrics.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("GET /metrics: %s %q", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	out := string(body)
+	// The exposition format: HELP and TYPE lines, then samples name{labels} value.
+	line := regexp.MustCompile(`^(# HELP [a-z_][a-z0-9_]* .+|# TYPE [a-z_][a-z0-9_]* counter|[a-z_][a-z0-9_]*\{[a-z]+="[^"]*"(,[a-z]+="[^"]*")*\} \d+)$`)
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		if !line.MatchString(l) {
+			t.Fatalf("malformed line %q", l)
+		}
+	}
+	xmit := d.Fabric.Device("pib_0").Port(1).Counters().Get(hca.CntXmitPkts)
+	for _, want := range []string{
+		`(?m)^pibgw_port_xmit_packets_total\{ca="pib_0",port="1"\} (\d+)$`,
+		`(?m)^pibgw_port_drop_icrc_total\{ca="pib_1",port="1"\} 0$`,
+		`(?m)^pibgw_ipoib_tx_packets_total\{iface="ib0"\} \d+$`,
+		`(?m)^pibgw_pitfalls_total\{ca="pib_0",check="psn_width"\} 0$`,
+	} {
+		m := regexp.MustCompile(want).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("no line matching %q in\n%s", want, out)
+			continue
+		}
+		if len(m) > 1 {
+			if n, _ := strconv.ParseUint(m[1], 10, 64); n == 0 || n > xmit {
+				t.Errorf("pib_0 port 1 xmit packets %s, the port counted %d", m[1], xmit)
+			}
+		}
+	}
+	if _, err := config.Parse("m.toml", []byte("[daemon]\nmetrics = \"9464\"\n")); err == nil || !strings.Contains(err.Error(), "daemon.metrics") {
+		t.Errorf("bad metrics address: %v", err)
 	}
 }

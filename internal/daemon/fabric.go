@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,9 +36,15 @@ func SwitchGUID(base uint64) uint64 { return base&^0xFF_0000_0000 | 0x02_0000_00
 type Fabric struct {
 	Devs   []*hca.Device
 	Switch *fabric.Switch // nil when the switch is another process (fabric.switch)
-	Cables []*fabric.Cable
-	SM     *sa.SM // nil when the SM runs elsewhere (sm.mode = "external")
-	SA     *sa.Agent
+	// Switches are every switch of the process (fabric.topology), Switch the first.
+	Switches    []*fabric.Switch
+	switchNames []string
+	swCables    []namedCable     // cables between switches
+	hostSlots   map[int]hostSlot // a switch process's host ports by number
+	uplinks     []uplink         // switch ports plugged into other switch processes
+	Cables      []*fabric.Cable
+	SM          *sa.SM // nil when the SM runs elsewhere (sm.mode = "external")
+	SA          *sa.Agent
 	// IBSim serves OFED ibsim's protocol to opensm and infiniband-diags (nil when off).
 	IBSim *ibsim.Server
 
@@ -71,17 +79,28 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	}()
 	fc := cfg.Fabric
 	remote := fc.Switch != ""
-	if !remote {
+	// slots are the switch ports HCA ports plug into, in order: the local HCAs' first,
+	// then (fabric.listen) those handed to hosts.
+	var slots []hostSlot
+	switch {
+	case fc.Topology != nil:
+		slots = f.buildTopology(fc)
+	case !remote:
 		f.Switch = fabric.NewSwitch(fabric.SwitchConfig{
 			Ports:    fc.SwitchPorts,
 			NodeGUID: SwitchGUID(fc.NodeGUIDBase),
 			NodeDesc: "pibgw switch-1",
 			Managed:  true,
 		})
+		f.Switches = []*fabric.Switch{f.Switch}
+		f.switchNames = []string{"switch"}
+		for n := 1; n <= fc.SwitchPorts; n++ {
+			slots = append(slots, hostSlot{f.Switch, n})
+		}
 	}
 	lc := linkConfig(fc, log)
 	f.psk = fc.PSK != nil
-	swPort := 1
+	next := 0
 	for i, hc := range fc.HCAs {
 		d, err := hca.NewDevice(hca.Config{
 			Name:     hc.Name,
@@ -89,6 +108,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			NumPorts: hc.Ports,
 			NodeDesc: fmt.Sprintf("pibgw HCA-%d", i+1),
 			Logger:   log,
+			Manner:   HCAManner(cfg.Manner),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("fabric: %w", err)
@@ -110,13 +130,28 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 				log.Debug("plugged into the switch process", "device", d.Name(), "port", p.Num(), "switch", fc.Switch)
 				continue
 			}
-			f.Cables = append(f.Cables, fabric.NewCable(p, f.Switch.Port(swPort)))
-			log.Debug("cabled", "device", d.Name(), "port", p.Num(), "switch_port", swPort)
-			swPort++
+			if next == len(slots) {
+				return nil, fmt.Errorf("fabric: no switch port left for %s port %d", d.Name(), p.Num())
+			}
+			sl := slots[next]
+			next++
+			f.Cables = append(f.Cables, fabric.NewCable(p, sl.sw.Port(sl.port)))
+			log.Debug("cabled", "device", d.Name(), "port", p.Num(), "switch_port", sl.port)
+		}
+	}
+	// The switches' own links come after the HCAs' cables (debug.go names those by
+	// position).
+	for _, nc := range f.swCables {
+		f.Cables = append(f.Cables, nc.c)
+	}
+	free := slots[next:]
+	if len(fc.Uplinks) > 0 {
+		if free, err = f.plugUplinks(fc, free, lc); err != nil {
+			return nil, err
 		}
 	}
 	if fc.Listen != "" && !remote {
-		if err := f.listen(fc, swPort, lc); err != nil {
+		if err := f.listen(fc, free, lc); err != nil {
 			return nil, err
 		}
 	}
@@ -136,6 +171,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			UDP:        cfg.IBSim.UDP,
 			MaxClients: cfg.IBSim.MaxClients,
 			Devices:    f.Devs,
+			Switches:   []*fabric.Switch{f.Switch},
 			Default:    smDev.Port(cfg.SM.Port),
 			ExternalSM: cfg.SM.Mode == config.SMExternal,
 			Logger:     log,
@@ -150,6 +186,13 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		log.Info("fabric up without a subnet manager here: waiting for the external one (sm.mode = external)",
 			"hcas", len(f.Devs), "switch_ports", fc.SwitchPorts, "switch", fc.Switch)
 		return f, nil
+	}
+	if remote {
+		// The SM on a host of a switch process: its first sweep must see the switch, or
+		// it would know no switch to light-sweep afterwards.
+		if err := f.waitPlugged(ctx, smDev.Port(cfg.SM.Port)); err != nil {
+			return nil, err
+		}
 	}
 	sweep := cfg.SM.SweepInterval
 	if sweep == 0 {
@@ -183,19 +226,134 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	return f, nil
 }
 
+// smPlugWait bounds how long a host's SM waits for its port's UDP link before it
+// sweeps anyway (the switch process may start later; the SM then finds it when the
+// port's link comes up and the light sweep runs).
+const smPlugWait = 10 * time.Second
+
+// waitPlugged waits until port's UDP link is up, at most smPlugWait.
+func (f *Fabric) waitPlugged(ctx context.Context, port *hca.Port) error {
+	for i, p := range f.dialPorts {
+		if p != port {
+			continue
+		}
+		t := time.NewTimer(smPlugWait)
+		defer t.Stop()
+		select {
+		case <-f.Dialers[i].FirstUp():
+		case <-t.C:
+			f.log.Warn("the SM's port is not plugged into the switch yet; sweeping without it", "switch", f.Dialers[i].Status().Remote)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 // linkConfig is the UDP links' configuration.
 func linkConfig(fc config.Fabric, log *slog.Logger) udplink.Config {
 	return udplink.Config{PSK: fc.PSK, Allow: fc.Allow, Keepalive: fc.Keepalive, DeadAfter: fc.LinkTimeout, Logger: log}
 }
 
-// listen makes this fabric's switch the switch of other processes: ports first..last
-// get Jacks, and hosts connecting to fabric.listen get them by port GUID.
-func (f *Fabric) listen(fc config.Fabric, first int, lc udplink.Config) error {
+// plugUplinks plugs the switch ports of fabric.uplinks into other switch processes: each
+// gets a Jack whose UDP side dials there, as a host port would, with the port GUID
+// SwitchGUID | port (a switch's ports share its node GUID; the far switch needs one per
+// link). It returns the free ports less those.
+func (f *Fabric) plugUplinks(fc config.Fabric, free []hostSlot, lc udplink.Config) ([]hostSlot, error) {
+	taken := map[int]bool{}
+	for _, u := range fc.Uplinks {
+		if !slices.ContainsFunc(free, func(sl hostSlot) bool { return sl.port == u.Port }) {
+			return nil, fmt.Errorf("fabric.uplinks: switch port %d is cabled to a local HCA", u.Port)
+		}
+		j := udplink.NewJack(f.Switch.Port(u.Port))
+		f.Cables = append(f.Cables, j.Cable())
+		if f.remoteSide == nil {
+			f.remoteSide = map[*fabric.Cable]bool{}
+		}
+		f.remoteSide[j.Cable()] = true
+		d, err := udplink.Dial(u.Switch, f.Switch.NodeGUID()|uint64(u.Port), j.UDP(), lc)
+		if err != nil {
+			return nil, fmt.Errorf("fabric.uplinks: %w", err)
+		}
+		f.uplinks = append(f.uplinks, uplink{port: u.Port, d: d})
+		f.swCables = append(f.swCables, namedCable{fmt.Sprintf("%s/%d", f.switchNames[0], u.Port), j.Cable()})
+		taken[u.Port] = true
+		f.log.Info("uplink to another switch process", "switch_port", u.Port, "switch", u.Switch)
+	}
+	return slices.DeleteFunc(slices.Clone(free), func(sl hostSlot) bool { return taken[sl.port] }), nil
+}
+
+// uplink is a switch port plugged into another switch process.
+type uplink struct {
+	port int
+	d    *udplink.Dialer
+}
+
+// hostSlot is a switch port an HCA port plugs into.
+type hostSlot struct {
+	sw   *fabric.Switch
+	port int
+}
+
+// namedCable is a cable between two switches, named after its first end ("Switch1/3").
+type namedCable struct {
+	name string
+	c    *fabric.Cable
+}
+
+// buildTopology builds the switches of fabric.topology and the cables between them, and
+// returns the switch ports its HCA ports are linked to, in file order. Switch i's GUID is
+// SwitchGUID's with i+1 in its second byte; its description is its name in the file.
+func (f *Fabric) buildTopology(fc config.Fabric) []hostSlot {
+	t := fc.Topology
+	byID := map[string]*fabric.Switch{}
+	for i, n := range t.Switches() {
+		sw := fabric.NewSwitch(fabric.SwitchConfig{
+			Ports:    n.Ports,
+			NodeGUID: SwitchGUID(fc.NodeGUIDBase)&^0xFF00 | uint64(i+1)<<8,
+			NodeDesc: n.ID,
+			Managed:  true,
+		})
+		byID[n.ID] = sw
+		f.Switches = append(f.Switches, sw)
+		f.switchNames = append(f.switchNames, n.ID)
+	}
+	f.Switch = f.Switches[0]
+	for _, n := range t.Switches() {
+		for _, p := range slices.Sorted(maps.Keys(n.Links)) {
+			e := n.Links[p]
+			far := byID[e.Node]
+			if far == nil || e.Node < n.ID || (e.Node == n.ID && e.Port < p) {
+				continue // an HCA, or the link's other end, listed first
+			}
+			f.swCables = append(f.swCables, namedCable{fmt.Sprintf("%s/%d", n.ID, p),
+				fabric.NewCable(byID[n.ID].Port(p), far.Port(e.Port))})
+		}
+	}
+	var slots []hostSlot
+	for _, e := range config.TopologyHCAPorts(t) {
+		if sw := byID[e.Node]; sw != nil {
+			slots = append(slots, hostSlot{sw, e.Port})
+		}
+	}
+	return slots
+}
+
+// listen makes this fabric's switch ports in slots the switch ports of other processes:
+// each gets a Jack, and hosts connecting to fabric.listen get them by port GUID,
+// numbered 1, 2, … in slot order (with one switch, the numbers are the port numbers).
+func (f *Fabric) listen(fc config.Fabric, slots []hostSlot, lc udplink.Config) error {
 	jacks := map[int]*udplink.Jack{}
 	var nums []int
-	for n := first; n <= f.Switch.NumPorts(); n++ {
-		j := udplink.NewJack(f.Switch.Port(n))
+	f.hostSlots = map[int]hostSlot{}
+	for i, sl := range slots {
+		n := i + 1
+		if fc.Topology == nil {
+			n = sl.port
+		}
+		j := udplink.NewJack(sl.sw.Port(sl.port))
 		jacks[n] = j
+		f.hostSlots[n] = sl
 		nums = append(nums, n)
 		f.Cables = append(f.Cables, j.Cable())
 		if f.remoteSide == nil {
@@ -204,7 +362,7 @@ func (f *Fabric) listen(fc config.Fabric, first int, lc udplink.Config) error {
 		f.remoteSide[j.Cable()] = true
 	}
 	if len(nums) == 0 {
-		return fmt.Errorf("fabric.listen: no switch port left for hosts (switch_ports %d)", f.Switch.NumPorts())
+		return fmt.Errorf("fabric.listen: no switch port left for hosts (the local HCAs take them all)")
 	}
 	f.Ports = udplink.NewSwitchPorts(nums, func(n int) fabric.Port { return jacks[n].UDP() })
 	l, err := udplink.Listen(fc.Listen, f.Ports, lc)
@@ -212,8 +370,7 @@ func (f *Fabric) listen(fc config.Fabric, first int, lc udplink.Config) error {
 		return fmt.Errorf("fabric.listen: %w", err)
 	}
 	f.Listener = l
-	f.log.Info("switch listening", "addr", l.Addr(), "host_ports", fmt.Sprintf("%d..%d", first, f.Switch.NumPorts()),
-		"psk", fc.PSK != nil)
+	f.log.Info("switch listening", "addr", l.Addr(), "host_ports", len(nums), "psk", fc.PSK != nil)
 	return nil
 }
 
@@ -248,7 +405,9 @@ func (f *Fabric) Devices() []control.Device {
 		out = append(out, control.SnapshotDevice(d))
 	}
 	if f.Listener != nil {
-		out = append(out, f.switchDevice())
+		for i := range f.Switches {
+			out = append(out, f.switchDevice(i))
+		}
 	}
 	return out
 }
@@ -262,6 +421,10 @@ func (f *Fabric) Close() {
 		d.Close()
 	}
 	f.Dialers = nil
+	for _, u := range f.uplinks {
+		u.d.Close()
+	}
+	f.uplinks = nil
 	if f.Listener != nil {
 		f.Listener.Close()
 		f.Listener = nil

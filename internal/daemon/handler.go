@@ -43,6 +43,19 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 		return h.inspect(ctx, req)
 	case control.VerbInject:
 		return nil, h.inject(ctx, req)
+	case control.VerbPerf:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		return d.Fabric.PerfCounters(req.Dev, int(req.ID))
+	case control.VerbManner:
+		if d.Fabric == nil {
+			return nil, errNoFabric
+		}
+		return d.Fabric.Manner(), nil
+	case control.VerbMark:
+		h.mark(req.Mark)
+		return nil, nil
 	case control.VerbLink:
 		if d.Fabric == nil {
 			return nil, errNoFabric
@@ -130,8 +143,11 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 	return nil, fmt.Errorf("unknown verb %q", req.Verb)
 }
 
-// Capture implements control.Handler.
+// Capture implements control.Handler: the capture and trace streams.
 func (h *Handler) Capture(ctx context.Context, req *control.Request) (func(context.Context, io.Writer) error, error) {
+	if req.Verb == control.VerbTrace {
+		return h.traceStream(req)
+	}
 	f := h.D.Fabric
 	if f == nil {
 		return nil, errNoFabric

@@ -23,6 +23,16 @@ func (f *Fabric) UDPLinks() []control.Link {
 		}
 		out = append(out, l)
 	}
+	for _, u := range f.uplinks {
+		st := u.d.Status()
+		l := control.Link{SwitchPort: u.port, PortGUID: guidString(st.GUID), Addr: st.Remote.String(), Up: st.Up,
+			State: portStateName(f.Switch.PortState(u.port)), Refusal: st.Refusal, Attempts: st.Attempts,
+			Local: st.Local.String(), Authenticated: f.psk && st.Up, Uplink: true}
+		if st.Up {
+			l.Since, l.LastRx, l.RxPackets, l.TxPackets = st.Since, st.LastRx, st.RxPackets, st.TxPackets
+		}
+		out = append(out, l)
+	}
 	if f.Listener == nil {
 		return out
 	}
@@ -36,7 +46,9 @@ func (f *Fabric) UDPLinks() []control.Link {
 		if !ok {
 			l = control.Link{SwitchPort: a.Port, PortGUID: guidString(a.GUID)}
 		}
-		l.State = portStateName(f.Switch.PortState(a.Port))
+		if sl, ok := f.hostSlots[a.Port]; ok {
+			l.State = portStateName(sl.sw.PortState(sl.port))
+		}
 		out = append(out, l)
 	}
 	return out
@@ -53,27 +65,36 @@ func (f *Fabric) LinkCounters() control.LinkCounters {
 	for _, d := range f.Dialers {
 		add(d.Counters().Map())
 	}
+	for _, u := range f.uplinks {
+		add(u.d.Counters().Map())
+	}
 	if f.Listener != nil {
 		add(f.Listener.Counters().Map())
-		for n := 1; n <= f.Switch.NumPorts(); n++ {
-			c := f.Switch.Counters(n)
-			if c.XmitPkts == 0 && c.RcvPkts == 0 && c.XmitDiscards == 0 && c.RcvErrors == 0 {
-				continue
+		for i, sw := range f.Switches {
+			for n := 1; n <= sw.NumPorts(); n++ {
+				c := sw.Counters(n)
+				if c.XmitPkts == 0 && c.RcvPkts == 0 && c.XmitDiscards == 0 && c.RcvErrors == 0 {
+					continue
+				}
+				pre := fmt.Sprintf("switch_port_%d_", n)
+				if len(f.Switches) > 1 {
+					pre = fmt.Sprintf("%s_port_%d_", f.switchNames[i], n)
+				}
+				out[pre+"xmit_pkts"], out[pre+"rcv_pkts"] = c.XmitPkts, c.RcvPkts
+				out[pre+"xmit_discards"], out[pre+"rcv_errors"] = c.XmitDiscards, c.RcvErrors
 			}
-			pre := fmt.Sprintf("switch_port_%d_", n)
-			out[pre+"xmit_pkts"], out[pre+"rcv_pkts"] = c.XmitPkts, c.RcvPkts
-			out[pre+"xmit_discards"], out[pre+"rcv_errors"] = c.XmitDiscards, c.RcvErrors
 		}
 	}
 	return out
 }
 
-// switchDevice presents a switch process's switch as a device for devinfo and stat:
+// switchDevice presents a switch process's switch i (named "switch", or as in
+// fabric.topology) as a device for devinfo and stat:
 // its external ports with their PortState and PortPhysicalState as its SMA reports
 // them, and the switch's LID (IBA 14.2.5.6: a switch's ports share port 0's LID).
-func (f *Fabric) switchDevice() control.Device {
-	sw := f.Switch
-	d := control.Device{Name: "switch", NodeDesc: "pibgw switch-1",
+func (f *Fabric) switchDevice(i int) control.Device {
+	sw := f.Switches[i]
+	d := control.Device{Name: f.switchNames[i], NodeDesc: f.switchNames[i],
 		Attr: hca.DeviceAttr{NodeGUID: sw.NodeGUID(), SysImageGUID: sw.NodeGUID(), PhysPortCnt: sw.NumPorts(), FWVer: "1.0.0"}}
 	for n := 1; n <= sw.NumPorts(); n++ {
 		d.Ports = append(d.Ports, control.Port{Num: n, Attr: hca.PortAttr{

@@ -22,7 +22,7 @@ const clientQueue = 256
 type client struct {
 	s    *Server
 	id   int
-	port *hca.Port
+	ep   endpoint
 	pid  uint32
 	issm atomic.Bool
 
@@ -47,8 +47,8 @@ type datagram struct{ b [reqLen]byte }
 
 var datagramPool = sync.Pool{New: func() any { return new(datagram) }}
 
-func newClient(s *Server, id int, port *hca.Port, pid uint32) *client {
-	return &client{s: s, id: id, port: port, pid: pid, out: make(chan *datagram, clientQueue), done: make(chan struct{})}
+func newClient(s *Server, id int, ep endpoint, pid uint32) *client {
+	return &client{s: s, id: id, ep: ep, pid: pid, out: make(chan *datagram, clientQueue), done: make(chan struct{})}
 }
 
 func (c *client) start(conn net.Conn) {
@@ -76,24 +76,24 @@ func (c *client) stop() {
 	c.wg.Wait()
 }
 
-// deliver queues the MAD m for the client without blocking: it runs on the fabric's
-// goroutine. The datagram says where the MAD came from as libumad2sim reports it to the
-// program (umad addr.lid = slid, addr.qpn = sqp).
-func (c *client) deliver(m *hca.MAD) {
+// deliver hands the MAD mad, from slid's QP sqp to dlid, to the client without blocking:
+// it runs on the fabric's goroutine. The datagram says where the MAD came from as
+// libumad2sim reports it to the program (umad addr.lid = slid, addr.qpn = sqp).
+func (c *client) deliver(slid, dlid uint16, sqp uint32, mad []byte) {
 	d := datagramPool.Get().(*datagram)
 	r := simRequest(d.b[:])
-	r.SetDLID(m.From.DLID)
-	r.SetSLID(m.From.SLID)
+	r.SetDLID(dlid)
+	r.SetSLID(slid)
 	dqp := uint32(1)
-	if isSMP(wire.MAD(m.Data).MgmtClass()) {
+	if isSMP(wire.MAD(mad).MgmtClass()) {
 		dqp = 0
 	}
 	r.SetDQP(dqp)
-	r.SetSQP(m.From.QPN)
+	r.SetSQP(sqp)
 	r.SetStatus(0)
 	r.setPadding()
 	r.SetLength(wire.MADLen)
-	copy(r[reqMADOff:], m.Data)
+	copy(r[reqMADOff:], mad)
 	if c.tryWrite(d) {
 		return
 	}
@@ -212,27 +212,7 @@ func (c *client) send(r simRequest) {
 		tid := mad.TID()&^(uint64(0xFFFF)<<tidSlotShift) | hca.TIDExternal | uint64(c.id)<<tidSlotShift
 		mad.SetTID(tid)
 	}
-	a := hca.MADAddr{DLID: r.DLID(), QPN: r.DQP()}
-	var err error
-	switch {
-	case r.IsSMP():
-		a.QPN = 0
-		if r.IsDirected() {
-			a.DLID = 0xFFFF
-			if !resp {
-				err = c.port.SendSMP(a, mad)
-				break
-			}
-		}
-		err = c.port.SendMAD(a, mad)
-	default:
-		if a.DLID == 0 || a.QPN == 0 {
-			err = errors.New("GMP to LID 0 or QP0")
-			break
-		}
-		a.QKey = hca.GSIQKey
-		err = c.port.SendMAD(a, mad)
-	}
+	err := c.ep.send(r, mad)
 	c.s.madsIn.Add(1)
 	if err != nil {
 		c.s.undeliverable.Add(1)

@@ -49,7 +49,7 @@ func FuzzDatagrams(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s.mu.Lock()
 		if s.slots[0] == nil {
-			s.slots[0] = newClient(s, 0, d.Port(1), 1)
+			s.slots[0] = newClient(s, 0, hcaEndpoint{d.Port(1)}, 1)
 			s.nclient++
 		}
 		c := s.slots[0]

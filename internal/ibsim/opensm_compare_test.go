@@ -153,7 +153,9 @@ func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) fun
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "opensm", "-F", conf, "-f", logf)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, "IBSIM_SOCKNAME="+sock, "SIM_HOST="+host)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, "IBSIM_SOCKNAME="+sock, "SIM_HOST="+host,
+		"OSM_CACHE_DIR="+dir, "OSM_TMP_DIR="+dir) // a fresh cache each run: no LIDs remembered
+
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

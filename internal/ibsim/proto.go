@@ -109,30 +109,28 @@ const (
 // simRequest is a view of a sim_request datagram.
 type simRequest []byte
 
+// The fields, as ibsim.h names them.
 func (r simRequest) DLID() uint16       { return binary.BigEndian.Uint16(r[0:]) }
 func (r simRequest) SLID() uint16       { return binary.BigEndian.Uint16(r[4:]) }
 func (r simRequest) DQP() uint32        { return binary.BigEndian.Uint32(r[8:]) }
-func (r simRequest) SQP() uint32        { return binary.BigEndian.Uint32(r[12:]) }
-func (r simRequest) Status() uint32     { return binary.BigEndian.Uint32(r[16:]) }
 func (r simRequest) Length() uint64     { return binary.BigEndian.Uint64(r[24:]) }
 func (r simRequest) MAD() wire.MAD      { return wire.MAD(r[reqMADOff:reqLen]) }
-func (r simRequest) SetStatus(s uint32) { binary.BigEndian.PutUint32(r[16:], s) }
-func (r simRequest) SetLength(n uint64) { binary.BigEndian.PutUint64(r[24:], n) }
-func (r simRequest) SetDQP(q uint32)    { binary.BigEndian.PutUint32(r[8:], q) }
-func (r simRequest) SetSQP(q uint32)    { binary.BigEndian.PutUint32(r[12:], q) }
 func (r simRequest) SetDLID(lid uint16) { binary.BigEndian.PutUint32(r[0:], uint32(lid)<<16) }
 func (r simRequest) SetSLID(lid uint16) { binary.BigEndian.PutUint32(r[4:], uint32(lid)<<16) }
+func (r simRequest) SetDQP(q uint32)    { binary.BigEndian.PutUint32(r[8:], q) }
+func (r simRequest) SetSQP(q uint32)    { binary.BigEndian.PutUint32(r[12:], q) }
+func (r simRequest) SetStatus(s uint32) { binary.BigEndian.PutUint32(r[16:], s) }
 func (r simRequest) setPadding()        { clear(r[20:24]) }
-func (r simRequest) Valid() bool        { return len(r) == reqLen }
-func (r simRequest) LengthValid() bool  { return r.Length() <= wire.MADLen }
+func (r simRequest) SetLength(n uint64) { binary.BigEndian.PutUint64(r[24:], n) }
+
 func (r simRequest) String() string {
 	return fmt.Sprintf("dlid %d slid %d dqp %d", r.DLID(), r.SLID(), r.DQP())
 }
+
+// IsDirected reports a directed-route SMP, IsSMP any SMP, IsResponseMAD a response (or a
+// TrapRepress, which answers a trap).
 func (r simRequest) IsDirected() bool { return r.MAD().MgmtClass() == wire.MgmtClassSubnDirected }
-func (r simRequest) IsSMP() bool {
-	c := r.MAD().MgmtClass()
-	return c == wire.MgmtClassSubnLID || c == wire.MgmtClassSubnDirected
-}
+func (r simRequest) IsSMP() bool      { return isSMP(r.MAD().MgmtClass()) }
 func (r simRequest) IsResponseMAD() bool {
 	m := r.MAD()
 	return m.IsResponse() || m.Method() == wire.MethodTrapRepress
@@ -149,7 +147,7 @@ func checkRequest(b []byte) error {
 		return fmt.Errorf("%w: %d bytes, want %d", errBadMAD, len(b), reqLen)
 	}
 	r := simRequest(b)
-	if !r.LengthValid() {
+	if r.Length() > wire.MADLen {
 		return fmt.Errorf("%w: length %d > %d", errBadMAD, r.Length(), wire.MADLen)
 	}
 	m := r.MAD()

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/wire"
 )
@@ -26,9 +27,11 @@ type Config struct {
 	UDP string
 	// MaxClients bounds the clients attached at once (ibsim has 10); 0 means 256.
 	MaxClients int
-	// Devices are the nodes clients attach to, by SIM_HOST: a device's name (pib_0), its
-	// NodeDescription, "name/port" for another port than the first, or a port GUID.
-	Devices []*hca.Device
+	// Devices and Switches are the nodes clients attach to, by SIM_HOST: a device's name
+	// (pib_0), "name/port" for another port than the first, a NodeDescription
+	// ("pibgw switch-1": the switch's port 0), or a port GUID.
+	Devices  []*hca.Device
+	Switches []*fabric.Switch
 	// Default is the port a client without SIM_HOST attaches to.
 	Default *hca.Port
 	// ExternalSM: the fabric has no built-in SM, so the port of a client that declares
@@ -63,6 +66,7 @@ type Server struct {
 	slots   []*client // by client id; nil = free
 	nclient int
 	ports   map[*hca.Port]*portAgent
+	sws     []*fabric.Switch
 	closed  bool
 
 	wg sync.WaitGroup
@@ -130,6 +134,18 @@ func New(cfg Config) (*Server, error) {
 			p.SetExternalMADHandler(a)
 		}
 	}
+	for _, sw := range cfg.Switches {
+		ep := switchEndpoint{sw}
+		sw.SetExternal(func(m *fabric.ExternalMAD) {
+			c := s.client(uint32(wire.MAD(m.MAD).TID()>>tidSlotShift) & tidSlotMask)
+			if c == nil || c.ep != endpoint(ep) {
+				s.noClient.Add(1)
+				return
+			}
+			c.deliver(m.SLID, m.DLID, m.SrcQP, m.MAD)
+		})
+		s.sws = append(s.sws, sw)
+	}
 	for _, c := range s.ctls {
 		s.wg.Add(1)
 		go s.serveCtl(c)
@@ -173,6 +189,9 @@ func (s *Server) Close() {
 	}
 	for p := range s.ports {
 		p.SetExternalMADHandler(nil)
+	}
+	for _, sw := range s.sws {
+		sw.SetExternal(nil)
 	}
 	s.wg.Wait()
 }
@@ -249,20 +268,19 @@ func (s *Server) handleCtl(msg *ctlMsg, from net.Addr) bool {
 		}
 		return fail("client %d is not connected", msg.clientID)
 	}
-	p := c.port
+	p := c.ep
 	d := msg.data
 	switch msg.typ {
 	case ctlDisconnect:
 		s.remove(c, "disconnect")
 	case ctlGetPort:
 		// struct sim_port { uint16_t lid; uint8_t state; }
-		a := p.Query()
 		clear(d)
-		le.PutUint16(d[0:], a.LID)
-		d[2] = uint8(a.State)
+		le.PutUint16(d[0:], p.lid())
+		d[2] = p.state()
 	case ctlGetVendor:
 		var ni [wire.SMPDataLen]byte
-		p.SMAGet(wire.AttrNodeInfo, 0, ni[:])
+		p.smaGet(wire.AttrNodeInfo, 0, ni[:])
 		n := wire.NodeInfo(ni[:])
 		clear(d)
 		le.PutUint32(d[0:], n.VendorID())
@@ -270,32 +288,33 @@ func (s *Server) handleCtl(msg *ctlMsg, from net.Addr) bool {
 		le.PutUint32(d[8:], n.Revision())
 		le.PutUint64(d[16:], 1) // fw_ver, as ibsim
 	case ctlGetGID:
-		a := p.Query()
 		clear(d)
-		le.PutUint64(d[0:], a.GIDPrefix)
-		le.PutUint64(d[8:], p.Device().Query().NodeGUID)
+		le.PutUint64(d[0:], p.gidPrefix())
+		le.PutUint64(d[8:], p.nodeGUID())
 	case ctlGetGUID:
 		clear(d)
-		le.PutUint64(d[0:], p.Device().Query().NodeGUID)
+		le.PutUint64(d[0:], p.nodeGUID())
 	case ctlGetNodeInfo:
 		clear(d)
-		if st := p.SMAGet(wire.AttrNodeInfo, 0, d); st != 0 {
+		if st := p.smaGet(wire.AttrNodeInfo, 0, d); st != 0 {
 			return fail("NodeInfo: status %#x", st)
 		}
 	case ctlGetPortInfo:
 		n := uint32(d[0])
-		if int(n) > p.Device().NumPorts() {
+		if int(n) > p.numPorts() {
 			n = 0 // ibsim: out of range means the client's own port
 		}
 		clear(d)
-		if st := p.SMAGet(wire.AttrPortInfo, n, d); st != 0 {
+		if st := p.smaGet(wire.AttrPortInfo, n, d); st != 0 {
 			return fail("PortInfo %d: status %#x", n, st)
 		}
 	case ctlSetIsSM:
-		s.setIsSM(c, le.Uint32(d[0:]) != 0)
+		if !s.setIsSM(c, le.Uint32(d[0:]) != 0) {
+			return fail("no SM on a switch's port 0")
+		}
 	case ctlGetPKeys:
 		clear(d)
-		if st := p.SMAGet(wire.AttrPKeyTable, 0, d); st != 0 {
+		if st := p.smaGet(wire.AttrPKeyTable, 0, d); st != 0 {
 			return fail("P_KeyTable: status %#x", st)
 		}
 	default:
@@ -304,11 +323,11 @@ func (s *Server) handleCtl(msg *ctlMsg, from net.Addr) bool {
 	return true
 }
 
-// findPort resolves SIM_HOST: a device name or NodeDescription (its first port),
-// "name/port", or a port GUID ("0x0002c90300000401").
-func (s *Server) findPort(id string) (*hca.Port, error) {
+// findEndpoint resolves SIM_HOST: a device name (its first port), "name/port", a
+// NodeDescription (a device's first port, a switch's port 0), or a port GUID.
+func (s *Server) findEndpoint(id string) (endpoint, error) {
 	if id == "" {
-		return s.cfg.Default, nil
+		return hcaEndpoint{s.cfg.Default}, nil
 	}
 	name, num := id, 1
 	if i := strings.LastIndexByte(id, '/'); i > 0 {
@@ -319,16 +338,22 @@ func (s *Server) findPort(id string) (*hca.Port, error) {
 	for _, d := range s.cfg.Devices {
 		if d.Name() == name || d.NodeDesc() == name {
 			if p := d.Port(num); p != nil {
-				return p, nil
+				return hcaEndpoint{p}, nil
 			}
 			return nil, fmt.Errorf("node %q has no port %d", name, num)
 		}
 	}
-	if g, err := strconv.ParseUint(strings.TrimPrefix(id, "0x"), 16, 64); err == nil {
+	g, gerr := strconv.ParseUint(strings.TrimPrefix(id, "0x"), 16, 64)
+	for _, sw := range s.cfg.Switches {
+		if sw.NodeDesc() == id || (gerr == nil && sw.NodeGUID() == g) {
+			return switchEndpoint{sw}, nil
+		}
+	}
+	if gerr == nil {
 		for _, d := range s.cfg.Devices {
 			for _, p := range d.Ports() {
 				if p.GUID() == g {
-					return p, nil
+					return hcaEndpoint{p}, nil
 				}
 			}
 		}
@@ -340,7 +365,7 @@ func (s *Server) findPort(id string) (*hca.Port, error) {
 // the client's, and the reply's client id and node id.
 func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 	ci := parseClientInfo(msg.data)
-	port, err := s.findPort(ci.nodeID)
+	ep, err := s.findEndpoint(ci.nodeID)
 	if err != nil {
 		return err
 	}
@@ -360,11 +385,11 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 		s.mu.Unlock()
 		return fmt.Errorf("all %d client slots are taken", s.cfg.MaxClients)
 	}
-	if ci.issm != 0 && s.smClientLocked(port) != nil {
+	if ci.issm != 0 && s.smClientLocked(ep) != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("an SM is already attached at %s/%d", port.Device().Name(), port.Num())
+		return fmt.Errorf("an SM is already attached at %v", ep)
 	}
-	c := newClient(s, slot, port, ci.id)
+	c := newClient(s, slot, ep, ci.id)
 	s.slots[slot] = c // reserved while the socket is made
 	s.nclient++
 	s.mu.Unlock()
@@ -377,14 +402,15 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 		return err
 	}
 	c.start(conn)
-	if ci.issm != 0 {
-		s.setIsSM(c, true)
+	if ci.issm != 0 && !s.setIsSM(c, true) {
+		s.remove(c, "no SM on a switch's port 0")
+		return errors.New("no SM on a switch's port 0")
 	}
 	s.connects.Add(1)
-	s.log.Info("ibsim client attached", "client", slot, "pid", ci.id, "node", port.Device().Name(), "port", port.Num(), "issm", ci.issm != 0)
+	s.log.Info("ibsim client attached", "client", slot, "pid", ci.id, "at", fmt.Sprint(ep), "issm", ci.issm != 0)
 	ci.id = uint32(slot)
 	if ci.nodeID == "" {
-		ci.nodeID = port.Device().Name()
+		ci.nodeID = ep.name()
 	}
 	ci.put(msg.data)
 	return nil
@@ -451,9 +477,9 @@ func (s *Server) detach(c *client) {
 	c.stop()
 }
 
-func (s *Server) smClientLocked(p *hca.Port) *client {
+func (s *Server) smClientLocked(ep endpoint) *client {
 	for _, c := range s.slots {
-		if c != nil && c.port == p && c.issm.Load() {
+		if c != nil && c.ep == ep && c.issm.Load() {
 			return c
 		}
 	}
@@ -462,22 +488,22 @@ func (s *Server) smClientLocked(p *hca.Port) *client {
 
 // setIsSM records whether c is its port's SM (SET_ISSM; opensm sends 1 when it opens the
 // issm device and 0 at exit): PortInfo:CapabilityMask.IsSM (IBA 14.2.5.6) follows, and
-// with an external SM the port hands it SA requests, traps and SMInfo.
-func (s *Server) setIsSM(c *client, on bool) {
+// with an external SM the port hands it SA requests, traps and SMInfo. It reports false
+// for a switch's port 0, where pibgw runs no SM.
+func (s *Server) setIsSM(c *client, on bool) bool {
+	he, ok := c.ep.(hcaEndpoint)
+	if !ok {
+		return !on
+	}
 	c.issm.Store(on)
-	p := c.port
 	s.mu.RLock()
-	sm := s.smClientLocked(p)
+	sm := s.smClientLocked(c.ep)
 	s.mu.RUnlock()
-	a := p.Query()
-	if sm != nil {
-		p.SetCapMask(a.PortCapFlags | hca.CapIsSM)
-	} else {
-		p.SetCapMask(a.PortCapFlags &^ hca.CapIsSM)
-	}
+	he.setIsSM(sm != nil)
 	if !s.cfg.ExternalSM {
-		return
+		return true
 	}
+	p := he.p
 	agent := s.ports[p]
 	if sm != nil {
 		p.SetTrapHandler(agent)
@@ -488,6 +514,7 @@ func (s *Server) setIsSM(c *client, on bool) {
 		p.SetSMInfoHandler(nil)
 		p.RegisterMADHandler(wire.MgmtClassSubnAdm, false, nil)
 	}
+	return true
 }
 
 // portAgent receives, at one port, what belongs to the server's clients there: the
@@ -509,12 +536,12 @@ func (a *portAgent) HandleMAD(m *hca.MAD) {
 		}
 	} else {
 		a.s.mu.RLock()
-		c = a.s.smClientLocked(a.port)
+		c = a.s.smClientLocked(hcaEndpoint{a.port})
 		a.s.mu.RUnlock()
 	}
-	if c == nil || c.port != m.Port {
+	if c == nil || c.ep != endpoint(hcaEndpoint{m.Port}) {
 		a.s.noClient.Add(1)
 		return
 	}
-	c.deliver(m)
+	c.deliver(m.From.SLID, m.From.DLID, m.From.QPN, m.Data)
 }

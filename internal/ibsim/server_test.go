@@ -431,3 +431,162 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 		}
 	})
 }
+
+// TestSwitchClient: a client attached to the switch's port 0 (SIM_HOST = its
+// NodeDescription) discovers and queries the fabric from there.
+func TestSwitchClient(t *testing.T) {
+	f, base := testFabric(t, nil)
+	c, typ := dial(t, base, f.Switch.NodeDesc(), false)
+	if typ != 1 || c.node != f.Switch.NodeDesc() {
+		t.Fatalf("CONNECT to the switch: type %d node %q", typ, c.node)
+	}
+	_, d := c.ctlDo(7, nil, 64)
+	if ni := wire.NodeInfo(d); ni.NodeType() != wire.NodeTypeSwitch || ni.NodeGUID() != f.Switch.NodeGUID() {
+		t.Errorf("GET_NODEINFO: type %d guid %#x", ni.NodeType(), ni.NodeGUID())
+	}
+	_, d = c.ctlDo(8, []byte{0}, 64)
+	if pi := wire.PortInfo(d); pi.LID() != f.Switch.LID() || pi.PortState() != 4 || pi.LocalPortNum() != 0 {
+		t.Errorf("GET_PORTINFO: lid %d state %d local port %d", pi.LID(), pi.PortState(), pi.LocalPortNum())
+	}
+	// Directed route: the switch itself (hop count 0), then out of port 2 to pib_1.
+	c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, 0x21, 0))
+	r, ok := c.recv(5 * time.Second)
+	if !ok || wire.NodeInfo(wire.SMP(r[32:]).SMPData()).NodeGUID() != f.Switch.NodeGUID() {
+		t.Fatalf("DR NodeInfo 0 from the switch: %v", ok)
+	}
+	c.send(0xFFFF, 0, smp(wire.AttrNodeInfo, 0, 0x22, 0, 2))
+	if r, ok = c.recv(5 * time.Second); !ok {
+		t.Fatal("no answer to DR NodeInfo 0,2 from the switch")
+	}
+	if ni := wire.NodeInfo(wire.SMP(r[32:]).SMPData()); ni.NodeGUID() != f.Devs[1].Query().NodeGUID || wire.MAD(r[32:]).TID()&0xFFFF != 0x22 {
+		t.Errorf("DR NodeInfo 0,2: guid %#x", ni.NodeGUID())
+	}
+	// LID-routed SMP and a PMA GMP to pib_1.
+	lid := f.Devs[1].Port(1).LID()
+	c.send(lid, 0, smp(wire.AttrPortInfo, 0, 0x23))
+	if r, ok = c.recv(5 * time.Second); !ok || wire.PortInfo(wire.SMP(r[32:]).SMPData()).LID() != lid {
+		t.Fatalf("LID-routed PortInfo to %d from the switch: %v", lid, ok)
+	}
+	pm := make([]byte, 256)
+	m := wire.MAD(pm)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassPerfMgt)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x24)
+	m.SetAttrID(wire.AttrPortCounters)
+	pm[64+1] = 1
+	c.send(lid, 1, pm)
+	if r, ok = c.recv(5 * time.Second); !ok || wire.MAD(r[32:]).Status() != 0 || binary.BigEndian.Uint16(r[4:]) != lid {
+		t.Fatalf("PortCounters of %d from the switch: %v", lid, ok)
+	}
+	// No SM on a switch's port 0.
+	if typ, _ := c.ctlDo(9, []byte{1}, 4); typ != 0 {
+		t.Errorf("SET_ISSM(1) on the switch: type %d, want ERROR", typ)
+	}
+}
+
+// TestExternalSM: with sm.mode = "external", the port of the client that declares itself
+// SM hands it what an SM receives — traps from the switch, SA requests, SMInfo — and its
+// answers reach the requesters. The fabric is configured by hand as an SM would leave it.
+func TestExternalSM(t *testing.T) {
+	f, base := testFabric(t, func(c *config.Config) { c.SM.Mode = config.SMExternal })
+	p0, p1 := f.Devs[0].Port(1), f.Devs[1].Port(1)
+	for _, p := range []*hca.Port{p0, p1} {
+		p.SetLID(uint16(p.Device().Query().NodeGUID>>8&0xFF), 0) // pib_0: 3, pib_1: 4
+		p.SetSM(p0.LID(), 0)
+		p.SetState(hca.PortActive)
+	}
+	f.Switch.SetLID(1, 0)
+	f.Switch.SetSM(p0.LID(), 0)
+	f.Switch.SetLFT(p0.LID(), 1)
+	f.Switch.SetLFT(p1.LID(), 2)
+	for port := 1; port <= 2; port++ {
+		f.Switch.SetPortState(port, 3)
+		f.Switch.SetPortState(port, 4)
+	}
+
+	sm, typ := dial(t, base, "pib_0", true) // SIM_SET_ISSM
+	if typ != 1 {
+		t.Fatalf("CONNECT with issm: type %d", typ)
+	}
+	if p0.Query().PortCapFlags&hca.CapIsSM == 0 {
+		t.Error("IsSM not set in the SM client's port's CapabilityMask")
+	}
+	if _, typ := dial(t, base, "pib_0", true); typ != 0 {
+		t.Errorf("a second SM on pib_0: type %d, want ERROR", typ)
+	}
+
+	// An SA request from pib_1 (an SA client's, here a diag's) reaches the SM client...
+	diag, _ := dial(t, base, "pib_1", false)
+	sa := make([]byte, 256)
+	m := wire.MAD(sa)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassSubnAdm)
+	m.SetClassVersion(2)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x31)
+	m.SetAttrID(wire.AttrClassPortInfo)
+	diag.send(p0.LID(), 1, sa)
+	r, ok := sm.recv(5 * time.Second)
+	if !ok {
+		t.Fatal("the SM client got no SA request")
+	}
+	req := wire.MAD(r[32:])
+	if req.MgmtClass() != wire.MgmtClassSubnAdm || req.TID()&0xFFFF != 0x31 || binary.BigEndian.Uint16(r[4:]) != p1.LID() {
+		t.Fatalf("SA request at the SM: class %#x tid %#x slid %d", req.MgmtClass(), req.TID(), binary.BigEndian.Uint16(r[4:]))
+	}
+	// ...and its answer goes back to the requester by LID and QP, as opensm sends it.
+	resp := append([]byte(nil), r[32:]...)
+	wire.MAD(resp).SetMethod(wire.MethodGetResp)
+	sm.send(p1.LID(), binary.BigEndian.Uint32(r[12:]), resp)
+	if r, ok = diag.recv(5 * time.Second); !ok || wire.MAD(r[32:]).Method() != wire.MethodGetResp || wire.MAD(r[32:]).TID()&0xFFFF != 0x31 {
+		t.Fatalf("the SA answer did not reach the requester: %v", ok)
+	}
+
+	// SMInfo (as sminfo sends it, LID-routed to the SM) is the SM client's too.
+	diag.send(p0.LID(), 0, smp(wire.AttrSMInfo, 0, 0x32))
+	if r, ok = sm.recv(5 * time.Second); !ok || wire.MAD(r[32:]).AttrID() != wire.AttrSMInfo {
+		t.Fatalf("the SM client got no SMInfo: %v", ok)
+	}
+
+	// A link change makes the switch send Trap 128 to the SM's LID: the SM client gets it.
+	f.Cables[1].Detach()
+	if r, ok = sm.recv(5 * time.Second); !ok || wire.MAD(r[32:]).Method() != wire.MethodTrap || wire.MAD(r[32:]).AttrID() != wire.AttrNotice {
+		t.Fatalf("the SM client got no trap: %v", ok)
+	}
+
+	// SET_ISSM(0): the port stops handing it SA requests, and IsSM is cleared.
+	sm.ctlDo(9, []byte{0}, 4)
+	if p0.Query().PortCapFlags&hca.CapIsSM != 0 {
+		t.Error("IsSM still set after SET_ISSM(0)")
+	}
+	diag2, _ := dial(t, base, "pib_0", false)
+	diag2.send(p0.LID(), 1, sa)
+	if _, ok := sm.recv(100 * time.Millisecond); ok {
+		t.Error("an SA request reached the client after SET_ISSM(0)")
+	}
+}
+
+// TestUndeliverable: a MAD the server cannot send comes back at once with status
+// ETIMEDOUT (110), as ibsim answers, so libibmad fails in a millisecond instead of
+// waiting out its timeout.
+func TestUndeliverable(t *testing.T) {
+	f, base := testFabric(t, nil)
+	c, _ := dial(t, base, "pib_0", false)
+	pm := make([]byte, 256)
+	m := wire.MAD(pm)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(wire.MgmtClassPerfMgt)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetTID(0x41)
+	c.send(0, 1, pm) // to LID 0
+	r, ok := c.recv(5 * time.Second)
+	if !ok || binary.BigEndian.Uint32(r[16:]) != 110 || wire.MAD(r[32:]).TID()&0xFFFF != 0x41 {
+		t.Fatalf("echo of an undeliverable MAD: %v %x", ok, r[:32])
+	}
+	if s := f.IBSim.Stats(); s.Undeliverable != 1 {
+		t.Errorf("Undeliverable = %d, want 1", s.Undeliverable)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package udplink
+
+const raceEnabled = false

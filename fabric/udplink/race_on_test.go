@@ -1,0 +1,6 @@
+//go:build race
+
+package udplink
+
+// raceEnabled: the race detector makes sync primitives allocate.
+const raceEnabled = true
