@@ -361,8 +361,12 @@ func (s *Session) pollRx() bool {
 }
 
 // pollOSYield is how many empty polls in a row (a mask) pass between two yields of the
-// processor to other processes.
-const pollOSYield = 31
+// processor to other processes. Measured with perftest and attach's benchmarks
+// (alternating runs, loaded two cores): every 32 polls left ib_send_lat at 11–17 µs
+// typical, every 8 at 7–8 µs with the same bandwidth; every 2 or 4 gave ib_send_lat 5 µs
+// but halved BenchmarkRDMAWrite64K (its writer, 16 writes in flight, polls an empty CQ
+// most of the time).
+const pollOSYield = 7
 
 // deliver hands a run of packets for one port to it.
 func (s *Session) deliver(t, flags uint16, pkts [][]byte) {

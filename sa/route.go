@@ -74,16 +74,21 @@ func computeRoutes(nodes []*Node, _ bool) {
 		}
 	}
 	workers := min(runtime.GOMAXPROCS(0), ns)
-	parallel := func(n int, f func(i int, scratch *[]int32)) {
+	// scratch is one worker's reusable memory.
+	type scratch struct {
+		queue []int32
+		masks []uint64
+	}
+	parallel := func(n int, f func(i int, w *scratch)) {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				var scratch []int32
+				var w scratch
 				for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-					f(i, &scratch)
+					f(i, &w)
 				}
 			}()
 		}
@@ -92,13 +97,13 @@ func computeRoutes(nodes []*Node, _ bool) {
 	// dist[t*ns+s] = hops between switches s and t.
 	const inf = 0x7FFF
 	dist := make([]int16, ns*ns)
-	parallel(ns, func(t int, queue *[]int32) {
+	parallel(ns, func(t int, w *scratch) {
 		d := dist[t*ns : (t+1)*ns]
 		for i := range d {
 			d[i] = inf
 		}
 		d[t] = 0
-		q := append((*queue)[:0], int32(t))
+		q := append(w.queue[:0], int32(t))
 		for h := 0; h < len(q); h++ {
 			u := q[h]
 			for _, e := range adj[u] {
@@ -108,9 +113,9 @@ func computeRoutes(nodes []*Node, _ bool) {
 				}
 			}
 		}
-		*queue = q
+		w.queue = q
 	})
-	parallel(ns, func(s int, _ *[]int32) {
+	parallel(ns, func(s int, w *scratch) {
 		sw := sws[s]
 		lft := make([]uint8, int(maxLID)+1)
 		for j := range lft {
@@ -124,6 +129,29 @@ func computeRoutes(nodes []*Node, _ bool) {
 		var lists []candList
 		byKey := map[uint64]int32{}
 		var scratch []uint8
+		// With at most maskLinks inter-switch links, the ports one hop closer to every
+		// target are found at once as bit masks over adj[s], walking each neighbour's
+		// row of dist (contiguous; dist is symmetric) rather than one column entry per
+		// neighbour and target: the same lists, from sequential reads.
+		var masks []uint64
+		if len(adj[s]) <= maskLinks {
+			if cap(w.masks) < ns {
+				w.masks = make([]uint64, ns)
+			}
+			masks = w.masks[:ns]
+			clear(masks)
+			ds := dist[s*ns : (s+1)*ns]
+			for k, e := range adj[s] {
+				row := dist[int(e.to)*ns : (int(e.to)+1)*ns]
+				bit := uint64(1) << k
+				for t, dt := range row {
+					if dt+1 == ds[t] {
+						masks[t] |= bit
+					}
+				}
+			}
+		}
+		byMask := map[uint64]int32{}
 		for _, d := range dests {
 			if int(d.t) == s {
 				lft[d.lid] = d.q
@@ -137,6 +165,23 @@ func computeRoutes(nodes []*Node, _ bool) {
 				continue
 			}
 			li := listOf[t] - 1
+			if li < 0 && masks != nil {
+				m := masks[t]
+				j, ok := byMask[m]
+				if !ok {
+					j = int32(len(lists))
+					var ports []uint8
+					for k, e := range adj[s] {
+						if m&(1<<k) != 0 {
+							ports = append(ports, e.port)
+						}
+					}
+					lists = append(lists, candList{ports: ports, best: -1})
+					byMask[m] = j
+				}
+				li = j
+				listOf[t] = li + 1
+			}
 			if li < 0 {
 				scratch = scratch[:0]
 				h := uint64(14695981039346656037) // FNV-1a over the ports
@@ -174,6 +219,11 @@ func computeRoutes(nodes []*Node, _ bool) {
 		sw.LFT = lft
 	})
 }
+
+// maskLinks is the most inter-switch links a switch may have for computeRoutes to find
+// its candidate ports as bit masks (64, a mask's bits; BenchmarkComputeRoutes sets 0 to
+// time the per-target scan as its baseline).
+var maskLinks = 64
 
 // candList is a switch's candidate ports toward some targets, with the pick among them
 // kept between destinations: the least-loaded port, the first of equals (the rule the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +39,10 @@ type Config struct {
 	MADRetries int
 	// Window is the most SMPs outstanding at once; default 64.
 	Window int
+	// SendGoroutines is how many goroutines may carry one batch of at least 16 SMPs into
+	// an in-process fabric (each send runs the SMP through the switches and back);
+	// default GOMAXPROCS. 1 sends everything from the driver's goroutine.
+	SendGoroutines int
 	// Partitions configures the P_Key tables (partitions.conf). Empty means the default
 	// partition 0x7fff with every port a full member.
 	Partitions []Partition
@@ -55,7 +60,8 @@ type Config struct {
 // The SM has no goroutine of its own: its work runs in whichever goroutine starts it
 // (Start, Resweep, SetMulticastGroup), delivers a response, or fires a timer, one at a
 // time, so it works the same whether responses arrive inside SendMAD (in-process links)
-// or later (UDP links).
+// or later (UDP links). A large batch of SMPs is sent by goroutines that live for that
+// batch only (sendBatch); their responses are handled by the driver, in send order.
 type SM struct {
 	cfg  Config
 	port *hca.Port
@@ -68,6 +74,10 @@ type SM struct {
 	smpFailed atomic.Uint64
 	sweeps    atomic.Uint64
 	light     atomic.Uint64
+
+	// wire counts the SMPs sent whose response has not arrived (the window's measure
+	// for the goroutines of a parallel batch).
+	wire atomic.Int64
 
 	mu       sync.Mutex // never held across SendMAD: responses arrive re-entrantly
 	running  bool
@@ -96,6 +106,13 @@ type SM struct {
 	onDrain   func()
 	busy      bool // a sweep or MFT job is in progress
 	buf       [wire.MADLen]byte
+	bufs      []*[wire.MADLen]byte // one per goroutine of a parallel batch
+	workers   int                  // goroutines a batch may use (GOMAXPROCS at New)
+	seq       uint64
+	reorder   bool   // the last batch was sent in parallel
+	inside    bool   // every response of the last parallel batch arrived inside its send
+	sent      []int  // per part of a parallel batch: how many it sent
+	unsent    []*txn // scratch: what the parts of a batch left
 	sw        *sweep
 	curWait   []chan struct{}
 
@@ -152,6 +169,9 @@ func New(cfg Config) (*SM, error) {
 	if cfg.Window <= 0 {
 		cfg.Window = 64
 	}
+	if cfg.SendGoroutines <= 0 {
+		cfg.SendGoroutines = runtime.GOMAXPROCS(0)
+	}
 	parts, err := normalizePartitions(cfg.Partitions)
 	if err != nil {
 		return nil, err
@@ -168,6 +188,7 @@ func New(cfg Config) (*SM, error) {
 		pkeys:    make(map[pkeyKey][]uint16),
 		mfts:     make(map[uint64]map[uint16]mftEntry),
 		firstRun: true,
+		workers:  cfg.SendGoroutines,
 	}
 	sm.timer = sm.clk.AfterFunc(time.Hour, sm.timeoutFired)
 	sm.timer.Stop()

@@ -1,6 +1,9 @@
 package sa
 
 import (
+	"cmp"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/pibgw/pibgw/hca"
@@ -57,6 +60,7 @@ type txn struct {
 	data   [wire.SMPDataLen]byte
 
 	tid      uint64
+	seq      uint64 // order of sending, for handling a parallel batch's completions in order
 	deadline time.Time
 	tries    int
 	status   uint16
@@ -84,10 +88,35 @@ func (sm *SM) release(t *txn) {
 	sm.free = append(sm.free, t)
 }
 
-// send builds and transmits t's SMP (IBA 14.2.2: directed route from the SM, DrSLID and
-// DrDLID permissive, hop pointer 0, the initial path from t.path).
+// send transmits t alone (a resend).
 func (sm *SM) send(t *txn, now time.Time) {
-	b := sm.buf[:]
+	sm.seq++
+	t.seq = sm.seq
+	sm.prepare(t, now)
+	sm.nInflight++
+	sm.transmit(t, &sm.buf)
+}
+
+// prepare gives t its TID and deadline and records it as outstanding, before its SMP
+// leaves: on an in-process fabric the response arrives inside the send. Several
+// goroutines of a batch may prepare different txns at once.
+func (sm *SM) prepare(t *txn, now time.Time) {
+	t.tid = sm.port.TID()
+	t.deadline = now.Add(sm.cfg.MADTimeout)
+	t.tries++
+	sm.mu.Lock()
+	sm.inflight[t.tid] = t
+	sm.mu.Unlock()
+	sm.wire.Add(1)
+	sm.smpSent.Add(1)
+}
+
+// transmit builds t's SMP in buf and sends it (IBA 14.2.2: directed route from the SM,
+// DrSLID and DrDLID permissive, hop pointer 0, the initial path from t.path). It only
+// reads t, so several goroutines may transmit different prepared txns at once; t must
+// not be touched after the send, whose response may be handled at once.
+func (sm *SM) transmit(t *txn, buf *[wire.MADLen]byte) {
+	b := buf[:]
 	clear(b)
 	m := wire.MAD(b)
 	m.SetBaseVersion(wire.MADBaseVersion)
@@ -96,7 +125,6 @@ func (sm *SM) send(t *txn, now time.Time) {
 	m.SetMethod(opAttr[t.op].method)
 	m.SetAttrID(opAttr[t.op].attr)
 	m.SetAttrMod(t.mod)
-	t.tid = sm.port.TID()
 	m.SetTID(t.tid)
 	smp := wire.SMP(b)
 	smp.SetMKey(0)
@@ -106,16 +134,89 @@ func (sm *SM) send(t *txn, now time.Time) {
 	smp.SetDrDLID(0xFFFF)
 	copy(smp.InitialPath()[1:], t.path)
 	copy(smp.SMPData(), t.data[:])
-	t.deadline = now.Add(sm.cfg.MADTimeout)
-	t.tries++
-	sm.mu.Lock()
-	sm.inflight[t.tid] = t
-	sm.mu.Unlock()
-	sm.nInflight++
-	sm.smpSent.Add(1)
 	// SendSMP is the originating SMI (IBA 14.2.2.1): hop count 0 is answered by our own
 	// SMA, otherwise the hop pointer starts at 1 and the SMP leaves by InitialPath[1].
 	_ = sm.port.SendSMP(hca.MADAddr{DLID: 0xFFFF, QPN: 0}, b)
+}
+
+// parallelMin is the smallest batch the driver splits over several goroutines: on an
+// in-process fabric each send carries the SMP through every switch on its path and back
+// (about 2 µs at three hops), which is worth spreading over the cores when a sweep of a
+// large fabric has thousands of SMPs queued; small batches stay on the driver's goroutine
+// exactly as before.
+const parallelMin = 16
+
+// insideBatch is how many queued SMPs one parallel batch may take once the SM has seen
+// every response of a batch arrive inside its send (an in-process fabric): the goroutines
+// then still keep at most Window SMPs awaiting a response (sm.wire), as each send returns
+// with its answer, and the hand-off to them is paid once per 1024 SMPs rather than per 64.
+const insideBatch = 1024
+
+// sendBatch sends queued requests: up to the window's free slots, or, when responses
+// arrive inside the sends, up to insideBatch. A batch of at least parallelMin is split
+// over up to SendGoroutines goroutines that live only for this batch (one per part, never
+// one per SMP); a part stops early when Window SMPs await a response, and what it did
+// not send goes back to the head of the queue. Responses may arrive in any order; the
+// driver handles a batch's completions in send order (seq), so the sweep's results do not
+// depend on the scheduling.
+func (sm *SM) sendBatch(now time.Time) {
+	n := min(len(sm.queue)-sm.qhead, sm.cfg.Window-sm.nInflight)
+	if sm.inside && sm.workers > 1 {
+		n = min(len(sm.queue)-sm.qhead, max(n, insideBatch))
+	}
+	batch := sm.queue[sm.qhead : sm.qhead+n]
+	k := min(sm.workers, len(batch)/(parallelMin/2))
+	if len(batch) < parallelMin || k < 2 {
+		for _, t := range batch {
+			sm.send(t, now)
+		}
+		clear(batch)
+		sm.qhead += n
+		return
+	}
+	for _, t := range batch {
+		sm.seq++
+		t.seq = sm.seq
+	}
+	sm.reorder = true
+	for len(sm.bufs) < k {
+		sm.bufs = append(sm.bufs, new([wire.MADLen]byte))
+	}
+	if len(sm.sent) < k {
+		sm.sent = make([]int, k)
+	}
+	window := int64(sm.cfg.Window)
+	per := (len(batch) + k - 1) / k
+	part := func(i int) {
+		p := batch[min(i*per, len(batch)):min((i+1)*per, len(batch))]
+		buf := sm.bufs[i]
+		j := 0
+		for ; j < len(p) && sm.wire.Load() < window; j++ {
+			sm.prepare(p[j], now)
+			sm.transmit(p[j], buf)
+		}
+		sm.sent[i] = j
+	}
+	var wg sync.WaitGroup
+	for i := 1; i < k; i++ {
+		wg.Go(func() { part(i) })
+	}
+	part(0)
+	wg.Wait()
+	// What a part left unsent goes back to the head of the queue, in order.
+	unsent := sm.unsent[:0]
+	for i := range k {
+		p := batch[min(i*per, len(batch)):min((i+1)*per, len(batch))]
+		sm.nInflight += sm.sent[i]
+		unsent = append(unsent, p[sm.sent[i]:]...)
+	}
+	clear(batch)
+	sm.qhead += n - len(unsent)
+	copy(sm.queue[sm.qhead:], unsent)
+	clear(unsent)
+	sm.unsent = unsent[:0]
+	// Every response arrived inside its send: the fabric is in process.
+	sm.inside = len(unsent) == 0 && sm.wire.Load() == 0
 }
 
 // handleResponse is the port's handler for SMP responses. It runs on the delivering
@@ -130,6 +231,7 @@ func (sm *SM) handleResponse(m *hca.MAD) {
 		return
 	}
 	delete(sm.inflight, tid)
+	sm.wire.Add(-1)
 	if mad.MgmtClass() == wire.MgmtClassSubnDirected {
 		t.status = wire.SMP(m.Data).DRStatus()
 	} else {
@@ -188,6 +290,11 @@ func (sm *SM) drive() {
 		if closed {
 			return
 		}
+		if sm.reorder {
+			// A batch went out on several goroutines: take its completions in send order.
+			sm.reorder = false
+			slices.SortFunc(done, func(a, b *txn) int { return cmp.Compare(a.seq, b.seq) })
+		}
 		progress := len(done) > 0
 		for _, t := range done {
 			sm.nInflight--
@@ -202,13 +309,7 @@ func (sm *SM) drive() {
 			progress = sm.expire() || progress
 		}
 		if sm.qhead < len(sm.queue) && sm.nInflight < sm.cfg.Window {
-			now := sm.clk.Now()
-			for sm.qhead < len(sm.queue) && sm.nInflight < sm.cfg.Window {
-				t := sm.queue[sm.qhead]
-				sm.queue[sm.qhead] = nil
-				sm.qhead++
-				sm.send(t, now)
-			}
+			sm.sendBatch(sm.clk.Now())
 			progress = true
 		}
 		if sm.qhead == len(sm.queue) {
@@ -245,6 +346,7 @@ func (sm *SM) expire() bool {
 	for tid, t := range sm.inflight {
 		if !now.Before(t.deadline) {
 			delete(sm.inflight, tid)
+			sm.wire.Add(-1)
 			late = append(late, t)
 		}
 	}

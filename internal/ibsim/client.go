@@ -1,7 +1,9 @@
 package ibsim
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"sync"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/wire"
+	"golang.org/x/sys/unix"
 )
 
 // clientQueue is how many MADs wait for a client that does not read; more are dropped
@@ -17,8 +20,13 @@ import (
 const clientQueue = 256
 
 // client is one attached libumad2sim process: its port, its data socket, a reader that
-// sends its MADs into the fabric and a writer that hands it what arrives for it. Both are
-// per client, not per MAD.
+// sends its MADs into the fabric and a writer that hands it what arrives for it when the
+// socket is full. Both are per client, not per MAD.
+//
+// The data socket is a plain non-blocking descriptor, not a net.Conn: the reader waits
+// for it in poll(2), so a MAD wakes exactly the reader's thread, with no trip through
+// Go's network poller and scheduler (which cost several µs of CPU per MAD, more than the
+// MAD's trip through the fabric, when opensm keeps only a few SMPs outstanding).
 type client struct {
 	s    *Server
 	id   int
@@ -26,20 +34,16 @@ type client struct {
 	pid  uint32
 	issm atomic.Bool
 
-	conn net.Conn
-	raw  syscall.RawConn // conn's descriptor, for writes that must not wait
-	// busy is held by whoever writes to conn: deliver's one non-blocking attempt, or the
-	// writer goroutine, whose write may wait for the client to read.
+	fd     int // the data socket
+	stopfd int // an eventfd stop writes to, waking the reader and the writer
+	// busy is held by whoever writes to fd: deliver's one attempt, or the writer
+	// goroutine, which waits for the socket when the client does not read.
 	busy atomic.Bool
-	// The non-blocking write's argument and result, and the function raw.Write runs
-	// (made once: a closure per MAD would allocate); guarded by busy.
-	wbuf    []byte
-	werr    error
-	writeFn func(fd uintptr) bool
-	out     chan *datagram
-	done    chan struct{}
-	once    sync.Once
-	wg      sync.WaitGroup
+	out  chan *datagram
+	done chan struct{}
+	once sync.Once
+	rwg  sync.WaitGroup // the reader
+	wg   sync.WaitGroup // the writer
 }
 
 // datagram is one pooled sim_request.
@@ -48,32 +52,56 @@ type datagram struct{ b [reqLen]byte }
 var datagramPool = sync.Pool{New: func() any { return new(datagram) }}
 
 func newClient(s *Server, id int, ep endpoint, pid uint32) *client {
-	return &client{s: s, id: id, ep: ep, pid: pid, out: make(chan *datagram, clientQueue), done: make(chan struct{})}
+	return &client{s: s, id: id, ep: ep, pid: pid, fd: -1, stopfd: -1, out: make(chan *datagram, clientQueue), done: make(chan struct{})}
 }
 
-func (c *client) start(conn net.Conn) {
-	c.conn = conn
-	if sc, ok := conn.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
+// start serves the data socket fd, which the client now owns (closed on failure too).
+func (c *client) start(fd int) error {
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("eventfd: %w", err)
 	}
-	c.writeFn = func(fd uintptr) bool {
-		_, c.werr = syscall.Write(int(fd), c.wbuf)
-		return true // one attempt: never wait for the client on the fabric's goroutine
-	}
-	c.wg.Add(2)
+	c.fd, c.stopfd = fd, efd
+	c.rwg.Add(1)
+	c.wg.Add(1)
 	go c.readLoop()
 	go c.writeLoop()
+	return nil
 }
 
-// stop closes the data socket and waits for the client's goroutines.
+// stop wakes and waits for the client's goroutines, then closes its descriptors (not
+// before: a descriptor number closed under a waiting goroutine could be reused).
 func (c *client) stop() {
 	c.once.Do(func() {
 		close(c.done)
-		if c.conn != nil {
-			c.conn.Close()
+		if c.stopfd < 0 {
+			return
 		}
+		var one [8]byte
+		binary.NativeEndian.PutUint64(one[:], 1) // eventfd(2): add 1 to the counter
+		unix.Write(c.stopfd, one[:])
+		c.rwg.Wait()
+		c.wg.Wait()
+		unix.Close(c.fd)
+		unix.Close(c.stopfd)
 	})
+	c.rwg.Wait()
 	c.wg.Wait()
+}
+
+// wait blocks in poll(2) until fd has events (POLLIN or POLLOUT) or stop is called; it
+// reports false once the client is stopping or the socket failed.
+func (c *client) wait(events int16) bool {
+	pfd := [2]unix.PollFd{{Fd: int32(c.fd), Events: events}, {Fd: int32(c.stopfd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(pfd[:], -1)
+		if err == unix.EINTR {
+			continue
+		}
+		// POLLERR (a UDP client's ICMP error) is for the next read or write to report.
+		return err == nil && pfd[1].Revents == 0 && (pfd[0].Revents&events != 0 || pfd[0].Revents&(unix.POLLHUP|unix.POLLNVAL) == 0)
+	}
 }
 
 // deliver hands the MAD mad, from slid's QP sqp to dlid, to the client without blocking:
@@ -110,20 +138,17 @@ func (c *client) deliver(slid, dlid uint16, sqp uint32, mad []byte) {
 // on every MAD (opensm keeps only a few SMPs outstanding, so each one's latency counts).
 // It reports whether d is done with (sent, or dropped because the client is gone).
 func (c *client) tryWrite(d *datagram) bool {
-	if c.raw == nil || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
+	if c.fd < 0 || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
 		return false
 	}
-	c.wbuf = d.b[:]
-	err := c.raw.Write(c.writeFn)
-	werr := c.werr
-	c.wbuf, c.werr = nil, nil
+	_, err := unix.Write(c.fd, d.b[:])
 	c.busy.Store(false)
 	switch {
-	case err == nil && werr == nil:
+	case err == nil:
 		c.s.madsOut.Add(1)
-	case errors.Is(werr, syscall.EAGAIN):
+	case err == unix.EAGAIN:
 		return false // full: the writer goroutine waits for it
-	case err != nil || gone(werr):
+	case gone(err):
 		go c.s.remove(c, "client socket gone")
 	}
 	datagramPool.Put(d)
@@ -148,21 +173,35 @@ func (c *client) writeLoop() {
 				}
 			}
 		case d := <-c.out:
-			for !c.busy.CompareAndSwap(false, true) {
-				runtime.Gosched() // a non-blocking write of deliver's is under way
-			}
-			_, err := c.conn.Write(d.b[:])
-			c.busy.Store(false)
+			err := c.write(d)
 			datagramPool.Put(d)
-			if err != nil {
-				if gone(err) {
-					// The process exited without DISCONNECT (killed): free its slot.
-					go c.s.remove(c, "client socket gone")
-					return
-				}
-				continue
+			switch {
+			case err == nil:
+				c.s.madsOut.Add(1)
+			case gone(err):
+				// The process exited without DISCONNECT (killed): free its slot.
+				go c.s.remove(c, "client socket gone")
+				return
+			case errors.Is(err, net.ErrClosed):
+				return
 			}
-			c.s.madsOut.Add(1)
+		}
+	}
+}
+
+// write sends d, waiting in poll(2) while the client's socket is full.
+func (c *client) write(d *datagram) error {
+	for {
+		for !c.busy.CompareAndSwap(false, true) {
+			runtime.Gosched() // a non-blocking write of deliver's is under way
+		}
+		_, err := unix.Write(c.fd, d.b[:])
+		c.busy.Store(false)
+		if err != unix.EAGAIN {
+			return err
+		}
+		if !c.wait(unix.POLLOUT) {
+			return net.ErrClosed
 		}
 	}
 }
@@ -172,20 +211,32 @@ func gone(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, net.ErrClosed)
 }
 
-// readLoop sends the client's MADs into the fabric from its port until the socket closes.
+// readLoop sends the client's MADs into the fabric from its port until the client stops:
+// it reads what the socket holds, then waits in poll(2) for more (opensm sends a few SMPs
+// at once, so reading until the socket is empty beats a poll before every read).
 func (c *client) readLoop() {
-	defer c.wg.Done()
+	defer c.rwg.Done()
 	var buf [reqLen + 1]byte
 	for {
-		n, err := c.conn.Read(buf[:])
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+		n, err := unix.Read(c.fd, buf[:])
+		if err == unix.EAGAIN {
+			if !c.wait(unix.POLLIN) {
 				return
 			}
+			continue
+		}
+		if err != nil {
 			select {
 			case <-c.done:
 				return
 			default:
+			}
+			if err == unix.EINTR {
+				continue
+			}
+			c.s.log.Debug("ibsim data read", "client", c.id, "err", err)
+			if !c.wait(unix.POLLIN) {
+				return
 			}
 			continue
 		}

@@ -2,6 +2,7 @@ package ibsim_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -42,16 +43,21 @@ func TestOpenSMVersusIBSim(t *testing.T) {
 	if err != nil || fileMissing(topo) {
 		t.Skipf("no %s", fat648)
 	}
-	var pib, sim []time.Duration
+	var pib, sim, pibCPU, simCPU, pibOSM, simOSM []time.Duration
+	var pibMADs uint64
 	for run := 1; run <= 3; run++ {
-		d := runOpenSM(t, lib[0], fmt.Sprintf("pibgwcmp-%d-%d", os.Getpid(), run), "pib_0", func(sock string) func() {
+		r := runOpenSM(t, lib[0], fmt.Sprintf("pibgwcmp-%d-%d", os.Getpid(), run), "pib_0", func(sock string) func() time.Duration {
 			f := satest.FatTree648(t, satest.Options{Clock: clock.Real{}})
 			s, err := ibsim.New(ibsim.Config{SocketName: sock, Devices: f.HCAs, ExternalSM: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return func() {
-				t.Logf("pibgw server: %+v", s.Stats())
+			cpu0 := procCPU(os.Getpid())
+			return func() time.Duration {
+				cpu := procCPU(os.Getpid()) - cpu0
+				st := s.Stats()
+				pibMADs = st.MADsIn
+				t.Logf("pibgw server: %+v", st)
 				s.Close()
 				for _, c := range f.HCACables {
 					c.Detach()
@@ -59,11 +65,12 @@ func TestOpenSMVersusIBSim(t *testing.T) {
 				for _, l := range f.Links {
 					l.Cable.Detach()
 				}
+				return cpu
 			}
 		})
-		pib = append(pib, d)
-		t.Logf("run %d pibgw: SUBNET UP after %v", run, d)
-		d = runOpenSM(t, lib[0], fmt.Sprintf("ibsimcmp-%d-%d", os.Getpid(), run), "H-0-0", func(sock string) func() {
+		pib, pibCPU, pibOSM = append(pib, r.up), append(pibCPU, r.simCPU), append(pibOSM, r.osmCPU)
+		t.Logf("run %d pibgw: SUBNET UP after %v; CPU: server %v, opensm %v", run, r.up, r.simCPU, r.osmCPU)
+		r = runOpenSM(t, lib[0], fmt.Sprintf("ibsimcmp-%d-%d", os.Getpid(), run), "H-0-0", func(sock string) func() time.Duration {
 			cmd := exec.Command("ibsim", "-s", topo)
 			cmd.Env = append(os.Environ(), "IBSIM_SOCKNAME="+sock)
 			stdin, _ := cmd.StdinPipe() // ibsim's console: kept open, or it exits
@@ -80,13 +87,24 @@ func TestOpenSMVersusIBSim(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
-			return func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }
+			cpu0 := procCPU(cmd.Process.Pid)
+			return func() time.Duration {
+				cpu := procCPU(cmd.Process.Pid) - cpu0
+				stdin.Close()
+				cmd.Process.Kill()
+				cmd.Wait()
+				return cpu
+			}
 		})
-		sim = append(sim, d)
-		t.Logf("run %d ibsim: SUBNET UP after %v", run, d)
+		sim, simCPU, simOSM = append(sim, r.up), append(simCPU, r.simCPU), append(simOSM, r.osmCPU)
+		t.Logf("run %d ibsim: SUBNET UP after %v; CPU: ibsim %v, opensm %v", run, r.up, r.simCPU, r.osmCPU)
 	}
 	mp, ms := median(pib), median(sim)
 	t.Logf("median time to SUBNET UP: pibgw %v, ibsim %v: %.2f× ibsim", mp, ms, mp.Seconds()/ms.Seconds())
+	// CPU time depends far less on the shared machine's load than the wall time does.
+	cp, cs := median(pibCPU), median(simCPU)
+	t.Logf("median CPU from attach to SUBNET UP: pibgw server %v (%.1f µs per MAD of %d), ibsim %v: %.2f× ibsim; opensm itself %v vs %v",
+		cp, float64(cp.Microseconds())/float64(max(pibMADs, 1)), pibMADs, cs, cp.Seconds()/max(cs.Seconds(), 1e-3), median(pibOSM), median(simOSM))
 	if mp > ms {
 		t.Errorf("pibgw %v > ibsim %v (runs %v vs %v)", mp, ms, pib, sim)
 	}
@@ -139,12 +157,22 @@ func stamp(line string) (time.Duration, bool) {
 	return time.Duration(h)*time.Hour + time.Duration(mi)*time.Minute + time.Duration(s)*time.Second + time.Duration(us)*time.Microsecond, true
 }
 
-// runOpenSM starts a simulator with serve (which returns its stop), runs opensm at host
-// against it until its log says SUBNET UP, and returns the time from its log's first line.
-func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) func()) time.Duration {
+// osmRun is what one opensm run measured: the time from its log's first line to SUBNET
+// UP, and the CPU the simulator and opensm used until then.
+type osmRun struct{ up, simCPU, osmCPU time.Duration }
+
+// runOpenSM starts a simulator with serve (which returns its stop, which reports the
+// simulator's CPU time since it was ready), runs opensm at host against it until its log
+// says SUBNET UP, and returns the time from its log's first line.
+func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) func() time.Duration) osmRun {
 	t.Helper()
 	stop := serve(sock)
-	defer stop()
+	var r osmRun
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "opensm.conf")
 	os.WriteFile(conf, []byte("force_log_flush TRUE\n"), 0o644)
@@ -161,6 +189,7 @@ func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) fun
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	osm0 := procCPU(cmd.Process.Pid)
 	for {
 		b, _ := os.ReadFile(logf)
 		lines := strings.Split(string(b), "\n")
@@ -180,7 +209,9 @@ func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) fun
 					if len(errs) > 0 {
 						t.Logf("opensm against %s logged %d errors before SUBNET UP, the first: %s", sock, len(errs), errs[0])
 					}
-					return up - first
+					r.up, r.osmCPU = up-first, procCPU(cmd.Process.Pid)-osm0
+					r.simCPU, stop = stop(), nil
+					return r
 				}
 			}
 		}
@@ -189,6 +220,24 @@ func runOpenSM(t *testing.T, lib, sock, host string, serve func(sock string) fun
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// procCPU is the user and system time process pid has used (/proc/pid/stat utime and
+// stime, in clock ticks of 10 ms).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var ut, st int64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func tail(s string, n int) string {
@@ -211,21 +260,28 @@ func TestOpenSMFatTree11664(t *testing.T) {
 		t.Skipf("needs opensm and libumad2sim (Debian opensm, ibsim-utils): %v", err)
 	}
 	var f *satest.Fabric
-	d := runOpenSM(t, lib[0], fmt.Sprintf("pibgwscale-%d", os.Getpid()), "pib_0", func(sock string) func() {
+	r := runOpenSM(t, lib[0], fmt.Sprintf("pibgwscale-%d", os.Getpid()), "pib_0", func(sock string) func() time.Duration {
 		f = satest.FatTree3(t, 36, satest.Options{Clock: clock.Real{}})
 		s, err := ibsim.New(ibsim.Config{SocketName: sock, Devices: f.HCAs, ExternalSM: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return func() { t.Logf("server: %+v", s.Stats()); s.Close() }
+		cpu0 := procCPU(os.Getpid())
+		return func() time.Duration {
+			cpu := procCPU(os.Getpid()) - cpu0
+			t.Logf("server: %+v", s.Stats())
+			s.Close()
+			return cpu
+		}
 	})
+	d := r.up
 	active := 0
 	for _, p := range f.Ports() {
 		if p.State() == hca.PortActive {
 			active++
 		}
 	}
-	t.Logf("opensm: SUBNET UP on %d HCAs / %d switches after %v; %d HCA ports Active", len(f.HCAs), len(f.Switches), d, active)
+	t.Logf("opensm: SUBNET UP on %d HCAs / %d switches after %v (CPU: server %v, opensm %v); %d HCA ports Active", len(f.HCAs), len(f.Switches), d, r.simCPU, r.osmCPU, active)
 	if active != len(f.HCAs) {
 		t.Errorf("%d of %d HCA ports Active at SUBNET UP", active, len(f.HCAs))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/wire"
+	"golang.org/x/sys/unix"
 )
 
 // Config configures a Server.
@@ -393,7 +394,10 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 	s.slots[slot] = c // reserved while the socket is made
 	s.nclient++
 	s.mu.Unlock()
-	conn, err := s.dialClient(slot, ci.id, from)
+	fd, err := s.dialClient(slot, ci.id, from)
+	if err == nil {
+		err = c.start(fd)
+	}
 	if err != nil {
 		s.mu.Lock()
 		s.slots[slot] = nil
@@ -401,7 +405,6 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 		s.mu.Unlock()
 		return err
 	}
-	c.start(conn)
 	if ci.issm != 0 && !s.setIsSM(c, true) {
 		s.remove(c, "no SM on a switch's port 0")
 		return errors.New("no SM on a switch's port 0")
@@ -418,31 +421,55 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 
 // dialClient makes client slot's data socket, bound where libumad2sim connects its own
 // (@<base>:out<slot>, or UDP port+1+slot) and connected to the client's
-// (@<base>:in<pid>, or the client's address with its data port).
-func (s *Server) dialClient(slot int, id uint32, from net.Addr) (net.Conn, error) {
+// (@<base>:in<pid>, or the client's address with its data port). The socket is the
+// server's own descriptor, outside Go's network poller: the client's reader waits for it
+// in poll(2) (client.readLoop).
+func (s *Server) dialClient(slot int, id uint32, from net.Addr) (int, error) {
+	var family int
+	var local, remote unix.Sockaddr
 	switch a := from.(type) {
 	case *net.UnixAddr:
-		l := &net.UnixAddr{Name: s.unixName("out" + strconv.Itoa(slot)), Net: "unixgram"}
-		r := &net.UnixAddr{Name: s.unixName("in" + strconv.Itoa(int(id))), Net: "unixgram"}
-		c, err := net.DialUnix("unixgram", l, r)
-		if err != nil {
-			return nil, fmt.Errorf("data socket for client %d: %w", slot, err)
-		}
-		return c, nil
+		family = unix.AF_UNIX
+		local = &unix.SockaddrUnix{Name: s.unixName("out" + strconv.Itoa(slot))}
+		remote = &unix.SockaddrUnix{Name: s.unixName("in" + strconv.Itoa(int(id)))}
 	case *net.UDPAddr:
 		lp := int(s.udp.Port()) + 1 + slot
 		if lp > 0xFFFF || id == 0 || id > 0xFFFF {
-			return nil, fmt.Errorf("data port for client %d out of range", slot)
+			return -1, fmt.Errorf("data port for client %d out of range", slot)
 		}
-		l := &net.UDPAddr{IP: s.udp.Addr().AsSlice(), Port: lp}
-		r := &net.UDPAddr{IP: a.IP, Port: int(id)}
-		c, err := net.DialUDP("udp", l, r)
-		if err != nil {
-			return nil, fmt.Errorf("data socket for client %d: %w", slot, err)
+		ra, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			return -1, fmt.Errorf("client address %v", a)
 		}
-		return c, nil
+		la, ra := s.udp.Addr().Unmap(), ra.Unmap()
+		switch {
+		case la.Is4() && ra.Is4():
+			family = unix.AF_INET
+			local = &unix.SockaddrInet4{Port: lp, Addr: la.As4()}
+			remote = &unix.SockaddrInet4{Port: int(id), Addr: ra.As4()}
+		case la.Is6() && ra.Is6():
+			family = unix.AF_INET6
+			local = &unix.SockaddrInet6{Port: lp, Addr: la.As16()}
+			remote = &unix.SockaddrInet6{Port: int(id), Addr: ra.As16()}
+		default:
+			return -1, fmt.Errorf("client %v and server %v differ in address family", a, s.udp)
+		}
+	default:
+		return -1, fmt.Errorf("control message from %v", from)
 	}
-	return nil, fmt.Errorf("control message from %v", from)
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("data socket for client %d: %w", slot, err)
+	}
+	if err := unix.Bind(fd, local); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("data socket for client %d: bind: %w", slot, err)
+	}
+	if err := unix.Connect(fd, remote); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("data socket for client %d: connect: %w", slot, err)
+	}
+	return fd, nil
 }
 
 // client returns the attached client with id, or nil.

@@ -50,15 +50,16 @@
 // and wake-up cost anyway. SetSpin(0) turns it off, which is the better choice where the
 // two processes compete for processors with other work (below).
 //
-// Every 128th check of a spin yields the processor to the operating system
-// (sched_yield(2), OSYield) rather than only to Go's scheduler: where busy processes
+// Every 64th check of a spin yields the processor to Go's scheduler and, from the 256th
+// check on, every other 32nd to the operating system (sched_yield(2), OSYield): where busy processes
 // outnumber processors (the attach channel runs three — a program, the daemon, its peer
 // — and they may share two cores), the process a spinner waits for is often queued
 // behind it on its own processor and would otherwise wait for the end of its time slice
 // (milliseconds). Measured between attached processes on two loaded cores
-// (attach's benchmarks, same-script A/B, medians of 3): 64 KiB RDMA WRITE 1.2 → 3.1 GB/s,
-// 8-byte SEND ping-pong p50 63 → 40 µs and p99 6.3 ms → 165 µs, 64-byte UD 175 k →
-// 1.3 M messages/s. With no other runnable thread, sched_yield returns at once.
+// (attach's benchmarks, same-script A/B, medians of 3), a yield every 128th check against
+// none: 64 KiB RDMA WRITE 1.2 → 3.1 GB/s, 8-byte SEND ping-pong p50 63 → 40 µs and p99
+// 6.3 ms → 165 µs, 64-byte UD 175 k → 1.3 M messages/s; every 32nd did better again,
+// every 1024th worse. With no other runnable thread, sched_yield returns at once.
 //
 // Sleeping, a goroutine blocks in poll(2) and read(2) on the eventfd, holding its thread
 // (waitBlocking), rather than parking in Go's netpoller through an os.File
