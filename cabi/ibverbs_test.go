@@ -135,28 +135,30 @@ func (fb *fabric) pair(t *testing.T, server, client []string) (string, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var sout, cout bytes.Buffer
+	// Standard error apart, appended after standard output: the library's warnings (a
+	// pitfall check) must not split a line a test parses.
+	var sout, serr, cout, cerr bytes.Buffer
 	s := fb.command(ctx, server[0], server[1:]...)
-	s.Stdout, s.Stderr = &sout, &sout
+	s.Stdout, s.Stderr = &sout, &serr
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
 	// The clients retry their connection for a while, but give the server a head start.
 	time.Sleep(300 * time.Millisecond)
 	c := fb.command(ctx, client[0], client[1:]...)
-	c.Stdout, c.Stderr = &cout, &cout
+	c.Stdout, c.Stderr = &cout, &cerr
 	cstart := time.Now()
-	cerr := c.Run()
+	cerr2 := c.Run()
 	fb.client = time.Since(cstart)
-	if cerr != nil {
+	if cerr2 != nil {
 		s.Process.Kill()
 	}
-	serr := s.Wait()
-	if cerr != nil || serr != nil {
+	serr2 := s.Wait()
+	if cerr2 != nil || serr2 != nil {
 		t.Fatalf("%v: server: %v, client: %v\nserver output:\n%s\nclient output:\n%s",
-			server, serr, cerr, sout.String(), cout.String())
+			server, serr2, cerr2, sout.String()+serr.String(), cout.String()+cerr.String())
 	}
-	return sout.String(), cout.String()
+	return sout.String() + serr.String(), cout.String() + cerr.String()
 }
 
 // freePort is a TCP port on the loopback address nobody listens on now.
