@@ -148,15 +148,15 @@ func (fb *fabric) pair(t *testing.T, server, client []string) (string, string) {
 	c := fb.command(ctx, client[0], client[1:]...)
 	c.Stdout, c.Stderr = &cout, &cerr
 	cstart := time.Now()
-	cerr2 := c.Run()
+	clientErr := c.Run()
 	fb.client = time.Since(cstart)
-	if cerr2 != nil {
+	if clientErr != nil {
 		s.Process.Kill()
 	}
-	serr2 := s.Wait()
-	if cerr2 != nil || serr2 != nil {
+	serverErr := s.Wait()
+	if clientErr != nil || serverErr != nil {
 		t.Fatalf("%v: server: %v, client: %v\nserver output:\n%s\nclient output:\n%s",
-			server, serr2, cerr2, sout.String()+serr.String(), cout.String()+cerr.String())
+			server, serverErr, clientErr, sout.String()+serr.String(), cout.String()+cerr.String())
 	}
 	return sout.String() + serr.String(), cout.String() + cerr.String()
 }

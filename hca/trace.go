@@ -108,47 +108,30 @@ func (d *Device) traceEvent(ev *AsyncEvent) {
 // alloc_pd, reg_mr, create_cq, create_qp, create_srq, create_ah, … (A is the object's
 // id, the QPN for QPs).
 func (d *Device) traceObject(obj any, created bool) {
-	var call string
+	var calls [2]string // the creating and the destroying call
 	var qpn uint32
 	var id uint64
 	switch o := obj.(type) {
 	case *Context:
-		call, id = "open_device", uint64(o.id)
-		if !created {
-			call = "close_device"
-		}
+		calls, id = [2]string{"open_device", "close_device"}, uint64(o.id)
 	case *PD:
-		call, id = "alloc_pd", uint64(o.id)
-		if !created {
-			call = "dealloc_pd"
-		}
+		calls, id = [2]string{"alloc_pd", "dealloc_pd"}, uint64(o.id)
 	case *MR:
-		call, id = "reg_mr", uint64(o.key)
-		if !created {
-			call = "dereg_mr"
-		}
+		calls, id = [2]string{"reg_mr", "dereg_mr"}, uint64(o.key)
 	case *CQ:
-		call, id = "create_cq", uint64(o.id)
-		if !created {
-			call = "destroy_cq"
-		}
+		calls, id = [2]string{"create_cq", "destroy_cq"}, uint64(o.id)
 	case *QP:
-		call, qpn, id = "create_qp", o.num, uint64(o.num)
-		if !created {
-			call = "destroy_qp"
-		}
+		calls, qpn, id = [2]string{"create_qp", "destroy_qp"}, o.num, uint64(o.num)
 	case *SRQ:
-		call, id = "create_srq", uint64(o.id)
-		if !created {
-			call = "destroy_srq"
-		}
+		calls, id = [2]string{"create_srq", "destroy_srq"}, uint64(o.id)
 	case *AH:
-		call, id = "create_ah", uint64(o.id)
-		if !created {
-			call = "destroy_ah"
-		}
+		calls, id = [2]string{"create_ah", "destroy_ah"}, uint64(o.id)
 	default:
 		return
+	}
+	call := calls[0]
+	if !created {
+		call = calls[1]
 	}
 	trace.API(d.cfg.Name, qpn, call, "", id, 0)
 }

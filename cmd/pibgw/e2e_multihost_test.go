@@ -344,19 +344,7 @@ addresses = ["10.10.0.%d/24"]
 			return hs[i].do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
 		})
 	}
-	cables := func() map[string]uint64 {
-		t.Helper()
-		out, _, err := sw.pibgw("link", "--json")
-		var cs []control.Cable
-		if jerr := json.Unmarshal([]byte(out), &cs); err != nil || jerr != nil {
-			t.Fatalf("pibgw link: %v %v\n%s", err, jerr, out)
-		}
-		m := map[string]uint64{}
-		for _, c := range cs {
-			m[c.Name] = c.Counters["tx_packets"] + c.Counters["rx_packets"]
-		}
-		return m
-	}
+	cables := func() map[string]uint64 { return cablePackets(t, sw) }
 	before := cables()
 	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
 		t.Fatalf("A (Switch2) → B (Switch1):\n%s", out)
@@ -420,6 +408,22 @@ type nsProc struct {
 
 // startNSProc runs `pibgw ARGS` in ns and waits until it answers on sock. The cleanup
 // stops it (SIGTERM, then SIGKILL) and shows its log if the test failed.
+// cablePackets is `pibgw link --json` of p: the packets each cable carried, both ways, by
+// name.
+func cablePackets(t *testing.T, p *nsProc) map[string]uint64 {
+	t.Helper()
+	out, _, err := p.pibgw("link", "--json")
+	var cs []control.Cable
+	if jerr := json.Unmarshal([]byte(out), &cs); err != nil || jerr != nil {
+		t.Fatalf("pibgw link: %v %v\n%s", err, jerr, out)
+	}
+	m := map[string]uint64{}
+	for _, c := range cs {
+		m[c.Name] = c.Counters["tx_packets"] + c.Counters["rx_packets"]
+	}
+	return m
+}
+
 func startNSProc(t *testing.T, bin, ns, sock string, args ...string) *nsProc {
 	t.Helper()
 	p := &nsProc{t: t, bin: bin, sock: sock, logs: &syncBuffer{}, exited: make(chan error, 1)}
@@ -687,19 +691,7 @@ addresses = ["10.10.0.%d/24"]
 			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
 		})
 	}
-	uplinks := func() map[string]uint64 {
-		t.Helper()
-		out, _, err := sw2.pibgw("link", "--json")
-		var cs []control.Cable
-		if jerr := json.Unmarshal([]byte(out), &cs); err != nil || jerr != nil {
-			t.Fatalf("pibgw link: %v %v\n%s", err, jerr, out)
-		}
-		m := map[string]uint64{}
-		for _, c := range cs {
-			m[c.Name] = c.Counters["tx_packets"] + c.Counters["rx_packets"]
-		}
-		return m
-	}
+	uplinks := func() map[string]uint64 { return cablePackets(t, sw2) }
 	before := uplinks()
 	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
 		t.Fatalf("A (switch 1) → B (switch 2):\n%s", out)
