@@ -316,7 +316,11 @@ func TestE2ETopology(t *testing.T) {
 	dir := t.TempDir()
 	fab, hosts := multiHostNet(t, "t", 2)
 	topo := filepath.Join(dir, "2sw.ibnd")
-	writeFile(t, topo, twoSwitchesIBND)
+	ibnd, err := os.ReadFile("../../fabric/topology/testdata/2sw2path4hca.ibnd") // two switches, two parallel links
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, topo, string(ibnd))
 	swSock := filepath.Join(dir, "sw.sock")
 	sw := startNSProc(t, bin, fab, swSock, "switch", "--topology", topo, "--listen", ":8432",
 		"--allow", "10.77.0.0/16", "--sweep", "500ms", "--control", swSock)
@@ -369,32 +373,6 @@ addresses = ["10.10.0.%d/24"]
 	})
 	t.Logf("pings crossed %s; %v after it was cut they cross the other link", used, time.Since(cut).Round(time.Millisecond))
 }
-
-// twoSwitchesIBND is ../shared/data/topologies/2sw2path4hca.ibnd.
-const twoSwitchesIBND = `Switch	8 "Switch1"
-[1]	"Hca1"[1]
-[2]	"Hca3"[1]
-[3]	"Switch2"[3]
-[5]	"Switch2"[5]
-
-Switch 8 "Switch2"
-[1]	"Hca2"[1]
-[2]	"Hca4"[1]
-[3]	"Switch1"[3]
-[5]	"Switch1"[5]
-
-Hca	2 "Hca1"
-[1]	"Switch1"[1]
-
-Hca	2 "Hca2"
-[1]	"Switch2"[1]
-
-Hca	2 "Hca3"
-[1]	"Switch1"[2]
-
-Hca 	2 "Hca4"
-[1]	"Switch2"[2]
-`
 
 // nsProc is a pibgw process (up or switch) running in a namespace.
 type nsProc struct {

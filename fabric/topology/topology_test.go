@@ -7,10 +7,14 @@ import (
 	"testing"
 )
 
+// TwoSwitchesFile is ibsim's 2sw2path4hca.ibnd: two switches joined by two parallel links
+// (ports 3 and 5), two HCAs on each. Tests of other packages read it too.
+const TwoSwitchesFile = "testdata/2sw2path4hca.ibnd"
+
 func TestParseExample(t *testing.T) {
-	b, err := os.ReadFile("/work/shared/data/topologies/2sw2path4hca.ibnd")
+	b, err := os.ReadFile(TwoSwitchesFile)
 	if err != nil {
-		b = []byte(example) // the same file, for machines without the shared data
+		t.Fatal(err)
 	}
 	top, err := Parse(bytes.NewReader(b))
 	if err != nil {
@@ -53,7 +57,9 @@ func TestParseErrors(t *testing.T) {
 // FuzzParse: any file is parsed or refused with an error, never a panic, and what is
 // accepted is consistent (every link listed at both ends).
 func FuzzParse(f *testing.F) {
-	f.Add([]byte(example))
+	if b, err := os.ReadFile(TwoSwitchesFile); err == nil {
+		f.Add(b)
+	}
 	f.Add([]byte("Switch 2 \"S\"\n[1] \"H\"[1]\n\nHca 1 \"H\"\n[1] \"S\"[1]\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		top, err := Parse(bytes.NewReader(b))
@@ -70,29 +76,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
-const example = `# two switches, two parallel links, four HCAs
-Switch	8 "Switch1"
-[1]	"Hca1"[1]
-[2]	"Hca3"[1]
-[3]	"Switch2"[3]
-[5]	"Switch2"[5]
-
-Switch 8 "Switch2"
-[1]	"Hca2"[1]
-[2]	"Hca4"[1]
-[3]	"Switch1"[3]
-[5]	"Switch1"[5]
-
-Hca	2 "Hca1"
-[1]	"Switch1"[1]
-
-Hca	2 "Hca2"
-[1]	"Switch2"[1]
-
-Hca	2 "Hca3"
-[1]	"Switch1"[2]
-
-Hca 	2 "Hca4"
-[1]	"Switch2"[2]
-`

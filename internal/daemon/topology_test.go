@@ -13,40 +13,19 @@ import (
 	"github.com/pibgw/pibgw/internal/daemon"
 )
 
-// twoSwitches is ../shared/data/topologies/2sw2path4hca.ibnd: two switches joined by two
-// parallel links (ports 3 and 5), two HCAs on each.
-const twoSwitches = `Switch	8 "Switch1"
-[1]	"Hca1"[1]
-[2]	"Hca3"[1]
-[3]	"Switch2"[3]
-[5]	"Switch2"[5]
-
-Switch 8 "Switch2"
-[1]	"Hca2"[1]
-[2]	"Hca4"[1]
-[3]	"Switch1"[3]
-[5]	"Switch1"[5]
-
-Hca	2 "Hca1"
-[1]	"Switch1"[1]
-
-Hca	2 "Hca2"
-[1]	"Switch2"[1]
-
-Hca	2 "Hca3"
-[1]	"Switch1"[2]
-
-Hca 	2 "Hca4"
-[1]	"Switch2"[2]
-`
-
 // A fabric from a topology file (fabric.topology): two switches, two parallel links. The
 // SM routes pib_2 (on Switch1) to pib_1 (on Switch2) over one of them and a packet
 // crosses it; pulling that cable out, the SM's next sweep routes over the other, and the
 // same packet crosses there.
 func TestTopologyTwoSwitches(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "2sw.ibnd"), []byte(twoSwitches), 0o644); err != nil {
+	// ibsim's 2sw2path4hca.ibnd: two switches joined by two parallel links (ports 3 and 5),
+	// two HCAs on each.
+	b, err := os.ReadFile("../../fabric/topology/testdata/2sw2path4hca.ibnd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "2sw.ibnd"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := config.Parse(filepath.Join(dir, "f.toml"), []byte("interfaces = []\n[fabric]\nhca_count = 4\ntopology = \"2sw.ibnd\"\n[sm]\nsweep_interval = \"50ms\"\n"))
