@@ -4,7 +4,9 @@
 # BASE_REV (default: the last commit before the hooks), or with "strip" against this very
 # tree with the hooks compiled out (trace.On a constant false, so the compiler drops every
 # hook's body; the per-post pitfall checks return at once), test binaries built once each
-# and run alternately ROUNDS times (default 9) on the same machine, medians compared.
+# and run alternately ROUNDS times (default 9) on the same machine, medians compared. CPU=1
+# runs them at GOMAXPROCS 1, which takes the scheduler's cross-core placement (a 2x bimodal
+# spread in UDSendRecv on a 2-core machine) out of the comparison; BENCHTIME sets -test.benchtime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-$(git log --format=%H -1 --grep='^trace: a per-process ring')~1}
@@ -30,7 +32,7 @@ for pkg in rc ud; do
 	CGO_ENABLED=0 go test -c -o "$work/new-$pkg.test" "./$pkg"
 done
 run() { # tree pkg bench
-	"$work/$1-$2.test" -test.run '^$' -test.bench "$3" -test.benchmem -test.count 1 -test.benchtime "${BENCHTIME:-1s}" |
+	"$work/$1-$2.test" -test.run '^$' -test.bench "$3" -test.benchmem -test.count 1 -test.benchtime "${BENCHTIME:-1s}" ${CPU:+-test.cpu "$CPU"} |
 		awk -v b="$3" '$1 ~ /^Benchmark/ { for (i = 2; i < NF; i++) if ($(i+1) == "ns/op") print $i }'
 }
 for ((r = 1; r <= rounds; r++)); do
@@ -41,7 +43,7 @@ for ((r = 1; r <= rounds; r++)); do
 done
 median() { sort -g "$1" | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 spread() { sort -g "$1" | awk '{ a[NR] = $1 } END { printf "%.0f..%.0f", a[1], a[NR] }'; }
-printf 'base %s, %d rounds each, alternating\n' "$label" "$rounds"
+printf 'base %s, %d rounds each, alternating%s\n' "$label" "$rounds" "${CPU:+, GOMAXPROCS $CPU}"
 for pkg in rc ud; do
 	b=$(median "$work/base-$pkg.ns")
 	n=$(median "$work/new-$pkg.ns")
