@@ -20,7 +20,8 @@
 # iperf3 runs and reports each setup's median. pibgw runs with its default scheduler
 # setting (daemon.max_procs: half the CPUs), the relay with Go's (all CPUs);
 # RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, and PIBGW_MAXPROCS=N pibgw
-# with daemon.max_procs = N, to compare at equal settings. Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
+# with daemon.max_procs = N, to compare at equal settings. SETUPS="pibgw udp" measures only
+# the setups named (default: all seven); a ratio whose baseline was not measured prints "-". Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
 #
 #   sudo bash scripts/bench-ipoib.sh            # PINGS=200 DURATION=10 MTU=2044 ROUNDS=3
 #
@@ -34,6 +35,7 @@ DURATION=${DURATION:-10}
 MTU=${MTU:-2044}
 ROUNDS=${ROUNDS:-3}
 RELAY_MAXPROCS=${RELAY_MAXPROCS:-}
+SETUPS=${SETUPS:-veth relay pibgw relay64k connected udp udpcm}
 PIBGW_MAXPROCS=${PIBGW_MAXPROCS:-0}
 tag=$$
 work=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-bench.XXXXXX")
@@ -89,22 +91,32 @@ start_relay() {
 	for _ in $(seq 50); do ip -n "$ns" addr show dev "$dev" 2>/dev/null | grep -q "${ip%/*}" && break; sleep 0.1; done
 }
 
-names=(veth relay pibgw relay64k connected udp udpcm)
+all=(veth relay pibgw relay64k connected udp udpcm)
+names=()
+for n in "${all[@]}"; do [[ " $SETUPS " == *" $n "* ]] && names+=("$n"); done
+for n in $SETUPS; do
+	[[ " ${all[*]} " == *" $n "* ]] || { echo "bench-ipoib: unknown setup $n in SETUPS (one of: ${all[*]})" >&2; exit 1; }
+done
+want() { [[ " ${names[*]} " == *" $1 "* ]]; }
 declare -A client server addr
 
 # veth
+if want veth; then
 a=bench-veth-a-$tag b=bench-veth-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 ip link add veth-a-$tag netns "$a" mtu "$MTU" type veth peer name veth-b-$tag netns "$b" mtu "$MTU"
 ip -n "$a" addr add 10.77.1.1/24 dev veth-a-$tag; ip -n "$a" link set veth-a-$tag up
 ip -n "$b" addr add 10.77.1.2/24 dev veth-b-$tag; ip -n "$b" link set veth-b-$tag up
 client[veth]=$a server[veth]=$b addr[veth]=10.77.1.2
+fi
 
 # plain TUN relay
+if want relay; then
 a=bench-relay-a-$tag b=bench-relay-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 start_relay "$MTU" "$a:tr0:10.77.2.1/24" "$b:tr1:10.77.2.2/24"
 client[relay]=$a server[relay]=$b addr[relay]=10.77.2.2
+fi
 
 # pibgw datagram mode
 a=bench-pib-a-$tag b=bench-pib-b-$tag
@@ -126,29 +138,36 @@ hca = "pib_1"
 netns = "$b"
 addresses = ["10.77.3.2/24"]
 TOML
+if want pibgw; then
 netns+=("$a" "$b") # pibgw creates and removes them; listed so a crash is cleaned up too
 "$work/pibgw" up --config "$work/bench.toml" --control "$work/pibgw.sock" &
 pids+=($!)
 for _ in $(seq 100); do [ -S "$work/pibgw.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.3.2 && break; sleep 0.1; done
 client[pibgw]=$a server[pibgw]=$b addr[pibgw]=10.77.3.2
+fi
 
 # Connected mode (RFC 4755) at MTU 65520, and the relay at the same MTU as its ceiling.
+if want relay64k; then
 a=bench-r64-a-$tag b=bench-r64-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 start_relay 65520 "$a:tr2:10.77.4.1/24" "$b:tr3:10.77.4.2/24"
 client[relay64k]=$a server[relay64k]=$b addr[relay64k]=10.77.4.2
+fi
 
 a=bench-cm-a-$tag b=bench-cm-b-$tag
 sed -e "s/bench-pib-a-$tag/$a/; s/bench-pib-b-$tag/$b/; s/10\.77\.3\./10.77.5./" \
 	-e 's/^addresses = \(.*\)$/addresses = \1\nmode = "connected"/' "$work/bench.toml" >"$work/bench-cm.toml"
+if want connected; then
 netns+=("$a" "$b")
 "$work/pibgw" up --config "$work/bench-cm.toml" --control "$work/pibgw-cm.sock" &
 pids+=($!)
 for _ in $(seq 100); do [ -S "$work/pibgw-cm.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.5.2 && break; sleep 0.1; done
 client[connected]=$a server[connected]=$b addr[connected]=10.77.5.2
+fi
 
 # Multi-host: a switch process on loopback and one `pibgw up` per host, each with one HCA
 # plugged into it over a UDP link (no PSK: loopback is allowed by default).
+if want udp || want udpcm; then
 swport=$((20000 + tag % 20000))
 "$work/pibgw" --log-level warn switch --listen "127.0.0.1:$swport" --control "$work/switch.sock" --ports 8 &
 pids+=($!)
@@ -175,16 +194,21 @@ TOML
 	"$work/pibgw" up --config "$work/$1.toml" --control "$work/$1.sock" &
 	pids+=($!)
 }
-udp_host udp-a bench-udp-a-$tag 11 10.77.6.1 datagram
-udp_host udp-b bench-udp-b-$tag 12 10.77.6.2 datagram
-udp_host udpcm-a bench-udpcm-a-$tag 13 10.77.7.1 connected
-udp_host udpcm-b bench-udpcm-b-$tag 14 10.77.7.2 connected
-for pair in "bench-udp-a-$tag 10.77.6.2" "bench-udpcm-a-$tag 10.77.7.2"; do
-	set -- $pair
-	for _ in $(seq 200); do ip netns exec "$1" ping -c 1 -W 1 "$2" >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+if want udp; then
+	udp_host udp-a bench-udp-a-$tag 11 10.77.6.1 datagram
+	udp_host udp-b bench-udp-b-$tag 12 10.77.6.2 datagram
+	client[udp]=bench-udp-a-$tag server[udp]=bench-udp-b-$tag addr[udp]=10.77.6.2
+fi
+if want udpcm; then
+	udp_host udpcm-a bench-udpcm-a-$tag 13 10.77.7.1 connected
+	udp_host udpcm-b bench-udpcm-b-$tag 14 10.77.7.2 connected
+	client[udpcm]=bench-udpcm-a-$tag server[udpcm]=bench-udpcm-b-$tag addr[udpcm]=10.77.7.2
+fi
+for n in udp udpcm; do
+	want $n || continue
+	for _ in $(seq 200); do ip netns exec "${client[$n]}" ping -c 1 -W 1 "${addr[$n]}" >/dev/null 2>&1 && break; sleep 0.1; done
 done
-client[udp]=bench-udp-a-$tag server[udp]=bench-udp-b-$tag addr[udp]=10.77.6.2
-client[udpcm]=bench-udpcm-a-$tag server[udpcm]=bench-udpcm-b-$tag addr[udpcm]=10.77.7.2
 
 # Pings: warm up (neighbours, paths), then bursts of 50 in turn.
 for n in "${names[@]}"; do
@@ -201,31 +225,27 @@ done
 for n in "${names[@]}"; do : >"$work/tcp-$n"; done
 for ((r = 0; r < ROUNDS; r++)); do
 	order=("${names[@]}")
-	if ((r % 2 == 1)); then order=(udpcm udp connected relay64k pibgw relay veth); fi
+	if ((r % 2 == 1)); then
+		order=()
+		for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done
+	fi
 	for n in "${order[@]}"; do tcp_gbps "${client[$n]}" "${server[$n]}" "${addr[$n]}" >>"$work/tcp-$n"; done
 done
 
-results=()
+declare -A rtt tcp runs
 for n in "${names[@]}"; do
-	results+=("$n $(median <"$work/rtt-$n") $(median <"$work/tcp-$n") $(paste -sd/ "$work/tcp-$n")")
+	rtt[$n]=$(median <"$work/rtt-$n") tcp[$n]=$(median <"$work/tcp-$n") runs[$n]=$(paste -sd/ "$work/tcp-$n")
 done
 
-relay_rtt=$(echo "${results[1]}" | awk '{print $2}')
-relay_tcp=$(echo "${results[1]}" | awk '{print $3}')
+# ratio X Y: X/Y as "N.NN×", or "-" when Y is not measured.
+ratio() { awk -v x="$1" -v y="$2" 'BEGIN{if (x == "" || y == "" || y + 0 == 0) print "-"; else printf "%.2f×", x/y}'; }
 echo
 echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default}, pibgw max_procs $PIBGW_MAXPROCS)"
 printf '%-10s %14s %12s %14s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "runs"
-for r in "${results[@]}"; do
-	set -- $r
-	printf '%-10s %14s %12s %14s %12s  %s\n' "$1" "$2" \
-		"$(awk -v x="$2" -v y="$relay_rtt" 'BEGIN{printf "%.2f×", x/y}')" "$3" \
-		"$(awk -v x="$3" -v y="$relay_tcp" 'BEGIN{printf "%.2f×", x/y}')" "$4"
+for n in "${names[@]}"; do
+	printf '%-10s %14s %12s %14s %12s  %s\n' "$n" "${rtt[$n]}" "$(ratio "${rtt[$n]}" "${rtt[relay]:-}")" \
+		"${tcp[$n]}" "$(ratio "${tcp[$n]}" "${tcp[relay]:-}")" "${runs[$n]}"
 done
 echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"
-dg_tcp=$(echo "${results[2]}" | awk '{print $3}')
-r64_tcp=$(echo "${results[3]}" | awk '{print $3}')
-cm_tcp=$(echo "${results[4]}" | awk '{print $3}')
-echo "connected mode (MTU 65520): TCP $(awk -v x="$cm_tcp" -v y="$dg_tcp" 'BEGIN{printf "%.2f×", x/y}') datagram mode, $(awk -v x="$cm_tcp" -v y="$r64_tcp" 'BEGIN{printf "%.2f×", x/y}') relay64k (targets: ≥ 1.5×, ≥ 1.0×)"
-udp_tcp=$(echo "${results[5]}" | awk '{print $3}')
-udpcm_tcp=$(echo "${results[6]}" | awk '{print $3}')
-echo "multi-host over UDP links: datagram TCP $(awk -v x="$udp_tcp" -v y="$dg_tcp" 'BEGIN{printf "%.2f×", x/y}') single-host, connected $(awk -v x="$udpcm_tcp" -v y="$cm_tcp" 'BEGIN{printf "%.2f×", x/y}') single-host (targets: ≥ 0.5×, ≥ 0.5×)"
+echo "connected mode (MTU 65520): TCP $(ratio "${tcp[connected]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[connected]:-}" "${tcp[relay64k]:-}") relay64k (targets: ≥ 1.5×, ≥ 1.0×)"
+echo "multi-host over UDP links: datagram TCP $(ratio "${tcp[udp]:-}" "${tcp[pibgw]:-}") single-host, connected $(ratio "${tcp[udpcm]:-}" "${tcp[connected]:-}") single-host (targets: ≥ 0.5×, ≥ 0.5×)"

@@ -48,6 +48,7 @@ FUZZ=(
 	"./wire FuzzParsePacket"
 	"./wire FuzzParseMAD"
 	"./wire FuzzFinalize"
+	"./wire FuzzVCRC"
 	"./rdmacm/ibcm FuzzHandle"
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"

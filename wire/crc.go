@@ -173,8 +173,47 @@ var vcrcTab = func() (t [16][256]uint16) {
 	return t
 }()
 
-// updateVCRC advances a raw (uncomplemented) CRC-16 register over p.
-func updateVCRC(crc uint16, p []byte) uint16 {
+// updateVCRC advances a raw (uncomplemented) CRC-16 register over p: with carry-less
+// multiplication where the CPU has it (vcrc_amd64.go), else by the slicing table.
+func updateVCRC(crc uint16, p []byte) uint16 { return updateVCRCFast(crc, p) }
+
+// vcrcK holds the folding constants of vcrcFold for the bit-reflected VCRC polynomial
+// (vcrc_amd64.s): a 128-bit lane A = A_hi·x^64 + A_lo moved d bits on is A_hi·x^(d+64) +
+// A_lo·x^d ≡ A_hi·(x^(d+63) mod P)·x + A_lo·(x^(d−1) mod P)·x, where the factor x is the
+// one-bit offset of a carry-less product of two bit-reflected 64-bit words; the lane's
+// first (low) word holds A_hi. d = 512 for four lanes at once, 128 for one.
+var vcrcK = [4]uint64{
+	vcrcReflect(vcrcXPowMod(512 + 63)), vcrcReflect(vcrcXPowMod(512 - 1)),
+	vcrcReflect(vcrcXPowMod(128 + 63)), vcrcReflect(vcrcXPowMod(128 - 1)),
+}
+
+// vcrcXPowMod returns x^n mod P for P = x^16+x^12+x^3+x+1 (IBA 7.8.2's 0x100B), in the
+// normal bit order (bit d is the coefficient of x^d).
+func vcrcXPowMod(n int) uint32 {
+	r := uint32(1)
+	for range n {
+		r <<= 1
+		if r&0x10000 != 0 {
+			r ^= 0x1100B
+		}
+	}
+	return r
+}
+
+// vcrcReflect puts a polynomial of degree < 16 into a bit-reflected 64-bit word:
+// the coefficient of x^d at bit 63−d.
+func vcrcReflect(k uint32) uint64 {
+	var r uint64
+	for d := range 16 {
+		if k>>d&1 != 0 {
+			r |= 1 << (63 - d)
+		}
+	}
+	return r
+}
+
+// updateVCRCTable advances the CRC-16 register over p with slicing-by-16 tables.
+func updateVCRCTable(crc uint16, p []byte) uint16 {
 	t := &vcrcTab
 	for len(p) >= 16 {
 		a := binary.LittleEndian.Uint64(p)

@@ -243,3 +243,26 @@ func TestICRCPending(t *testing.T) {
 		}
 	}
 }
+
+// TestVCRCFoldMatchesTable checks the carry-less-multiplication VCRC against the
+// slicing table for every length around the fold boundaries and random registers.
+func TestVCRCFoldMatchesTable(t *testing.T) {
+	buf := make([]byte, 9000)
+	for i := range buf {
+		buf[i] = byte(i*131 + i>>8*7 + 1)
+	}
+	for n := 0; n <= 600; n++ {
+		for _, init := range []uint16{0, 0xffff, uint16(n * 2654435761)} {
+			p := buf[n%13 : n%13+n]
+			if got, want := updateVCRC(init, p), updateVCRCTable(init, p); got != want {
+				t.Fatalf("len %d init %#x: fold %#04x, table %#04x", n, init, got, want)
+			}
+		}
+	}
+	for _, n := range []int{1024, 2048, 2061, 4096, 4111, 8999} {
+		p := buf[1 : 1+n]
+		if got, want := VCRC(p), ^updateVCRCTable(0xffff, p); got != want {
+			t.Fatalf("len %d: fold %#04x, table %#04x", n, got, want)
+		}
+	}
+}

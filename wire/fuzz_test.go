@@ -104,3 +104,14 @@ func FuzzICRC(f *testing.F) {
 		}
 	})
 }
+
+// FuzzVCRC checks the carry-less-multiplication VCRC against the slicing table.
+func FuzzVCRC(f *testing.F) {
+	f.Add(uint16(0xffff), make([]byte, 4096))
+	f.Add(uint16(0), []byte("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdefXYZ"))
+	f.Fuzz(func(t *testing.T, init uint16, p []byte) {
+		if got, want := updateVCRC(init, p), updateVCRCTable(init, p); got != want {
+			t.Fatalf("len %d init %#x: fold %#04x, table %#04x", len(p), init, got, want)
+		}
+	})
+}

@@ -1,0 +1,37 @@
+package wire
+
+import (
+	"encoding/binary"
+
+	"golang.org/x/sys/cpu"
+)
+
+// VCRC with carry-less multiplication (PCLMULQDQ), as in Intel's "Fast CRC Computation
+// for Generic Polynomials Using PCLMULQDQ Instruction" (2009) for a bit-reflected CRC:
+// the data is folded 64 bytes at a time into four 128-bit lanes, the lanes into one, and
+// the last 128-bit remainder, congruent to the data modulo the VCRC polynomial, goes
+// through the slicing table. The table-only CRC takes over below vcrcFoldMin bytes and on
+// CPUs without PCLMULQDQ/SSE4.1.
+
+// vcrcFold folds p (len(p) ≥ 64, a multiple of 16) whose first two bytes are first XORed
+// with init, and returns the 128-bit remainder as two little-endian words.
+//
+//go:noescape
+func vcrcFold(init uint64, p []byte, k *[4]uint64) (lo, hi uint64)
+
+var vcrcCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41
+
+// vcrcFoldMin is the length from which folding beats the slicing table.
+const vcrcFoldMin = 64
+
+func updateVCRCFast(crc uint16, p []byte) uint16 {
+	if !vcrcCLMUL || len(p) < vcrcFoldMin {
+		return updateVCRCTable(crc, p)
+	}
+	n := len(p) &^ 15
+	lo, hi := vcrcFold(uint64(crc), p[:n], &vcrcK)
+	var r [16]byte
+	binary.LittleEndian.PutUint64(r[:8], lo)
+	binary.LittleEndian.PutUint64(r[8:], hi)
+	return updateVCRCTable(updateVCRCTable(0, r[:]), p[n:])
+}
