@@ -288,7 +288,11 @@ type groState struct {
 func (i *Interface) groAdd(buf []byte, flags hca.WCFlags) {
 	st := &i.rxp.gro
 	ip := buf[rxHead:]
-	ok := flags&hca.WCIPCsumOK != 0
+	// A packet the HCA did not vouch for carries complete checksums (it came from
+	// another process over a UDP link, where wire.Finalize completed them): it merges
+	// once they check out in software, as Linux's GRO validates a CHECKSUM_NONE segment
+	// (inet_gro_receive's ip_fast_csum, tcp4_gro_receive's skb_gro_checksum_validate).
+	ok := flags&hca.WCIPCsumOK != 0 || tcpChecksumsValid(ip)
 	partial := flags&hca.WCIPCsumPartial != 0
 	if st.buf != nil && ok && i.groMerge(ip) {
 		return
@@ -304,6 +308,23 @@ func (i *Interface) groAdd(buf []byte, flags hca.WCFlags) {
 		nextSeq: binary.BigEndian.Uint32(ip[iphl+4:]) + uint32(len(ip)-iphl-tcphl), segs: 1, partial: partial,
 	}
 	st.closed = ip[iphl+13]&tcpPSH != 0
+}
+
+// tcpChecksumsValid reports whether ip is a TCP segment whose IP length matches the
+// packet and whose IPv4 header and TCP checksums are correct.
+func tcpChecksumsValid(ip []byte) bool {
+	iphl, proto, _, ok := inet.Transport(ip)
+	if !ok || proto != inet.ProtoTCP {
+		return false
+	}
+	if ip[0]>>4 == 4 {
+		if int(binary.BigEndian.Uint16(ip[2:])) != len(ip) || inet.Checksum(ip[:iphl]) != 0 {
+			return false
+		}
+	} else if int(binary.BigEndian.Uint16(ip[4:]))+40 != len(ip) {
+		return false
+	}
+	return inet.Valid(ip)
 }
 
 // groCandidate reports whether ip can head a merged segment: an intact TCP segment

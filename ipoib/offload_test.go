@@ -995,9 +995,9 @@ func TestGROChecksumFlags(t *testing.T) {
 	spec := tcpSpec(false)
 	segs, _ := tcpRun(spec, repeatSize(1988, 5), true, 43)
 
-	t.Run("not verified, mid-run", func(t *testing.T) {
-		// A packet the HCA did not vouch for (from a remote host, say): its checksum
-		// is complete and it is passed on as it is.
+	t.Run("not verified, checked in software, mid-run", func(t *testing.T) {
+		// A packet the HCA did not vouch for (from a remote host, say) with correct
+		// checksums merges, as in Linux's GRO.
 		full := append([]byte(nil), segs[2]...)
 		inet.CompletePartial(full)
 		i, f := newGROInterface()
@@ -1005,27 +1005,71 @@ func TestGROChecksumFlags(t *testing.T) {
 		feed(i, 0, full)
 		feed(i, partialFlags, segs[3], segs[4])
 		i.groFlush()
-		if len(f.writes) != 3 {
-			t.Fatalf("%d writes, want 3", len(f.writes))
+		if len(f.writes) != 1 {
+			t.Fatalf("%d writes, want 1", len(f.writes))
 		}
-		checkMerged(t, f.writes[0], segs[0:2])
-		checkSingle(t, f.writes[1], full, false)
-		if f.writes[1].g.NeedsCsum || !refL4Valid(f.writes[1].pkt) {
-			t.Errorf("unverified packet: NeedsCsum or checksum spoilt")
+		checkMerged(t, f.writes[0], [][]byte{segs[0], segs[1], full, segs[3], segs[4]})
+		checkCounters(t, i, 5, 4, 1)
+	})
+
+	t.Run("not verified, all checked in software", func(t *testing.T) {
+		full := make([][]byte, len(segs))
+		for k := range segs {
+			full[k] = append([]byte(nil), segs[k]...)
+			inet.CompletePartial(full[k])
 		}
-		checkMerged(t, f.writes[2], segs[3:5])
-		checkCounters(t, i, 5, 2, 3)
+		i, f := newGROInterface()
+		feed(i, 0, full...)
+		i.groFlush()
+		if len(f.writes) != 1 {
+			t.Fatalf("%d writes, want 1", len(f.writes))
+		}
+		checkMerged(t, f.writes[0], full)
+	})
+
+	t.Run("not verified, bad checksums, mid-run", func(t *testing.T) {
+		// A bad TCP checksum, or a bad IPv4 header checksum: passed on as it is, for
+		// the stack to drop.
+		for _, at := range []int{20 + 16, 10} {
+			full := append([]byte(nil), segs[2]...)
+			inet.CompletePartial(full)
+			full[at] ^= 0x5a
+			i, f := newGROInterface()
+			feed(i, partialFlags, segs[0], segs[1])
+			feed(i, 0, full)
+			feed(i, partialFlags, segs[3], segs[4])
+			i.groFlush()
+			if len(f.writes) != 3 {
+				t.Fatalf("byte %d spoilt: %d writes, want 3", at, len(f.writes))
+			}
+			checkMerged(t, f.writes[0], segs[0:2])
+			checkSingle(t, f.writes[1], full, false)
+			checkMerged(t, f.writes[2], segs[3:5])
+			checkCounters(t, i, 5, 2, 3)
+		}
 	})
 
 	t.Run("not verified, head", func(t *testing.T) {
+		// Checked in software, a head the HCA did not vouch for starts a merge too.
 		full := append([]byte(nil), segs[0]...)
 		inet.CompletePartial(full)
 		i, f := newGROInterface()
 		feed(i, 0, full)
 		feed(i, partialFlags, segs[1:]...)
 		i.groFlush()
+		if len(f.writes) != 1 {
+			t.Fatalf("%d writes, want 1", len(f.writes))
+		}
+		checkMerged(t, f.writes[0], append([][]byte{full}, segs[1:]...))
+
+		// With a bad checksum it is written alone, as received.
+		full[20+16] ^= 0x5a
+		i, f = newGROInterface()
+		feed(i, 0, full)
+		feed(i, partialFlags, segs[1:]...)
+		i.groFlush()
 		if len(f.writes) != 2 {
-			t.Fatalf("%d writes, want 2", len(f.writes))
+			t.Fatalf("bad checksum: %d writes, want 2", len(f.writes))
 		}
 		checkSingle(t, f.writes[0], full, false)
 		checkMerged(t, f.writes[1], segs[1:])
