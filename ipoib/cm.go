@@ -62,6 +62,12 @@ const (
 	DefaultCMIdleTimeout = 512 * time.Second
 	// cmMaxQueued packets wait per connection being set up.
 	cmMaxQueued = 16
+	// cmTxSlots messages are in flight at once (the TX QPs' MaxSendWR): few enough that a
+	// peer's cmSRQLen shared receive buffers take four senders' worth without an RNR NAK,
+	// which ends the connection (cmRNRRetryCount 0).
+	cmTxSlots = 4
+	// cmSlotLen is a send-ring slot: the IPoIB header and the largest packet.
+	cmSlotLen = HeaderLen + ConnectedMTU
 )
 
 // Linux's REQ (ipoib_cm_send_req): CM response timeouts 20, max_cm_retries 15,
@@ -101,10 +107,18 @@ type cmState struct {
 	txch   *hca.CompChannel
 	bounce *hca.MR // one message, for packets that waited for their connection
 
-	// txmu serialises posting on TX QPs and waiting for the completion (the transmit
+	// txmu serialises posting on TX QPs and reaping their completions (the transmit
 	// loop, and the CM goroutine sending what waited for a connection).
 	txmu  sync.Mutex
 	txwcs [16]hca.WC
+	// The send ring: a message is copied into a free slot and posted, and the slot is
+	// free again at its completion, so that cmTxSlots messages are in flight at once —
+	// a SEND to another process completes only when its ACK is back (a round trip
+	// through the switch), where in process it completes while it is posted. Under txmu.
+	ring     *hca.MR
+	slotTx   [cmTxSlots]*cmTx // the connection a busy slot's message went out on
+	slotGen  [cmTxSlots]uint16
+	freeSlot []int
 
 	rxmu  sync.Mutex // one drain of the RX CQ at a time
 	rxwcs [64]hca.WC
@@ -626,6 +640,19 @@ func (i *Interface) txCQ() (*hca.CQ, error) {
 		_ = cq.Destroy()
 		return nil, err
 	}
+	ring, err := i.pd.RegMR(make([]byte, cmTxSlots*cmSlotLen), hca.AccessLocalWrite)
+	if err != nil {
+		_ = mr.Dereg()
+		_ = cq.Destroy()
+		return nil, err
+	}
+	c.txmu.Lock()
+	c.ring, c.freeSlot = ring, c.freeSlot[:0]
+	for k := range cmTxSlots {
+		c.freeSlot = append(c.freeSlot, k)
+		c.slotTx[k] = nil
+	}
+	c.txmu.Unlock()
 	c.txcq, c.txch, c.bounce = cq, ch, mr
 	return cq, nil
 }
@@ -701,9 +728,16 @@ func (i *Interface) dropTx(tx *cmTx, forget bool) bool {
 		id.Destroy() // DREQ if it was established
 	}
 	if qp != nil {
-		// Under txmu: the transmit loop may be waiting for a completion on it.
+		// Under txmu: the transmit loop may be waiting for a completion on it. The
+		// slots of its messages are free again; a completion of theirs still in the
+		// CQ finds its slot's generation moved on and frees nothing.
 		c.txmu.Lock()
 		_ = qp.Destroy()
+		for k, t := range c.slotTx {
+			if t == tx {
+				c.releaseSlot(k)
+			}
+		}
 		c.txmu.Unlock()
 	}
 	if forget {
@@ -809,25 +843,58 @@ func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState,
 	return true
 }
 
-// cmPostLocked sends one message (msg, in a buffer registered as lkey) on tx's QP and
-// waits for its completion, so the buffer may be reused: in process, an RC SEND
-// completes while it is posted. A completion in error other than a flush ends the
+// cmPostLocked sends one message (msg, in a buffer registered as lkey) on tx's QP: it
+// is copied into a free slot of the send ring, so msg may be reused on return. Without a
+// free slot it waits for a completion. A completion in error other than a flush ends the
 // connection (ipoib_cm_handle_tx_wc). txmu is held.
 func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 	c := &i.cms
-	if tx.state.Load() != cmUp {
+	if tx.state.Load() != cmUp || c.ring == nil || len(msg) > cmSlotLen {
 		i.cnt.inc(cDropSendError)
 		return
 	}
-	sgl := [1]hca.SGE{{Addr: hca.BufAddr(msg), Length: uint32(len(msg)), LKey: lkey}}
-	wr := [1]hca.SendWR{{WRID: uint64(len(msg)), SGL: sgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}}
+	i.cmReapLocked(false)
+	for len(c.freeSlot) == 0 {
+		if !i.cmReapLocked(true) {
+			return // closing
+		}
+	}
+	k := c.freeSlot[len(c.freeSlot)-1]
+	c.freeSlot = c.freeSlot[:len(c.freeSlot)-1]
+	c.slotTx[k] = tx
+	buf := c.ring.Bytes()[k*cmSlotLen : k*cmSlotLen+len(msg)]
+	copy(buf, msg)
+	sgl := [1]hca.SGE{{Addr: hca.BufAddr(buf), Length: uint32(len(buf)), LKey: c.ring.LKey()}}
+	wrid := uint64(len(msg))<<32 | uint64(c.slotGen[k])<<16 | uint64(k)
+	wr := [1]hca.SendWR{{WRID: wrid, SGL: sgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}}
 	if _, err := tx.qp.PostSend(wr[:]); err != nil {
+		c.releaseSlot(k)
 		i.cnt.inc(cDropSendError)
 		return
 	}
+	// In process the SEND has completed already: reap it now, keeping the ring free.
+	i.cmReapLocked(false)
+}
+
+// releaseSlot frees send-ring slot k; its generation moves on so that a late completion
+// of the message it held frees nothing. txmu is held.
+func (c *cmState) releaseSlot(k int) {
+	if c.slotTx[k] == nil {
+		return
+	}
+	c.slotTx[k] = nil
+	c.slotGen[k]++
+	c.freeSlot = append(c.freeSlot, k)
+}
+
+// cmReapLocked takes the send completions there are, freeing their slots; with wait it
+// waits for at least one. It reports false if the interface closed while it waited.
+// txmu is held.
+func (i *Interface) cmReapLocked(wait bool) bool {
+	c := &i.cms
 	for {
 		k := c.txcq.Poll(c.txwcs[:])
-		if k == 0 {
+		if k == 0 && wait {
 			_ = c.txcq.ReqNotify(false)
 			if k = c.txcq.Poll(c.txwcs[:]); k == 0 {
 				select {
@@ -835,16 +902,22 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 					cq.AckEvents(1)
 					continue
 				case <-i.ctx.Done():
-					return
+					return false
 				}
 			}
 		}
 		for _, wc := range c.txwcs[:k] {
+			slot, gen := int(wc.WRID&0xFFFF), uint16(wc.WRID>>16)
+			if slot >= cmTxSlots || c.slotGen[slot] != gen || c.slotTx[slot] == nil {
+				continue // its connection was dropped and the slot freed already
+			}
+			tx := c.slotTx[slot]
+			c.releaseSlot(slot)
 			switch wc.Status {
 			case hca.WCSuccess:
 				i.cnt.inc(cTxPackets)
 				i.cnt.inc(cTxCM)
-				i.cnt.add(cTxBytes, wc.WRID-HeaderLen)
+				i.cnt.add(cTxBytes, wc.WRID>>32-HeaderLen)
 			case hca.WCWRFlushErr:
 				i.cnt.inc(cDropSendError)
 			default:
@@ -852,7 +925,10 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 				go i.failTx(tx, fmt.Errorf("send completed with %v", wc.Status))
 			}
 		}
-		return
+		if k < len(c.txwcs) {
+			return true
+		}
+		wait = false
 	}
 }
 
@@ -960,6 +1036,10 @@ func (i *Interface) closeCM() {
 		_ = c.txcq.Destroy()
 		_ = c.bounce.Dereg()
 		c.txcq = nil
+		c.txmu.Lock()
+		_ = c.ring.Dereg()
+		c.ring = nil
+		c.txmu.Unlock()
 	}
 }
 
