@@ -161,27 +161,44 @@ addresses = ["10.20.0.%d/24"]
 		t.Fatalf("switch nodes: %+v", links)
 	}
 
-	// iperf3 A → B across the switch process.
-	srv := exec.Command("ip", "netns", "exec", hosts[1], "iperf3", "-s", "-1", "-B", "10.10.0.2", "-p", "5201")
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	var res iperfResult
-	for try := 0; ; try++ { // until the server listens
-		out, err := exec.Command("ip", "netns", "exec", hosts[0], "iperf3", "-c", "10.10.0.2", "-p", "5201", "-t", "2", "-J").Output()
-		jerr := json.Unmarshal(out, &res)
-		if err == nil && jerr == nil && res.Error == "" {
-			break
+	// iperf3 A → B across the switch process, in datagram mode and then in connected
+	// mode (RC SENDs whose completions are ACKs coming back through the switch).
+	iperfAB := func(mode string) {
+		t.Helper()
+		srv := exec.Command("ip", "netns", "exec", hosts[1], "iperf3", "-s", "-1", "-B", "10.10.0.2", "-p", "5201")
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
 		}
-		if try == 100 { // 10 s for the server to listen, on a loaded machine
-			t.Fatalf("iperf3 -c: %v %v %s", err, jerr, res.Error)
+		defer func() { srv.Process.Kill(); srv.Wait() }()
+		var res iperfResult
+		for try := 0; ; try++ { // until the server listens
+			out, err := exec.Command("ip", "netns", "exec", hosts[0], "iperf3", "-c", "10.10.0.2", "-p", "5201", "-t", "2", "-J").Output()
+			res = iperfResult{}
+			jerr := json.Unmarshal(out, &res)
+			if err == nil && jerr == nil && res.Error == "" {
+				break
+			}
+			if try == 100 { // 10 s for the server to listen, on a loaded machine
+				t.Fatalf("iperf3 -c (%s mode): %v %v %s", mode, err, jerr, res.Error)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		time.Sleep(100 * time.Millisecond)
+		t.Logf("iperf3 A→B across the UDP switch, %s mode, 2 s TCP: %.0f Mbit/s received", mode, res.End.SumReceived.BitsPerSecond/1e6)
+		if res.End.SumReceived.Bytes <= 0 || res.End.SumReceived.BitsPerSecond < 1e6 {
+			t.Errorf("iperf3 received nothing in %s mode", mode)
+		}
 	}
-	t.Logf("iperf3 A→B across the UDP switch, 2 s TCP: %.0f Mbit/s received", res.End.SumReceived.BitsPerSecond/1e6)
-	if res.End.SumReceived.Bytes <= 0 || res.End.SumReceived.BitsPerSecond < 1e6 {
-		t.Error("iperf3 received nothing")
+	iperfAB("datagram")
+	for _, h := range hs[:2] {
+		if out, stderr, err := h.pibgw("mode", "ib0", "connected"); err != nil {
+			t.Fatalf("pibgw mode ib0 connected: %v\n%s%s", err, out, stderr)
+		}
+	}
+	iperfAB("connected")
+	for _, h := range hs[:2] {
+		if out, stderr, err := h.pibgw("mode", "ib0", "datagram"); err != nil {
+			t.Fatalf("pibgw mode ib0 datagram: %v\n%s%s", err, out, stderr)
+		}
 	}
 
 	// rdma_cm across hosts: the rping example, its server attached to B's daemon, its
