@@ -512,8 +512,31 @@ func (i *Interface) cmRepost(r *cmRxRes, slot int) {
 }
 
 // writeWhole writes one received packet, at tun.MinOffset of buf, to the device.
+//
+// A TCP or UDP packet goes to the kernel as CHECKSUM_PARTIAL, its checksum field set to
+// the pseudo-header sum, as datagram mode writes the segments it merges (groFlush): the
+// message came over an RC connection, whose ICRC (IBA 7.8.1) covers it end to end, so
+// the receive side is an HCA that reports the IP checksum good (Linux ipoib sets
+// CHECKSUM_UNNECESSARY for IB_WC_IP_CSUM_OK). TUN has no such flag for writes — it
+// ignores VIRTIO_NET_HDR_F_DATA_VALID — but local delivery takes a partial checksum as
+// checked (skb_csum_unnecessary), and a packet the kernel forwards gets its checksum
+// completed on the way out. The kernel then never sums the 64 KiB again on receive.
+// An IPv4 UDP datagram without a checksum (0, RFC 768) is left as it is.
 func (i *Interface) writeWhole(buf []byte) {
-	if err := i.writeRaw(buf); err != nil {
+	var err error
+	if i.txp.off == nil {
+		err = i.writeRaw(buf)
+	} else {
+		ip := buf[tun.MinOffset:]
+		var g tun.GSO
+		if iphl, proto, csumOff, ok := inet.Transport(ip); ok &&
+			(proto == inet.ProtoTCP || ip[0]>>4 == 6 || binary.BigEndian.Uint16(ip[iphl+csumOff:]) != 0) {
+			inet.SetPartial(ip, iphl, proto, csumOff)
+			g = tun.GSO{NeedsCsum: true, CsumStart: uint16(iphl), CsumOffset: uint16(csumOff)}
+		}
+		err = i.txp.off.WriteGSO(buf, tun.MinOffset, g, nil)
+	}
+	if err != nil {
 		i.cnt.inc(cDropTunWrite)
 		return
 	}
