@@ -105,6 +105,8 @@ type cmState struct {
 	// loop, and the CM goroutine sending what waited for a connection).
 	txmu  sync.Mutex
 	txwcs [16]hca.WC
+	txsgl [1]hca.SGE // the send's gather list and WR, reused: no allocation per message
+	txwr  [1]hca.SendWR
 
 	rxmu  sync.Mutex // one drain of the RX CQ at a time
 	rxwcs [64]hca.WC
@@ -842,9 +844,9 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 		i.cnt.inc(cDropSendError)
 		return
 	}
-	sgl := [1]hca.SGE{{Addr: hca.BufAddr(msg), Length: uint32(len(msg)), LKey: lkey}}
-	wr := [1]hca.SendWR{{WRID: uint64(len(msg)), SGL: sgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}}
-	if _, err := tx.qp.PostSend(wr[:]); err != nil {
+	c.txsgl[0] = hca.SGE{Addr: hca.BufAddr(msg), Length: uint32(len(msg)), LKey: lkey}
+	c.txwr[0] = hca.SendWR{WRID: uint64(len(msg)), SGL: c.txsgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}
+	if _, err := tx.qp.PostSend(c.txwr[:]); err != nil {
 		i.cnt.inc(cDropSendError)
 		return
 	}

@@ -62,7 +62,7 @@ func (g *gsoTUN) recvGSO(t testing.TB) ([]byte, tun.GSO) {
 	}
 }
 
-func newCMs(t *testing.T, tf *testFabric, n int) []*ibcm.CM {
+func newCMs(t testing.TB, tf *testFabric, n int) []*ibcm.CM {
 	cms := make([]*ibcm.CM, n)
 	for k := range cms {
 		rc.Register(tf.f.HCAs[k])
