@@ -16,6 +16,7 @@ import (
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/daemon"
 	"github.com/pibgw/pibgw/wire"
+	"golang.org/x/sys/unix"
 )
 
 // The tests speak libumad2sim's side of the protocol (umad2sim/sim_client.c) to a server
@@ -396,10 +397,21 @@ func TestUDP(t *testing.T) {
 // in-process agent on the same port ("direct"). The difference is the server's cost per
 // MAD: two datagrams, the client's queue and its writer. (The one allocation per op is
 // the test client's WriteToUnix building a sockaddr; the server's path allocates nothing.)
+// BenchmarkSMPRoundTrip times one directed-route NodeInfo from pib_1 to the switch and
+// back, the MAD opensm's sweep is made of: "direct" from the port (the fabric alone),
+// "ibsim" through a client's socket as the tests' Go client speaks it, and "raw" with a
+// client that blocks in send(2) and recv(2) as libumad2sim does in opensm's threads;
+// "echo" is the baseline for "raw": the same client against a thread that only echoes
+// each datagram (the sockets' and wake-ups' cost, the floor any server pays).
 func BenchmarkSMPRoundTrip(b *testing.B) {
 	f, base := testFabric(b, nil)
 	p := f.Devs[1].Port(1)
 	req := smp(wire.AttrNodeInfo, 0, 1, 0, 1)
+	var out [288]byte
+	binary.BigEndian.PutUint16(out[0:], 0xFFFF)
+	binary.BigEndian.PutUint16(out[4:], 0xFFFF)
+	binary.BigEndian.PutUint64(out[24:], 256)
+	copy(out[32:], req)
 	b.Run("direct", func(b *testing.B) {
 		got := make(chan struct{}, 1)
 		p.RegisterMADHandler(wire.MgmtClassSubnDirected, true, hca.MADHandlerFunc(func(*hca.MAD) { got <- struct{}{} }))
@@ -414,11 +426,6 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 	})
 	b.Run("ibsim", func(b *testing.B) {
 		c, _ := dial(b, base, "pib_1", false)
-		var out [288]byte
-		binary.BigEndian.PutUint16(out[0:], 0xFFFF)
-		binary.BigEndian.PutUint16(out[4:], 0xFFFF)
-		binary.BigEndian.PutUint64(out[24:], 256)
-		copy(out[32:], req)
 		var in [289]byte
 		b.ReportAllocs()
 		for b.Loop() {
@@ -430,6 +437,65 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 			}
 		}
 	})
+	pingPong := func(b *testing.B, fd int) {
+		var in [289]byte
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := unix.Send(fd, out[:], 0); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := unix.Read(fd, in[:]); err != nil || n != 288 {
+				b.Fatal(n, err)
+			}
+		}
+	}
+	b.Run("raw", func(b *testing.B) {
+		c, _ := dial(b, base, "pib_1", false)
+		pingPong(b, rawData(b, c))
+	})
+	b.Run("echo", func(b *testing.B) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { // an echo server's one thread: recv(2), send(2)
+			defer close(done)
+			var buf [289]byte
+			for {
+				n, err := unix.Read(fds[1], buf[:])
+				if err != nil || n == 0 {
+					return
+				}
+				unix.Send(fds[1], buf[:n], 0)
+			}
+		}()
+		defer func() { unix.Shutdown(fds[1], unix.SHUT_RD); <-done; unix.Close(fds[0]); unix.Close(fds[1]) }()
+		pingPong(b, fds[0])
+	})
+}
+
+// rawData returns c's data socket as a blocking descriptor connected to the server's, for
+// the client to use with plain system calls, as libumad2sim does (c.data is not read
+// through Go's poller after this).
+func rawData(t testing.TB, c *simClient) int {
+	t.Helper()
+	sc, err := c.data.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	var serr error
+	sc.Control(func(d uintptr) {
+		fd = int(d)
+		if serr = unix.SetNonblock(fd, false); serr == nil {
+			serr = unix.Connect(fd, &unix.SockaddrUnix{Name: c.out.Name})
+		}
+	})
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return fd
 }
 
 // TestSwitchClient: a client attached to the switch's port 0 (SIM_HOST = its
