@@ -148,7 +148,7 @@ func (c *client) tryWrite(d *datagram) bool {
 	if c.fd < 0 || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
 		return false
 	}
-	err := unix.Send(c.fd, d.b[:], unix.MSG_DONTWAIT)
+	err := sendNow(c.fd, d.b[:])
 	c.busy.Store(false)
 	switch {
 	case err == nil:
@@ -202,7 +202,7 @@ func (c *client) write(d *datagram) error {
 		for !c.busy.CompareAndSwap(false, true) {
 			runtime.Gosched() // a non-blocking write of deliver's is under way
 		}
-		err := unix.Send(c.fd, d.b[:], unix.MSG_DONTWAIT)
+		err := sendNow(c.fd, d.b[:])
 		c.busy.Store(false)
 		if err != unix.EAGAIN {
 			return err

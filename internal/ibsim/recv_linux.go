@@ -55,3 +55,15 @@ func (b *recvBatch) recv(fd int) (int, error) {
 func (b *recvBatch) datagram(i int) []byte {
 	return b.bufs[i][:b.msgs[i].n]
 }
+
+// sendNow sends b on the connected socket fd without waiting (MSG_DONTWAIT: EAGAIN when
+// the client's socket is full). It cannot block, so it skips the Go scheduler's
+// system-call hand-off (entersyscall/exitsyscall), which a reply on every MAD would pay.
+func sendNow(fd int, b []byte) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+		unix.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}

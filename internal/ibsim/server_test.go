@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -437,9 +439,12 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 			}
 		}
 	})
+	// pingPong reports, besides the time, the CPU the process (client and server: the
+	// machine's load changes it far less than the time) used per round trip.
 	pingPong := func(b *testing.B, fd int) {
 		var in [289]byte
 		b.ReportAllocs()
+		cpu0 := selfCPU()
 		for b.Loop() {
 			if err := unix.Send(fd, out[:], 0); err != nil {
 				b.Fatal(err)
@@ -448,9 +453,31 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 				b.Fatal(n, err)
 			}
 		}
+		b.ReportMetric(float64(selfCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 	b.Run("raw", func(b *testing.B) {
 		c, _ := dial(b, base, "pib_1", false)
+		pingPong(b, rawData(b, c))
+	})
+	b.Run("ofed", func(b *testing.B) { // OFED's ibsim, when installed, on the 648-HCA fat tree
+		topo, err := filepath.Abs(fat648)
+		if _, lerr := exec.LookPath("ibsim"); lerr != nil || err != nil || fileMissing(topo) {
+			b.Skip("needs ibsim (Debian ibsim-utils) and " + fat648)
+		}
+		sock := fmt.Sprintf("ofedbench-%d", os.Getpid())
+		cmd := exec.Command("ibsim", "-s", topo)
+		cmd.Env = append(os.Environ(), "IBSIM_SOCKNAME="+sock)
+		stdin, _ := cmd.StdinPipe() // ibsim's console: kept open, or it exits
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+		for deadline := time.Now().Add(30 * time.Second); !abstractListening("@" + sock + ":ctl"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("ibsim did not bind its control socket")
+			}
+		}
+		c, _ := dial(b, sock, "H-0-0", false)
 		pingPong(b, rawData(b, c))
 	})
 	b.Run("echo", func(b *testing.B) {
@@ -473,6 +500,13 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 		defer func() { unix.Shutdown(fds[1], unix.SHUT_RD); <-done; unix.Close(fds[0]); unix.Close(fds[1]) }()
 		pingPong(b, fds[0])
 	})
+}
+
+// selfCPU is the user and system time the process has used, in ns.
+func selfCPU() int64 {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // rawData returns c's data socket as a blocking descriptor connected to the server's, for
