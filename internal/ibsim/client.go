@@ -43,11 +43,14 @@ type client struct {
 	// busy is held by whoever writes to fd: deliver's one attempt, or the writer
 	// goroutine, which waits for the socket when the client does not read.
 	busy atomic.Bool
-	out  chan *datagram
-	done chan struct{}
-	once sync.Once
-	rwg  sync.WaitGroup // the reader
-	wg   sync.WaitGroup // the writer
+	// ready is set once fd is: the client is in its slot, where deliver finds it, while
+	// its socket is still being made.
+	ready atomic.Bool
+	out   chan *datagram
+	done  chan struct{}
+	once  sync.Once
+	rwg   sync.WaitGroup // the reader
+	wg    sync.WaitGroup // the writer
 }
 
 // datagram is one pooled sim_request.
@@ -67,6 +70,7 @@ func (c *client) start(fd int) error {
 		return fmt.Errorf("eventfd: %w", err)
 	}
 	c.fd, c.stopfd = fd, efd
+	c.ready.Store(true)
 	c.rwg.Add(1)
 	c.wg.Add(1)
 	go c.readLoop()
@@ -145,7 +149,7 @@ func (c *client) deliver(slid, dlid uint16, sqp uint32, mad []byte) {
 // on every MAD (opensm keeps only a few SMPs outstanding, so each one's latency counts).
 // It reports whether d is done with (sent, or dropped because the client is gone).
 func (c *client) tryWrite(d *datagram) bool {
-	if c.fd < 0 || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
+	if !c.ready.Load() || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
 		return false
 	}
 	err := sendNow(c.fd, d.b[:])
