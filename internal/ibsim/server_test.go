@@ -258,8 +258,12 @@ func TestControlAndSMPs(t *testing.T) {
 
 	// Bad datagrams are dropped and counted; the client keeps working.
 	before := f.IBSim.Stats().BadMADs
-	if _, err := c.data.WriteToUnix(make([]byte, 100), c.out); err != nil {
-		t.Fatal(err)
+	// Short, empty (the reader's stop looks alike, but the client is not stopping) and
+	// longer than a sim_request.
+	for _, n := range []int{100, 0, 400} {
+		if _, err := c.data.WriteToUnix(make([]byte, n), c.out); err != nil {
+			t.Fatal(err)
+		}
 	}
 	bad := smp(wire.AttrNodeInfo, 0, 0x15, 0, 1)
 	wire.SMP(bad).SetHopPointer(1)
@@ -268,8 +272,8 @@ func TestControlAndSMPs(t *testing.T) {
 	if r, ok = c.recv(5 * time.Second); !ok || wire.MAD(r[32:]).TID()&0xFFFF != 0x16 {
 		t.Fatalf("after bad datagrams: %v %x", ok, r)
 	}
-	if n := f.IBSim.Stats().BadMADs - before; n != 2 {
-		t.Errorf("BadMADs +%d, want 2", n)
+	if n := f.IBSim.Stats().BadMADs - before; n != 4 {
+		t.Errorf("BadMADs +%d, want 4", n)
 	}
 
 	// Unknown node: ERROR. DISCONNECT frees the slot for the next client.
