@@ -101,8 +101,9 @@ func (c *client) stop() {
 	c.wg.Wait()
 }
 
-// wait blocks in poll(2) until fd has events (POLLIN or POLLOUT) or stop is called; it
-// reports false once the client is stopping or the socket failed.
+// wait blocks in poll(2) until fd has events (POLLOUT for the writer; POLLIN for the
+// reader after a failed read) or stop is called; it reports false once the client is
+// stopping or the socket failed.
 func (c *client) wait(events int16) bool {
 	pfd := [2]unix.PollFd{{Fd: int32(c.fd), Events: events}, {Fd: int32(c.stopfd), Events: unix.POLLIN}}
 	for {
@@ -237,8 +238,12 @@ func (c *client) readLoop() {
 			if c.stopping() {
 				return
 			}
-			// A UDP client's ICMP error, reported once; the next read waits again.
+			// A UDP client's ICMP error, reported once. Whatever it was, wait in poll(2)
+			// before the next read, so that an error that stays cannot spin the reader.
 			c.s.log.Debug("ibsim data read", "client", c.id, "err", err)
+			if !c.wait(unix.POLLIN) {
+				return
+			}
 			continue
 		}
 		for i := range n {
