@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/pibgw/pibgw/internal/inet"
 	"github.com/pibgw/pibgw/ipoib"
@@ -53,10 +54,10 @@ func (g *gsoTUN) WriteGSO(buf []byte, offset int, meta tun.GSO, tail [][]byte) e
 func (g *gsoTUN) recvGSO(t testing.TB) ([]byte, tun.GSO) {
 	t.Helper()
 	p := g.recv(t)
-	select {
+	select { // WriteGSO records the metadata just after the packet
 	case m := <-g.gso:
 		return p, m
-	default:
+	case <-time.After(10 * time.Second):
 		t.Fatal("a packet written without its metadata recorded")
 		return nil, tun.GSO{}
 	}
