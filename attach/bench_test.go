@@ -49,7 +49,7 @@ func benchPair(b *testing.B, attached bool, qp, role string) (*end, map[string]s
 			for i := range 64 {
 				p.postRecv(uint64(i))
 			}
-			go p.echo(e.port.LID(), e.qp.Num())
+			go p.echo(e.port.LID(), e.qp.Num(), true)
 			b.Cleanup(func() { p.qp.Modify(&hca.QPAttr{QPState: hca.QPStateErr}, hca.QPAttrState) })
 		}
 		return e, map[string]string{"addr": itoa(p.mr.Addr()), "rkey": itoa(uint64(p.mr.RKey())), "qpn": itoa(uint64(p.qp.Num()))}

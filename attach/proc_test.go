@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"testing"
@@ -159,7 +160,7 @@ func helperPeer() {
 				fail(err)
 			}
 		}
-		go e.echo(uint16(num(peer, "lid")), uint32(num(peer, "qpn")))
+		go e.echo(uint16(num(peer, "lid")), uint32(num(peer, "qpn")), false)
 	}
 	fmt.Println("ready=1")
 	io.Copy(io.Discard, os.Stdin)
@@ -273,8 +274,9 @@ func (e *end) send(id uint64, n int, qpn uint32) error {
 // trip share two cores that thread takes the core the daemon or the peer needs
 // (measured, loaded 2-core VM, alternating runs: p50 20–36 µs with Gosched, 13–23
 // without). After a long idle stretch it sleeps, so that a finished benchmark's peer
-// stops burning a core.
-func (e *end) echo(lid uint16, qpn uint32) {
+// stops burning a core. shared says the fabric runs in this very process (the
+// in-process baseline): then an empty poll does yield to its goroutines.
+func (e *end) echo(lid uint16, qpn uint32, shared bool) {
 	var wcs [32]hca.WC
 	idle := 0
 	for {
@@ -282,6 +284,11 @@ func (e *end) echo(lid uint16, qpn uint32) {
 		if n == 0 {
 			if idle++; idle >= 1<<20 {
 				time.Sleep(100 * time.Microsecond)
+			} else if shared {
+				// The fabric runs in this process (the in-process baseline): its
+				// goroutines (RC timers, ACKs) need a P that two spinning pollers
+				// would hold, so an empty poll lets them run.
+				runtime.Gosched()
 			}
 			continue
 		}
