@@ -3,6 +3,7 @@ package attach
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -124,31 +125,67 @@ func (s *Server) sessionsOf(pid int) []*session {
 }
 
 // Inspect lists the verbs objects of kind ("" for all) that attached processes own: the
-// one with pid, or all (pid 0). A process that does not answer in time is an error.
+// one with pid, or all (pid 0). The processes are asked at once, each bounded by ctx. For
+// one pid, a process that does not answer in time is an error; for all, the answers of
+// the others come back with a *PartialError that names the silent ones, so one stuck
+// process does not hide everyone's objects.
 func (s *Server) Inspect(ctx context.Context, pid int, kind string) ([]hca.ObjectInfo, error) {
 	sess := s.sessionsOf(pid)
 	if pid != 0 && len(sess) == 0 {
 		return nil, fmt.Errorf("no attached process %d (see pibgw ps)", pid)
 	}
+	objs := make([][]hca.ObjectInfo, len(sess))
+	errs := make([]error, len(sess))
+	var wg sync.WaitGroup
+	for i, x := range sess {
+		wg.Go(func() { objs[i], errs[i] = x.inspect(ctx, kind) })
+	}
+	wg.Wait()
 	out := []hca.ObjectInfo{}
-	for _, x := range sess {
-		rs, err := x.ask(ctx, &msg{Op: opInspect, Kind: kind})
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range rs {
-			for _, raw := range r.Objects {
-				var oi hca.ObjectInfo
-				if err := json.Unmarshal(raw, &oi); err != nil {
-					return nil, fmt.Errorf("process %d: bad object: %w", x.pid, err)
-				}
-				oi.Owner, oi.PID = strconv.Itoa(x.pid), x.pid
-				out = append(out, oi)
+	var missing []error
+	for i := range sess {
+		if errs[i] != nil {
+			if pid != 0 {
+				return nil, errs[i]
 			}
+			missing = append(missing, errs[i])
+			continue
+		}
+		out = append(out, objs[i]...)
+	}
+	if missing != nil {
+		return out, &PartialError{Errs: missing}
+	}
+	return out, nil
+}
+
+// inspect asks the process for its objects of kind.
+func (x *session) inspect(ctx context.Context, kind string) ([]hca.ObjectInfo, error) {
+	rs, err := x.ask(ctx, &msg{Op: opInspect, Kind: kind})
+	if err != nil {
+		return nil, err
+	}
+	var out []hca.ObjectInfo
+	for _, r := range rs {
+		for _, raw := range r.Objects {
+			var oi hca.ObjectInfo
+			if err := json.Unmarshal(raw, &oi); err != nil {
+				return nil, fmt.Errorf("process %d: bad object: %w", x.pid, err)
+			}
+			oi.Owner, oi.PID = strconv.Itoa(x.pid), x.pid
+			out = append(out, oi)
 		}
 	}
 	return out, nil
 }
+
+// PartialError is the answer of a request to every attached process when some of them
+// failed it: Errs, one per process, say which and why; the result holds the others'.
+type PartialError struct{ Errs []error }
+
+func (e *PartialError) Error() string { return errors.Join(e.Errs...).Error() }
+
+func (e *PartialError) Unwrap() []error { return e.Errs }
 
 // OwnerOfQPN returns the pid of the attached process that owns QP number qpn on device
 // dev, or 0.

@@ -2,10 +2,14 @@ package attach_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -139,5 +143,39 @@ func TestMannerReachesProcess(t *testing.T) {
 	s := dial(t, path)
 	if got := s.Devices()[0].Manner(); got != want {
 		t.Fatalf("mirror manner %+v, want %+v", got, want)
+	}
+}
+
+// An inspect of every process lists the objects of those that answer when one does not
+// (here: stopped, as under a debugger), and names the silent one; asked for by pid alone,
+// the silent process is an error.
+func TestInspectWithSilentProcess(t *testing.T) {
+	f, path := startFabric(t)
+	s := dial(t, path)
+	e, err := newEnd(s.Device("pib_1"), hca.QPTypeRC, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := startPeer(t, path, "pib_0", "rc", "target", e)
+	pid := p.cmd.Process.Pid
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer p.cmd.Process.Signal(syscall.SIGCONT)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	objs, err := f.Inspect(ctx, 0, hca.KindQP)
+	var partial *attach.PartialError
+	if !errors.As(err, &partial) || len(partial.Errs) != 1 || !strings.Contains(err.Error(), fmt.Sprintf("process %d did not answer", pid)) {
+		t.Fatalf("Inspect of all with process %d stopped: error %v, want a PartialError naming it", pid, err)
+	}
+	if len(objs) != 1 || objs[0].PID != os.Getpid() || objs[0].ID != e.qp.Num() {
+		t.Fatalf("objects %+v: want this process's QP %#x alone", objs, e.qp.Num())
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := f.Inspect(ctx, pid, ""); err == nil || errors.As(err, &partial) {
+		t.Fatalf("Inspect of the stopped process %d alone: %v, want a plain error", pid, err)
 	}
 }

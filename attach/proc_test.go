@@ -160,7 +160,7 @@ func helperPeer() {
 				fail(err)
 			}
 		}
-		go e.echo(uint16(num(peer, "lid")), uint32(num(peer, "qpn")))
+		go e.echo(uint16(num(peer, "lid")), uint32(num(peer, "qpn")), false)
 	}
 	fmt.Println("ready=1")
 	io.Copy(io.Discard, os.Stdin)
@@ -176,6 +176,13 @@ type end struct {
 	mr   *hca.MR
 	ah   *hca.AH
 	buf  []byte
+	// One WR and SGE each for send and postRecv, reused (the verbs copy what they are
+	// given, as ibv_post_send does): no allocation per message. An end is used by one
+	// goroutine at a time.
+	swr  [1]hca.SendWR
+	rwr  [1]hca.RecvWR
+	ssge [1]hca.SGE
+	rsge [1]hca.SGE
 }
 
 func newEnd(d *hca.Device, typ hca.QPType, size int) (*end, error) {
@@ -237,35 +244,51 @@ func (e *end) sge(off, n int) []hca.SGE {
 }
 
 func (e *end) postRecv(id uint64) error {
-	_, err := e.qp.PostRecv([]hca.RecvWR{{WRID: id, SGL: e.sge(int(id%64)*4096, 4096+40)}})
+	e.rsge[0] = hca.SGE{Addr: e.mr.Addr() + (id%64)*4096, Length: 4096 + 40, LKey: e.mr.LKey()}
+	e.rwr[0] = hca.RecvWR{WRID: id, SGL: e.rsge[:]}
+	_, err := e.qp.PostRecv(e.rwr[:])
 	return err
 }
 
 // send posts a signaled SEND of n bytes (UD: to the peer's QP through the AH).
 func (e *end) send(id uint64, n int, qpn uint32) error {
-	wr := hca.SendWR{WRID: id, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: e.sge(1<<19, n)}
+	e.ssge[0] = hca.SGE{Addr: e.mr.Addr() + 1<<19, Length: uint32(n), LKey: e.mr.LKey()}
+	e.swr[0] = hca.SendWR{WRID: id, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: e.ssge[:]}
+	wr := &e.swr[0]
 	if n <= 64 {
 		wr.SendFlags |= hca.SendInline
 	}
 	if e.ah != nil {
 		wr.AH, wr.RemoteQPN, wr.RemoteQKey = e.ah, qpn, testQKey
 	}
-	_, err := e.qp.PostSend([]hca.SendWR{wr})
+	_, err := e.qp.PostSend(e.swr[:])
 	return err
 }
 
-// echo sends back every message received, until the QP fails.
-func (e *end) echo(lid uint16, qpn uint32) {
+// echo sends back every message received, until the QP fails. It busy-polls the CQ, as
+// ib_send_lat's server does (perftest's ctx_recv/ctx_poll loops): an empty poll of an
+// attached device yields the processor to other processes now and then by itself
+// (attach.Session's pollRx). It must not call runtime.Gosched between polls: Gosched
+// wakes an idle P's thread each time (the runtime's wakep), which then spins looking
+// for work on the other core, and on a machine where the three processes of a round
+// trip share two cores that thread takes the core the daemon or the peer needs
+// (measured, loaded 2-core VM, alternating runs: p50 20–36 µs with Gosched, 13–23
+// without). After a long idle stretch it sleeps, so that a finished benchmark's peer
+// stops burning a core. shared says the fabric runs in this very process (the
+// in-process baseline): then an empty poll does yield to its goroutines.
+func (e *end) echo(lid uint16, qpn uint32, shared bool) {
 	var wcs [32]hca.WC
 	idle := 0
 	for {
 		n := e.cq.Poll(wcs[:])
 		if n == 0 {
-			// Spin a while (a ping-pong's next message is microseconds away), then sleep.
-			if idle++; idle < 20000 {
-				runtime.Gosched()
-			} else {
+			if idle++; idle >= 1<<20 {
 				time.Sleep(100 * time.Microsecond)
+			} else if shared {
+				// The fabric runs in this process (the in-process baseline): its
+				// goroutines (RC timers, ACKs) need a P that two spinning pollers
+				// would hold, so an empty poll lets them run.
+				runtime.Gosched()
 			}
 			continue
 		}

@@ -19,8 +19,10 @@ import (
 	"log/slog"
 
 	"github.com/pibgw/pibgw/attach"
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
+	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/internal/daemon"
 	"github.com/pibgw/pibgw/rdmacm"
 	"github.com/pibgw/pibgw/tun"
@@ -114,6 +116,15 @@ func (f *Fabric) Netstack(name string) (*tun.Netstack, error) {
 
 // Device is HCA name ("pib_0"), for verbs: Open, AllocPD, CreateCQ, CreateQP….
 func (f *Fabric) Device(name string) *hca.Device { return f.d.Fabric.Device(name) }
+
+// Fault injects loss, duplication, reordering, corruption and delay on the cable of HCA
+// port cable ("pib_0/1"), both directions, as `pibgw fault` does; the same Seed gives the
+// same faults. A zero cfg removes them. cfg.Clock is not used (the fabric's clock is).
+func (f *Fabric) Fault(cable string, cfg fabric.FaultConfig) error {
+	_, err := f.d.Fabric.SetFault(cable, control.Fault{Loss: cfg.Loss, Duplicate: cfg.Duplicate,
+		Reorder: cfg.Reorder, Corrupt: cfg.Corrupt, Delay: cfg.Delay, Seed: cfg.Seed})
+	return err
+}
 
 // Close takes the fabric down (attached processes first see their channel close).
 func (f *Fabric) Close() error {

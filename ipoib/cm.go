@@ -111,6 +111,8 @@ type cmState struct {
 	// loop, and the CM goroutine sending what waited for a connection).
 	txmu  sync.Mutex
 	txwcs [16]hca.WC
+	txsgl [1]hca.SGE // the send's gather list and WR, reused: no allocation per message
+	txwr  [1]hca.SendWR
 	// The send ring: a message is copied into a free slot and posted, and the slot is
 	// free again at its completion, so that cmTxSlots messages are in flight at once —
 	// a SEND to another process completes only when its ACK is back (a round trip
@@ -133,6 +135,9 @@ type cmTx struct {
 	mtu   int          // largest IP packet the peer takes (its receive MTU − 4)
 	last  atomic.Int64 // clock nanoseconds of the last send
 	queue [][]byte     // header + packet, waiting for the connection (under cmState.mu)
+	// remote: a SEND did not complete while it was posted (the peer is in another
+	// process); its messages go through the send ring. Under cmState.txmu.
+	remote bool
 }
 
 // cmRx is a connection a peer made to us.
@@ -526,8 +531,31 @@ func (i *Interface) cmRepost(r *cmRxRes, slot int) {
 }
 
 // writeWhole writes one received packet, at tun.MinOffset of buf, to the device.
+//
+// A TCP or UDP packet goes to the kernel as CHECKSUM_PARTIAL, its checksum field set to
+// the pseudo-header sum, as datagram mode writes the segments it merges (groFlush): the
+// message came over an RC connection, whose ICRC (IBA 7.8.1) covers it end to end, so
+// the receive side is an HCA that reports the IP checksum good (Linux ipoib sets
+// CHECKSUM_UNNECESSARY for IB_WC_IP_CSUM_OK). TUN has no such flag for writes — it
+// ignores VIRTIO_NET_HDR_F_DATA_VALID — but local delivery takes a partial checksum as
+// checked (skb_csum_unnecessary), and a packet the kernel forwards gets its checksum
+// completed on the way out. The kernel then never sums the 64 KiB again on receive.
+// An IPv4 UDP datagram without a checksum (0, RFC 768) is left as it is.
 func (i *Interface) writeWhole(buf []byte) {
-	if err := i.writeRaw(buf); err != nil {
+	var err error
+	if i.txp.off == nil {
+		err = i.writeRaw(buf)
+	} else {
+		ip := buf[tun.MinOffset:]
+		var g tun.GSO
+		if iphl, proto, csumOff, ok := inet.Transport(ip); ok &&
+			(proto == inet.ProtoTCP || ip[0]>>4 == 6 || binary.BigEndian.Uint16(ip[iphl+csumOff:]) != 0) {
+			inet.SetPartial(ip, iphl, proto, csumOff)
+			g = tun.GSO{NeedsCsum: true, CsumStart: uint16(iphl), CsumOffset: uint16(csumOff)}
+		}
+		err = i.txp.off.WriteGSO(buf, tun.MinOffset, g, nil)
+	}
+	if err != nil {
 		i.cnt.inc(cDropTunWrite)
 		return
 	}
@@ -652,8 +680,8 @@ func (i *Interface) txCQ() (*hca.CQ, error) {
 		c.freeSlot = append(c.freeSlot, k)
 		c.slotTx[k] = nil
 	}
-	c.txmu.Unlock()
 	c.txcq, c.txch, c.bounce = cq, ch, mr
+	c.txmu.Unlock()
 	return cq, nil
 }
 
@@ -843,9 +871,11 @@ func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState,
 	return true
 }
 
-// cmPostLocked sends one message (msg, in a buffer registered as lkey) on tx's QP: it
-// is copied into a free slot of the send ring, so msg may be reused on return. Without a
-// free slot it waits for a completion. A completion in error other than a flush ends the
+// cmPostLocked sends one message (msg, in a buffer registered as lkey) on tx's QP; msg
+// may be reused on return. In process the SEND completes while it is posted, and msg is
+// sent as it is; toward another process (tx.remote, learnt from the first SEND that did
+// not) it is copied into a free slot of the send ring. Without a free slot it waits for
+// a completion. A completion in error other than a flush ends the
 // connection (ipoib_cm_handle_tx_wc). txmu is held.
 func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 	c := &i.cms
@@ -862,18 +892,33 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 	k := c.freeSlot[len(c.freeSlot)-1]
 	c.freeSlot = c.freeSlot[:len(c.freeSlot)-1]
 	c.slotTx[k] = tx
-	buf := c.ring.Bytes()[k*cmSlotLen : k*cmSlotLen+len(msg)]
-	copy(buf, msg)
-	sgl := [1]hca.SGE{{Addr: hca.BufAddr(buf), Length: uint32(len(buf)), LKey: c.ring.LKey()}}
-	wrid := uint64(len(msg))<<32 | uint64(c.slotGen[k])<<16 | uint64(k)
-	wr := [1]hca.SendWR{{WRID: wrid, SGL: sgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}}
-	if _, err := tx.qp.PostSend(wr[:]); err != nil {
+	gen := c.slotGen[k]
+	c.txsgl[0] = hca.SGE{Addr: hca.BufAddr(msg), Length: uint32(len(msg)), LKey: lkey}
+	if tx.remote {
+		buf := c.ring.Bytes()[k*cmSlotLen : k*cmSlotLen+len(msg)]
+		copy(buf, msg)
+		c.txsgl[0] = hca.SGE{Addr: hca.BufAddr(buf), Length: uint32(len(buf)), LKey: c.ring.LKey()}
+	}
+	wrid := uint64(len(msg))<<32 | uint64(gen)<<16 | uint64(k)
+	c.txwr[0] = hca.SendWR{WRID: wrid, SGL: c.txsgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}
+	if _, err := tx.qp.PostSend(c.txwr[:]); err != nil {
 		c.releaseSlot(k)
 		i.cnt.inc(cDropSendError)
 		return
 	}
 	// In process the SEND has completed already: reap it now, keeping the ring free.
 	i.cmReapLocked(false)
+	if !tx.remote && c.slotTx[k] == tx && c.slotGen[k] == gen {
+		// It went out from msg itself and did not complete while posted: the peer is in
+		// another process. msg stays as it is until the completion; from now on this
+		// connection's messages are copied into the ring.
+		tx.remote = true
+		for c.slotTx[k] == tx && c.slotGen[k] == gen {
+			if !i.cmReapLocked(true) {
+				return
+			}
+		}
+	}
 }
 
 // releaseSlot frees send-ring slot k; its generation moves on so that a late completion
@@ -1033,12 +1078,13 @@ func (i *Interface) closeCM() {
 		c.rxr = nil
 	}
 	if c.txcq != nil {
+		// Under txmu too: the transmit loop reaps the CQ under it (its wait for a
+		// completion ended with the context).
+		c.txmu.Lock()
 		_ = c.txcq.Destroy()
 		_ = c.bounce.Dereg()
-		c.txcq = nil
-		c.txmu.Lock()
 		_ = c.ring.Dereg()
-		c.ring = nil
+		c.txcq, c.ring = nil, nil
 		c.txmu.Unlock()
 	}
 }

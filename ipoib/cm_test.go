@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+	"time"
 
+	"github.com/pibgw/pibgw/internal/inet"
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/rc"
 	"github.com/pibgw/pibgw/rdmacm/ibcm"
@@ -14,10 +16,13 @@ import (
 )
 
 // gsoTUN is a fakeTUN with offloads, as a kernel TUN with virtio-net headers is: one
-// packet per read (no GSO asked), writes recorded whole.
-type gsoTUN struct{ *fakeTUN }
+// packet per read (no GSO asked), writes recorded whole, each with its metadata on gso.
+type gsoTUN struct {
+	*fakeTUN
+	gso chan tun.GSO
+}
 
-func newGSOTUN(name string) *gsoTUN { return &gsoTUN{newFakeTUN(name)} }
+func newGSOTUN(name string) *gsoTUN { return &gsoTUN{newFakeTUN(name), make(chan tun.GSO, 4096)} }
 
 func (g *gsoTUN) Offloads() bool { return true }
 
@@ -29,19 +34,36 @@ func (g *gsoTUN) ReadGSO(buf []byte, offset int) (int, tun.GSO, error) {
 	return sizes[0], tun.GSO{}, nil
 }
 
-func (g *gsoTUN) WriteGSO(buf []byte, offset int, _ tun.GSO, tail [][]byte) error {
+func (g *gsoTUN) WriteGSO(buf []byte, offset int, meta tun.GSO, tail [][]byte) error {
 	p := append([]byte(nil), buf[offset:]...)
 	for _, t := range tail {
 		p = append(p, t...)
 	}
 	select {
 	case g.out <- p:
+		select {
+		case g.gso <- meta:
+		default:
+		}
 	default:
 	}
 	return nil
 }
 
-func newCMs(t *testing.T, tf *testFabric, n int) []*ibcm.CM {
+// recvGSO is recv with the metadata the packet was written with.
+func (g *gsoTUN) recvGSO(t testing.TB) ([]byte, tun.GSO) {
+	t.Helper()
+	p := g.recv(t)
+	select { // WriteGSO records the metadata just after the packet
+	case m := <-g.gso:
+		return p, m
+	case <-time.After(10 * time.Second):
+		t.Fatal("a packet written without its metadata recorded")
+		return nil, tun.GSO{}
+	}
+}
+
+func newCMs(t testing.TB, tf *testFabric, n int) []*ibcm.CM {
 	cms := make([]*ibcm.CM, n)
 	for k := range cms {
 		rc.Register(tf.f.HCAs[k])
@@ -198,4 +220,62 @@ func TestConnectedMode(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestConnectedModeChecksum: a TCP or UDP packet received over a connection goes to the
+// kernel as CHECKSUM_PARTIAL — its checksum field the pseudo-header sum, csum_start at
+// the transport header — so the kernel does not sum 64 KiB again; completing it gives
+// back the packet sent. ICMP and a UDP datagram without a checksum go as they came.
+func TestConnectedModeChecksum(t *testing.T) {
+	tf := newTestFabric(t, 2, sa.Config{})
+	cms := newCMs(t, tf, 2)
+	da, db := newGSOTUN("ib0"), newGSOTUN("ib1")
+	tf.ifaceWith(t, 0, da, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
+	tf.ifaceWith(t, 1, db, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
+
+	small := icmpEcho4("10.10.0.1", "10.10.0.2", 1, randomBytes(56))
+	da.Inject(small)
+	if got, g := db.recvGSO(t); !bytes.Equal(got, small) || g != (tun.GSO{}) {
+		t.Fatalf("ICMP: differs or written with metadata %+v", g)
+	}
+	// withSum gives the IPv4 TCP or UDP packet p its transport checksum.
+	withSum := func(p []byte, off int) []byte {
+		ph := append(append(append([]byte(nil), p[12:20]...), 0, p[9], byte((len(p)-20)>>8), byte(len(p)-20)), p[20:]...)
+		binary.BigEndian.PutUint16(p[20+off:], csum(ph))
+		return p
+	}
+	tcp := make([]byte, 20+60000)
+	copy(tcp[20:], randomBytes(60000))
+	tcp[20+12], tcp[20+13] = 5<<4, 0x18 // data offset 5 words, PSH ACK
+	sent := [][]byte{
+		withSum(ipv4("10.10.0.1", "10.10.0.2", 6, 64, tcp), 16),
+		withSum(udp4("10.10.0.1", "10.10.0.2", 4000, 5000, randomBytes(30000)), 6),
+		udp4("10.10.0.1", "10.10.0.2", 4000, 5000, randomBytes(30000)), // checksum 0
+	}
+	for k, p := range sent {
+		da.Inject(p)
+		got, g := db.recvGSO(t)
+		if len(got) != len(p) {
+			t.Fatalf("packet %d: %d bytes, sent %d", k, len(got), len(p))
+		}
+		if k == 2 {
+			if g != (tun.GSO{}) || !bytes.Equal(got, p) {
+				t.Fatalf("UDP without a checksum: metadata %+v, or the packet differs", g)
+			}
+			continue
+		}
+		off := uint16(16)
+		if k == 1 {
+			off = 6
+		}
+		if g != (tun.GSO{NeedsCsum: true, CsumStart: 20, CsumOffset: off}) {
+			t.Fatalf("packet %d: metadata %+v, want CHECKSUM_PARTIAL at 20+%d", k, g, off)
+		}
+		if bytes.Equal(got, p) {
+			t.Fatalf("packet %d: checksum field not turned into the pseudo-header sum", k)
+		}
+		if !inet.CompletePartial(got) || !bytes.Equal(got, p) {
+			t.Fatalf("packet %d: completing the partial checksum does not give the packet sent", k)
+		}
+	}
 }

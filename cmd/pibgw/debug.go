@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -59,16 +60,27 @@ func inspectCommand(e *env) *cli.Command {
 				req.Kind = k
 			}
 			var objs []hca.ObjectInfo
-			if err := client(c).Do(c.Context, req, &objs); err != nil {
+			err := client(c).Do(c.Context, req, &objs)
+			// An incomplete answer (an attached process that did not answer) still lists
+			// everyone else's objects; the missing ones are the error, exit status 1.
+			var incomplete *control.IncompleteError
+			if err != nil && !errors.As(err, &incomplete) {
 				return err
 			}
 			if c.Bool("json") {
 				if objs == nil {
 					objs = []hca.ObjectInfo{}
 				}
-				return writeJSON(e.stdout, objs)
+				if werr := writeJSON(e.stdout, objs); werr != nil {
+					return werr
+				}
+			} else if perr := printObjects(e.stdout, objs, req.Kind); perr != nil {
+				return perr
 			}
-			return printObjects(e.stdout, objs, req.Kind)
+			if incomplete != nil {
+				return fmt.Errorf("not listed: %s", strings.Join(incomplete.Missing, "; "))
+			}
+			return nil
 		},
 	}
 }

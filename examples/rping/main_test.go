@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/examples/internal/extest"
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/inproc"
 )
 
@@ -27,6 +28,35 @@ func TestRping(t *testing.T) {
 	ready, done := make(chan error, 1), make(chan error, 1)
 	go func() { done <- runServer(f.RDMA(), a, ready) }()
 	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	if err := runClient(f.RDMA(), netip.MustParseAddr("10.10.0.1"), a); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRpingLoss runs validated iterations with 2 % of the packets on the server's cable
+// lost, both ways: RC recovers every loss, and rping takes the completions in the order
+// they come (the peer's answer can complete before the ACK of the SEND it answers). The
+// SM's packet_life_time of 8 makes a retransmission wait 2 ms, not opensm's 2.1 s.
+func TestRpingLoss(t *testing.T) {
+	*count, *validate = 300, true
+	defer func() { *count, *validate = 10, false }()
+	f, err := inproc.Start(context.Background(), inproc.Options{Config: "[sm]\npacket_life_time = 8\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a := netip.MustParseAddrPort("10.10.0.2:7175")
+	ready, done := make(chan error, 1), make(chan error, 1)
+	go func() { done <- runServer(f.RDMA(), a, ready) }()
+	if err := <-ready; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fault("pib_1/1", fabric.FaultConfig{Loss: 0.02, Seed: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if err := runClient(f.RDMA(), netip.MustParseAddr("10.10.0.1"), a); err != nil {

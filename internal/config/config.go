@@ -26,13 +26,15 @@ const (
 	DefaultSwitchPorts  = 8
 	DefaultNodeGUIDBase = 0x0002_c903_0000_0000 // Mellanox's OUI 00:02:c9, as pib used
 	DefaultSweep        = 10 * time.Second
-	DefaultPKey         = 0xFFFF
-	DefaultPartitionMTU = 2048
-	MaxHCAs             = 64
-	MaxSwitchPorts      = 254
-	MaxHCAPorts         = 32
-	DefaultIBSimSocket  = "sim" // ibsim's and libumad2sim's IBSIM_SOCKNAME default
-	DefaultIBSimClients = 256
+	// DefaultPacketLifeTime is opensm's packet_life_time default (0x12).
+	DefaultPacketLifeTime = 18
+	DefaultPKey           = 0xFFFF
+	DefaultPartitionMTU   = 2048
+	MaxHCAs               = 64
+	MaxSwitchPorts        = 254
+	MaxHCAPorts           = 32
+	DefaultIBSimSocket    = "sim" // ibsim's and libumad2sim's IBSIM_SOCKNAME default
+	DefaultIBSimClients   = 256
 	// DefaultSwitchUDPPort is where pibgw switch listens (pib's pibnetd port).
 	DefaultSwitchUDPPort = 8432
 	DefaultKeepalive     = 250 * time.Millisecond
@@ -202,7 +204,10 @@ type SM struct {
 	Port          int
 	Priority      uint8
 	SweepInterval time.Duration // 0: no periodic light sweep
-	Partitions    []Partition
+	// PacketLifeTime is what the SA reports on paths (4.096 µs × 2^n): opensm's
+	// packet_life_time, default DefaultPacketLifeTime.
+	PacketLifeTime uint8
+	Partitions     []Partition
 }
 
 // Partition is one [[sm.partitions]] entry (opensm partitions.conf in TOML).

@@ -23,7 +23,7 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("hca %d: %+v", i, h)
 		}
 	}
-	if c.SM.HCA != "pib_0" || c.SM.Port != 1 || c.SM.SweepInterval != 10*time.Second || len(c.SM.Partitions) != 0 {
+	if c.SM.HCA != "pib_0" || c.SM.Port != 1 || c.SM.SweepInterval != 10*time.Second || c.SM.PacketLifeTime != 18 || len(c.SM.Partitions) != 0 {
 		t.Errorf("sm %+v", c.SM)
 	}
 	want := []Interface{
@@ -184,6 +184,7 @@ func TestErrors(t *testing.T) {
 		{"[manner]\nstrict = true\n", "x.toml: manner.strict: unknown option"},
 		{"[sm]\nport = 2\n", "x.toml: sm.port: 2 out of range 1..1 (pib_0 has 1)"},
 		{"[sm]\npriority = 16\n", "x.toml: sm.priority: 16 out of range 0..15"},
+		{"[sm]\npacket_life_time = 20\n", "x.toml: sm.packet_life_time: 20 out of range 1..19"},
 		{"[daemon]\nmax_procs = -1\n", "x.toml: daemon.max_procs: -1 out of range 0..4096"},
 		{"[sm]\nsweep_interval = \"soon\"\n", "x.toml: sm.sweep_interval: \"soon\": want a duration"},
 		{"[[sm.partitions]]\npkey = 0x8001\nmembers = [\"ALL\"]\n", "x.toml: sm.partitions[0].name: missing"},

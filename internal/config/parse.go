@@ -53,6 +53,7 @@ type file struct {
 		Port          any             `toml:"port"`
 		Priority      any             `toml:"priority"`
 		SweepInterval any             `toml:"sweep_interval"`
+		PacketLife    any             `toml:"packet_life_time"`
 		Partitions    []filePartition `toml:"partitions"`
 	} `toml:"sm"`
 	IBSim struct {
@@ -550,6 +551,9 @@ func (p *parser) sm(c *Config, f *file) {
 			c.SM.SweepInterval = d
 		}
 	}
+	// opensm's packet_life_time: the SA's PathRecord PacketLifeTime (IBA 15.2.5.16), from
+	// which rdma_cm and IPoIB-CM set the RC Local ACK Timeout (PacketLifeTime + 1).
+	c.SM.PacketLifeTime = uint8(p.intIn("sm.packet_life_time", s.PacketLife, DefaultPacketLifeTime, 1, 19))
 	names := map[string]bool{}
 	keys := map[uint16]string{}
 	for i, fp := range s.Partitions {

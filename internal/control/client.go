@@ -97,6 +97,9 @@ func (c *Client) Do(ctx context.Context, req Request, result any) error {
 			return fmt.Errorf("%s: malformed %s answer: %w", c.Path, req.Verb, err)
 		}
 	}
+	if len(resp.Missing) > 0 {
+		return &IncompleteError{Missing: resp.Missing}
+	}
 	return nil
 }
 

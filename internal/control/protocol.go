@@ -45,6 +45,7 @@ package control
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pibgw/pibgw/hca"
@@ -158,6 +159,23 @@ type Response struct {
 	OK     bool            `json:"ok"`
 	Error  string          `json:"error,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
+	// Missing, with OK, says what the result lacks: e.g. the attached processes that did
+	// not answer an inspect of all of them, whose objects are not in it.
+	Missing []string `json:"missing,omitempty"`
+}
+
+// Partial is a handler's result that lacks parts: Result is answered with Missing.
+type Partial struct {
+	Result  any
+	Missing []string
+}
+
+// IncompleteError is what Client.Do returns for an answer with Missing parts, after it
+// decoded the result.
+type IncompleteError struct{ Missing []string }
+
+func (e *IncompleteError) Error() string {
+	return "incomplete answer: " + strings.Join(e.Missing, "; ")
 }
 
 // Status describes the running daemon.

@@ -157,6 +157,9 @@ func (s *Server) serveConn(conn net.Conn) {
 
 func writeResponse(w io.Writer, res any, err error) error {
 	resp := Response{OK: err == nil}
+	if p, ok := res.(Partial); ok {
+		res, resp.Missing = p.Result, p.Missing
+	}
 	if err != nil {
 		resp.Error = err.Error()
 	} else if res != nil {

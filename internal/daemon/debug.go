@@ -2,12 +2,14 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
@@ -21,7 +23,7 @@ const askTimeout = 5 * time.Second
 
 // inspect lists the verbs objects of the daemon and of attached processes: owner pid
 // (the daemon's own pid selects the daemon's objects), kind "" for all.
-func (h *Handler) inspect(ctx context.Context, req *control.Request) ([]hca.ObjectInfo, error) {
+func (h *Handler) inspect(ctx context.Context, req *control.Request) (any, error) {
 	d := h.D
 	if d.Fabric == nil {
 		return nil, errNoFabric
@@ -48,6 +50,18 @@ func (h *Handler) inspect(ctx context.Context, req *control.Request) ([]hca.Obje
 		ctx, cancel := context.WithTimeout(ctx, askTimeout)
 		defer cancel()
 		objs, err := h.Attach.Inspect(ctx, req.PID, kind)
+		var partial *attach.PartialError
+		if errors.As(err, &partial) {
+			// One silent process does not hide the others' objects; the answer says
+			// which processes are missing.
+			out = append(out, objs...)
+			hca.SortObjects(out)
+			var missing []string
+			for _, e := range partial.Errs {
+				missing = append(missing, e.Error())
+			}
+			return control.Partial{Result: out, Missing: missing}, nil
+		}
 		if err != nil {
 			return nil, err
 		}

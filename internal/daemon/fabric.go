@@ -218,7 +218,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	if err := f.SM.WaitSweep(ctx); err != nil {
 		return nil, fmt.Errorf("sm: first sweep: %w", err)
 	}
-	f.SA, err = sa.StartSA(f.SM, sa.AgentConfig{Logger: log})
+	f.SA, err = sa.StartSA(f.SM, sa.AgentConfig{Logger: log, PacketLifeTime: cfg.SM.PacketLifeTime})
 	if err != nil {
 		return nil, fmt.Errorf("sa: %w", err)
 	}

@@ -23,10 +23,14 @@ const clientQueue = 256
 // sends its MADs into the fabric and a writer that hands it what arrives for it when the
 // socket is full. Both are per client, not per MAD.
 //
-// The data socket is a plain non-blocking descriptor, not a net.Conn: the reader waits
-// for it in poll(2), so a MAD wakes exactly the reader's thread, with no trip through
-// Go's network poller and scheduler (which cost several µs of CPU per MAD, more than the
-// MAD's trip through the fabric, when opensm keeps only a few SMPs outstanding).
+// The data socket is a plain blocking descriptor, not a net.Conn: the reader waits in
+// recvmmsg(2) itself, so a MAD wakes exactly the reader's thread, which takes what the
+// socket holds in the same call and answers each MAD on the spot, as ibsim's one loop
+// does — no trip through Go's network poller and scheduler, no poll(2) before the read
+// nor a read that finds the socket empty (each of which cost µs per MAD, more than the
+// MAD's trip through the fabric, when opensm keeps only a few SMPs outstanding). Writes
+// do not block (MSG_DONTWAIT); the writer goroutine waits in poll(2) only for a client
+// whose socket is full.
 type client struct {
 	s    *Server
 	id   int
@@ -34,16 +38,19 @@ type client struct {
 	pid  uint32
 	issm atomic.Bool
 
-	fd     int // the data socket
-	stopfd int // an eventfd stop writes to, waking the reader and the writer
+	fd     int // the data socket (blocking; shutdown(2) wakes the reader)
+	stopfd int // an eventfd stop writes to, waking the writer
 	// busy is held by whoever writes to fd: deliver's one attempt, or the writer
 	// goroutine, which waits for the socket when the client does not read.
 	busy atomic.Bool
-	out  chan *datagram
-	done chan struct{}
-	once sync.Once
-	rwg  sync.WaitGroup // the reader
-	wg   sync.WaitGroup // the writer
+	// ready is set once fd is: the client is in its slot, where deliver finds it, while
+	// its socket is still being made.
+	ready atomic.Bool
+	out   chan *datagram
+	done  chan struct{}
+	once  sync.Once
+	rwg   sync.WaitGroup // the reader
+	wg    sync.WaitGroup // the writer
 }
 
 // datagram is one pooled sim_request.
@@ -63,6 +70,7 @@ func (c *client) start(fd int) error {
 		return fmt.Errorf("eventfd: %w", err)
 	}
 	c.fd, c.stopfd = fd, efd
+	c.ready.Store(true)
 	c.rwg.Add(1)
 	c.wg.Add(1)
 	go c.readLoop()
@@ -81,6 +89,9 @@ func (c *client) stop() {
 		var one [8]byte
 		binary.NativeEndian.PutUint64(one[:], 1) // eventfd(2): add 1 to the counter
 		unix.Write(c.stopfd, one[:])
+		// The reader blocks in recvmmsg(2): shutting the socket's receive side wakes it
+		// with an empty datagram (a Unix socket's and a UDP socket's alike).
+		unix.Shutdown(c.fd, unix.SHUT_RD)
 		c.rwg.Wait()
 		c.wg.Wait()
 		unix.Close(c.fd)
@@ -90,8 +101,9 @@ func (c *client) stop() {
 	c.wg.Wait()
 }
 
-// wait blocks in poll(2) until fd has events (POLLIN or POLLOUT) or stop is called; it
-// reports false once the client is stopping or the socket failed.
+// wait blocks in poll(2) until fd has events (POLLOUT for the writer; POLLIN for the
+// reader after a failed read) or stop is called; it reports false once the client is
+// stopping or the socket failed.
 func (c *client) wait(events int16) bool {
 	pfd := [2]unix.PollFd{{Fd: int32(c.fd), Events: events}, {Fd: int32(c.stopfd), Events: unix.POLLIN}}
 	for {
@@ -138,10 +150,10 @@ func (c *client) deliver(slid, dlid uint16, sqp uint32, mad []byte) {
 // on every MAD (opensm keeps only a few SMPs outstanding, so each one's latency counts).
 // It reports whether d is done with (sent, or dropped because the client is gone).
 func (c *client) tryWrite(d *datagram) bool {
-	if c.fd < 0 || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
+	if !c.ready.Load() || len(c.out) != 0 || !c.busy.CompareAndSwap(false, true) {
 		return false
 	}
-	_, err := unix.Write(c.fd, d.b[:])
+	err := sendNow(c.fd, d.b[:])
 	c.busy.Store(false)
 	switch {
 	case err == nil:
@@ -195,7 +207,7 @@ func (c *client) write(d *datagram) error {
 		for !c.busy.CompareAndSwap(false, true) {
 			runtime.Gosched() // a non-blocking write of deliver's is under way
 		}
-		_, err := unix.Write(c.fd, d.b[:])
+		err := sendNow(c.fd, d.b[:])
 		c.busy.Store(false)
 		if err != unix.EAGAIN {
 			return err
@@ -211,41 +223,50 @@ func gone(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, net.ErrClosed)
 }
 
-// readLoop sends the client's MADs into the fabric from its port until the client stops:
-// it reads what the socket holds, then waits in poll(2) for more (opensm sends a few SMPs
-// at once, so reading until the socket is empty beats a poll before every read).
+// readLoop sends the client's MADs into the fabric from its port until the client stops.
+// It blocks in recvmmsg(2), which returns with the first datagram and whatever else the
+// socket holds then (opensm sends a few SMPs at once): one system call per wake-up.
 func (c *client) readLoop() {
 	defer c.rwg.Done()
-	var buf [reqLen + 1]byte
+	rb := newRecvBatch()
 	for {
-		n, err := unix.Read(c.fd, buf[:])
-		if err == unix.EAGAIN {
-			if !c.wait(unix.POLLIN) {
-				return
-			}
-			continue
-		}
+		n, err := rb.recv(c.fd)
 		if err != nil {
-			select {
-			case <-c.done:
-				return
-			default:
-			}
 			if err == unix.EINTR {
 				continue
 			}
+			if c.stopping() {
+				return
+			}
+			// A UDP client's ICMP error, reported once. Whatever it was, wait in poll(2)
+			// before the next read, so that an error that stays cannot spin the reader.
 			c.s.log.Debug("ibsim data read", "client", c.id, "err", err)
 			if !c.wait(unix.POLLIN) {
 				return
 			}
 			continue
 		}
-		if err := checkRequest(buf[:n]); err != nil {
-			c.s.badMADs.Add(1)
-			c.s.log.Debug("ibsim MAD dropped", "client", c.id, "err", err)
-			continue
+		for i := range n {
+			b := rb.datagram(i)
+			if len(b) == 0 && c.stopping() {
+				return
+			}
+			if err := checkRequest(b); err != nil {
+				c.s.badMADs.Add(1)
+				c.s.log.Debug("ibsim MAD dropped", "client", c.id, "err", err)
+				continue
+			}
+			c.send(simRequest(b))
 		}
-		c.send(simRequest(buf[:reqLen]))
+	}
+}
+
+func (c *client) stopping() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -422,8 +422,8 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 // dialClient makes client slot's data socket, bound where libumad2sim connects its own
 // (@<base>:out<slot>, or UDP port+1+slot) and connected to the client's
 // (@<base>:in<pid>, or the client's address with its data port). The socket is the
-// server's own descriptor, outside Go's network poller: the client's reader waits for it
-// in poll(2) (client.readLoop).
+// server's own blocking descriptor, outside Go's network poller: the client's reader
+// waits for it in recvmmsg(2) (client.readLoop).
 func (s *Server) dialClient(slot int, id uint32, from net.Addr) (int, error) {
 	var family int
 	var local, remote unix.Sockaddr
@@ -457,7 +457,7 @@ func (s *Server) dialClient(slot int, id uint32, from net.Addr) (int, error) {
 	default:
 		return -1, fmt.Errorf("control message from %v", from)
 	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("data socket for client %d: %w", slot, err)
 	}

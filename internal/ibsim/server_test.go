@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/daemon"
 	"github.com/pibgw/pibgw/wire"
+	"golang.org/x/sys/unix"
 )
 
 // The tests speak libumad2sim's side of the protocol (umad2sim/sim_client.c) to a server
@@ -255,8 +258,12 @@ func TestControlAndSMPs(t *testing.T) {
 
 	// Bad datagrams are dropped and counted; the client keeps working.
 	before := f.IBSim.Stats().BadMADs
-	if _, err := c.data.WriteToUnix(make([]byte, 100), c.out); err != nil {
-		t.Fatal(err)
+	// Short, empty (the reader's stop looks alike, but the client is not stopping) and
+	// longer than a sim_request.
+	for _, n := range []int{100, 0, 400} {
+		if _, err := c.data.WriteToUnix(make([]byte, n), c.out); err != nil {
+			t.Fatal(err)
+		}
 	}
 	bad := smp(wire.AttrNodeInfo, 0, 0x15, 0, 1)
 	wire.SMP(bad).SetHopPointer(1)
@@ -265,8 +272,8 @@ func TestControlAndSMPs(t *testing.T) {
 	if r, ok = c.recv(5 * time.Second); !ok || wire.MAD(r[32:]).TID()&0xFFFF != 0x16 {
 		t.Fatalf("after bad datagrams: %v %x", ok, r)
 	}
-	if n := f.IBSim.Stats().BadMADs - before; n != 2 {
-		t.Errorf("BadMADs +%d, want 2", n)
+	if n := f.IBSim.Stats().BadMADs - before; n != 4 {
+		t.Errorf("BadMADs +%d, want 4", n)
 	}
 
 	// Unknown node: ERROR. DISCONNECT frees the slot for the next client.
@@ -396,10 +403,21 @@ func TestUDP(t *testing.T) {
 // in-process agent on the same port ("direct"). The difference is the server's cost per
 // MAD: two datagrams, the client's queue and its writer. (The one allocation per op is
 // the test client's WriteToUnix building a sockaddr; the server's path allocates nothing.)
+// BenchmarkSMPRoundTrip times one directed-route NodeInfo from pib_1 to the switch and
+// back, the MAD opensm's sweep is made of: "direct" from the port (the fabric alone),
+// "ibsim" through a client's socket as the tests' Go client speaks it, and "raw" with a
+// client that blocks in send(2) and recv(2) as libumad2sim does in opensm's threads;
+// "echo" is the baseline for "raw": the same client against a thread that only echoes
+// each datagram (the sockets' and wake-ups' cost, the floor any server pays).
 func BenchmarkSMPRoundTrip(b *testing.B) {
 	f, base := testFabric(b, nil)
 	p := f.Devs[1].Port(1)
 	req := smp(wire.AttrNodeInfo, 0, 1, 0, 1)
+	var out [288]byte
+	binary.BigEndian.PutUint16(out[0:], 0xFFFF)
+	binary.BigEndian.PutUint16(out[4:], 0xFFFF)
+	binary.BigEndian.PutUint64(out[24:], 256)
+	copy(out[32:], req)
 	b.Run("direct", func(b *testing.B) {
 		got := make(chan struct{}, 1)
 		p.RegisterMADHandler(wire.MgmtClassSubnDirected, true, hca.MADHandlerFunc(func(*hca.MAD) { got <- struct{}{} }))
@@ -414,11 +432,6 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 	})
 	b.Run("ibsim", func(b *testing.B) {
 		c, _ := dial(b, base, "pib_1", false)
-		var out [288]byte
-		binary.BigEndian.PutUint16(out[0:], 0xFFFF)
-		binary.BigEndian.PutUint16(out[4:], 0xFFFF)
-		binary.BigEndian.PutUint64(out[24:], 256)
-		copy(out[32:], req)
 		var in [289]byte
 		b.ReportAllocs()
 		for b.Loop() {
@@ -430,6 +443,100 @@ func BenchmarkSMPRoundTrip(b *testing.B) {
 			}
 		}
 	})
+	// pingPong reports, besides the time, the CPU client and server used per round trip
+	// (the machine's load changes it far less than the time): this process's, and
+	// server's (another process's: OFED's ibsim) when it is not in this one.
+	pingPong := func(b *testing.B, fd int, server func() int64) {
+		var in [289]byte
+		b.ReportAllocs()
+		cpu0, srv0 := selfCPU(), server()
+		for b.Loop() {
+			if err := unix.Send(fd, out[:], 0); err != nil {
+				b.Fatal(err)
+			}
+			if n, err := unix.Read(fd, in[:]); err != nil || n != 288 {
+				b.Fatal(n, err)
+			}
+		}
+		b.ReportMetric(float64(selfCPU()-cpu0+server()-srv0)/float64(b.N), "cpu-ns/op")
+	}
+	b.Run("raw", func(b *testing.B) {
+		c, _ := dial(b, base, "pib_1", false)
+		pingPong(b, rawData(b, c), noCPU)
+	})
+	b.Run("ofed", func(b *testing.B) { // OFED's ibsim, when installed, on the 648-HCA fat tree
+		topo, err := filepath.Abs(fat648)
+		if _, lerr := exec.LookPath("ibsim"); lerr != nil || err != nil || fileMissing(topo) {
+			b.Skip("needs ibsim (Debian ibsim-utils) and " + fat648)
+		}
+		sock := fmt.Sprintf("ofedbench-%d", os.Getpid())
+		cmd := exec.Command("ibsim", "-s", topo)
+		cmd.Env = append(os.Environ(), "IBSIM_SOCKNAME="+sock)
+		stdin, _ := cmd.StdinPipe() // ibsim's console: kept open, or it exits
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() }()
+		for deadline := time.Now().Add(30 * time.Second); !abstractListening("@" + sock + ":ctl"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("ibsim did not bind its control socket")
+			}
+		}
+		c, _ := dial(b, sock, "H-0-0", false)
+		pingPong(b, rawData(b, c), func() int64 { return procCPU(cmd.Process.Pid).Nanoseconds() })
+	})
+	b.Run("echo", func(b *testing.B) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { // an echo server's one thread: recv(2), send(2)
+			defer close(done)
+			var buf [289]byte
+			for {
+				n, err := unix.Read(fds[1], buf[:])
+				if err != nil || n == 0 {
+					return
+				}
+				unix.Send(fds[1], buf[:n], 0)
+			}
+		}()
+		defer func() { unix.Shutdown(fds[1], unix.SHUT_RD); <-done; unix.Close(fds[0]); unix.Close(fds[1]) }()
+		pingPong(b, fds[0], noCPU)
+	})
+}
+
+func noCPU() int64 { return 0 }
+
+// selfCPU is the user and system time the process has used, in ns.
+func selfCPU() int64 {
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// rawData returns c's data socket as a blocking descriptor connected to the server's, for
+// the client to use with plain system calls, as libumad2sim does (c.data is not read
+// through Go's poller after this).
+func rawData(t testing.TB, c *simClient) int {
+	t.Helper()
+	sc, err := c.data.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	var serr error
+	sc.Control(func(d uintptr) {
+		fd = int(d)
+		if serr = unix.SetNonblock(fd, false); serr == nil {
+			serr = unix.Connect(fd, &unix.SockaddrUnix{Name: c.out.Name})
+		}
+	})
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return fd
 }
 
 // TestSwitchClient: a client attached to the switch's port 0 (SIM_HOST = its
