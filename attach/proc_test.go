@@ -108,8 +108,9 @@ func num(m map[string]string, k string) uint64 {
 // helperDaemon serves an in-process fabric on $PIBGW_ATTACH until stdin closes. It runs
 // with the scheduler threads `pibgw up` uses by default (daemon.max_procs 0: half the
 // CPUs), unless $GOMAXPROCS chose: on two cores, one thread for the daemon left the
-// attached 8-byte SEND ping-pong's p50 at 11.3 µs against 13.5 with two (medians of 8
-// alternating runs, the same test binary), RDMA WRITE 64 KiB no slower.
+// attached 8-byte SEND ping-pong's p50 at 11.4 µs against 13.5 with two at a load of 5,
+// 18.2 against 19.1 at a load of 8 (medians of 8 alternating runs), RDMA WRITE 64 KiB no
+// slower: with two, the daemon's ring readers spin on both cores.
 func helperDaemon() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(config.AutoMaxProcs(runtime.NumCPU()))
