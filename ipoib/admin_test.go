@@ -123,6 +123,9 @@ func TestNeighborTableBounded(t *testing.T) {
 			waitFor(t, "the burst read", func() bool { return len(dev.Inbound) == 0 })
 			time.Sleep(10 * time.Millisecond)
 			most = max(most, len(a.Neighbors()))
+			if armed, n := a.ArmedNeighborTimers(), len(a.Neighbors()); armed > n {
+				t.Fatalf("%d neighbour timers armed for %d entries", armed, n)
+			}
 			tf.clk.Advance(4 * time.Second) // the probes fail
 			dev.Inject(peer)
 			if got := tb.recv(t); !bytes.Equal(got, peer) {
@@ -133,6 +136,11 @@ func TestNeighborTableBounded(t *testing.T) {
 	c := a.Info().Counters
 	if most > 64 || c["drop_neigh_overflow"] == 0 || c["neighbors_failed"] <= 64 {
 		t.Fatalf("largest table %d (limit 64), counters %v", most, c)
+	}
+	// Every entry that failed was solicited maxProbes (3) times, its retransmissions
+	// driven by the table's one timer (neightimer.go); the real peer's few besides.
+	if f, arp := c["neighbors_failed"], c["tx_arp"]; arp < 3*f || arp > 3*f+8 {
+		t.Errorf("tx_arp %d for %d failed entries: want 3 solicitations each", arp, f)
 	}
 	t.Logf("largest table %d, %d refused, %d failed and collected", most, c["drop_neigh_overflow"], c["neighbors_failed"])
 }

@@ -445,10 +445,8 @@ func (i *Interface) Close() error {
 		i.txp.snd.wake()
 		i.wg.Wait()
 		i.nb.mu.Lock()
-		for ip, n := range i.nb.m {
-			if n.timer != nil {
-				n.timer.Stop()
-			}
+		i.nb.timers.stopAll()
+		for ip := range i.nb.m {
 			i.nb.wake(ip)
 		}
 		i.nb.mu.Unlock()
@@ -818,6 +816,7 @@ type neighTable struct {
 	ahs     map[wire.GID]*hca.AH           // unicast AHs by destination GID (the path cache)
 	paths   map[wire.GID]sa.Path           // the PathRecords they came from (connected mode's REQ)
 	dead    []*hca.AH                      // AHs replaced after a path change, destroyed on Close
+	timers  neighTimers                    // the entries' timers (neightimer.go)
 }
 
 // groupTable is the interface's multicast groups (mcast.go).

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/inet"
 	"github.com/pibgw/pibgw/sa"
@@ -65,7 +64,8 @@ type neighbor struct {
 	probes    int
 	ah        *hca.AH
 	pathBusy  bool
-	timer     clock.Timer
+	due       time.Time // when its timer fires (neightimer.go), while heapIdx ≥ 0
+	heapIdx   int       // its place in the table's timer heap, -1 when not armed
 	queue     []queued
 }
 
@@ -126,7 +126,7 @@ func (i *Interface) resolve(dst netip.Addr, now time.Time, etype uint16, pkt []b
 			i.cnt.inc(cDropNeighOverflow)
 			return
 		}
-		n = &neighbor{ip: dst, state: nudIncomplete, updated: now}
+		n = &neighbor{ip: dst, state: nudIncomplete, updated: now, heapIdx: -1}
 		i.nb.m[dst] = n
 		solicit = true
 	case n.state == nudFailed:
@@ -207,9 +207,7 @@ func (t *neighTable) gc(now time.Time, timeout time.Duration) (dropped int) {
 // forget (under mu) removes n from the table, waking Resolve's waiters for it, and
 // returns how many queued packets it dropped.
 func (t *neighTable) forget(n *neighbor) int {
-	if n.timer != nil {
-		n.timer.Stop()
-	}
+	t.timers.stop(n)
 	dropped := len(n.queue)
 	n.queue = nil
 	delete(t.m, n.ip)
@@ -245,12 +243,7 @@ func (t *neighTable) trimPaths() {
 
 // armResolveTimer (under nb.mu) schedules the next retransmission for n.
 func (i *Interface) armResolveTimer(n *neighbor) {
-	ip := n.ip
-	if n.timer == nil {
-		n.timer = i.clk.AfterFunc(retransTime, func() { i.resolveTimeout(ip) })
-	} else {
-		n.timer.Reset(retransTime)
-	}
+	i.armNeighTimer(n, retransTime)
 }
 
 // resolveTimeout retransmits a solicitation, or fails the entry after maxProbes.
@@ -278,7 +271,7 @@ func (i *Interface) resolveTimeout(ip netip.Addr) {
 		dropped := len(n.queue)
 		n.queue = nil
 		n.state, n.updated = nudFailed, now
-		n.timer.Reset(i.cfg.NeighborTimeout)
+		i.armNeighTimer(n, i.cfg.NeighborTimeout)
 		i.nb.wake(ip)
 		i.nb.mu.Unlock()
 		i.cnt.add(cDropARPTimeout, uint64(dropped))
@@ -375,7 +368,7 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 			i.nb.mu.Unlock()
 			return
 		}
-		n = &neighbor{ip: ip}
+		n = &neighbor{ip: ip, heapIdx: -1}
 		i.nb.m[ip] = n
 	}
 	if n.hw != hw {
@@ -387,9 +380,7 @@ func (i *Interface) learn(ip netip.Addr, hw HWAddr, now time.Time, create bool) 
 	}
 	n.state, n.updated, n.probes = nudReachable, now, 0
 	i.nb.wake(ip)
-	if n.timer != nil {
-		n.timer.Stop()
-	}
+	i.nb.timers.stop(n)
 	if n.ah == nil {
 		n.ah = i.nb.ahs[hw.GID()]
 	}
@@ -579,9 +570,7 @@ func (i *Interface) flushNeighbors() {
 	i.nb.mu.Lock()
 	dropped := 0
 	for ip, n := range i.nb.m {
-		if n.timer != nil {
-			n.timer.Stop()
-		}
+		i.nb.timers.stop(n)
 		dropped += len(n.queue)
 		delete(i.nb.m, ip)
 	}
