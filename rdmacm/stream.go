@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,19 +60,22 @@ type Conn struct {
 	drainMu sync.Mutex
 	wcs     []hca.WC
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	rxq      []rxMsg // received, not yet read
-	credits  int     // the peer's receive buffers we may fill
-	returned int     // our buffers re-posted and not yet reported
-	free     []int   // free send slots
-	inflight int
-	err      error // the connection failed
-	eof      bool  // the peer disconnected
-	closed   bool
-	rdl, wdl deadline
-	done     chan struct{}
-	once     sync.Once
+	mu      sync.Mutex
+	cond    *sync.Cond
+	rxq     []rxMsg // received, not yet read
+	credits int     // the peer's receive buffers we may fill
+	// reportDue says a credits report found no send slot or credit free (reportCredits):
+	// drain tries it again as completions come in.
+	reportDue atomic.Bool
+	returned  int   // our buffers re-posted and not yet reported
+	free      []int // free send slots
+	inflight  int
+	err       error // the connection failed
+	eof       bool  // the peer disconnected
+	closed    bool
+	rdl, wdl  deadline
+	done      chan struct{}
+	once      sync.Once
 }
 
 type rxMsg struct {
@@ -225,9 +229,12 @@ func (c *Conn) drain() {
 			c.cond.Broadcast()
 			c.mu.Unlock()
 		}
+		report := c.reportDue.Load()
 		c.drainMu.Unlock()
 		if len(repost) > 0 {
 			c.repost(repost)
+		} else if report {
+			c.reportCredits()
 		}
 	}
 }
@@ -240,8 +247,23 @@ func (c *Conn) repost(wrs []hca.RecvWR) {
 	}
 	c.mu.Lock()
 	c.returned += len(wrs)
+	c.mu.Unlock()
+	c.reportCredits()
+}
+
+// reportCredits sends the buffers re-posted since the last message as a credits-only
+// message once half the receive queue is back, if a send slot and a credit are free.
+// When none is (a writer has every send slot in flight), drain calls it again as send
+// completions free slots and credits arrive (unless a data message carried the credits
+// meanwhile): a report that waited for the next Read
+// could wait forever, the peer's writer stalled for the credits and this side's reader
+// for the data that writer would send.
+func (c *Conn) reportCredits() {
+	c.mu.Lock()
 	var slot int
-	send := c.returned >= c.nRecv/2 && c.credits > 0 && len(c.free) > 0 && c.err == nil && !c.eof
+	due := c.returned >= c.nRecv/2 && c.err == nil && !c.eof
+	send := due && c.credits > 0 && len(c.free) > 0
+	c.reportDue.Store(due && !send)
 	var imm int
 	if send {
 		slot = c.free[len(c.free)-1]

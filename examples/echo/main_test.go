@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"net/netip"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -9,6 +11,9 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/examples/internal/extest"
+	"github.com/pibgw/pibgw/fabric"
+	"github.com/pibgw/pibgw/inproc"
+	"github.com/pibgw/pibgw/rdmacm"
 )
 
 // TestEchoInProcess runs both sides in one process: a line, then 1 MiB by SHA-256.
@@ -54,4 +59,42 @@ func TestEchoProcesses(t *testing.T) {
 
 	srv.Cmd.Process.Signal(syscall.SIGTERM)
 	srv.MustSucceed(t, 10*time.Second)
+}
+
+// TestEchoDelayedCable echoes 16 MiB over a cable that delays every packet by 100 µs, so
+// that a writer keeps its send slots in flight while its own reader frees receive
+// buffers: the credits for those must still reach the peer (a report that waited for
+// the next Read left both sides waiting for each other).
+func TestEchoDelayedCable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f, err := inproc.Start(ctx, inproc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Fault("pib_1/1", fabric.FaultConfig{Delay: 100 * time.Microsecond}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := rdmacm.Listen(f.RDMA(), "10.10.0.2:7472")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go serve(l)
+	c, err := rdmacm.DialFrom(ctx, f.RDMA(), netip.MustParseAddr("10.10.0.1"), "10.10.0.2:7472")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() { done <- bulk(c, 16<<20) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("16 MiB not echoed in 45 s: the stream stalled")
+	}
 }
