@@ -80,6 +80,28 @@ func (f *benchFlow) waitDelivered(n int) {
 	f.mu.Unlock()
 }
 
+// allow lets the sending TUN hand out n more packets.
+func (f *benchFlow) allow(n int) {
+	f.mu.Lock()
+	f.budget = n
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// run sends one packet of size bytes as a warm-up (it waits for ARP, the path and, in
+// connected mode, the connection), then b.N timed, and reports pkt/s.
+func (f *benchFlow) run(b *testing.B, size int) {
+	f.allow(1)
+	f.waitDelivered(1)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	f.allow(b.N)
+	f.waitDelivered(1 + b.N)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
+}
+
 // BenchmarkIPoIBDatagram moves 1400-byte IPv4 packets from A to B: tun read batches,
 // one PostSend per batch, the fabric through a switch, receive CQ batches, tun writes.
 func BenchmarkIPoIBDatagram(b *testing.B) {
@@ -91,23 +113,7 @@ func BenchmarkIPoIBDatagram(b *testing.B) {
 	rx := &benchTUN{name: "ib1", flow: flow}
 	a := tf.ifaceOn(b, 0, 0xFFFF, tx, "10.10.0.1/24")
 	tf.ifaceOn(b, 1, 0xFFFF, rx, "10.10.0.2/24")
-	// Warm up: the first packet waits for ARP and the path.
-	flow.mu.Lock()
-	flow.budget = 1
-	flow.cond.Broadcast()
-	flow.mu.Unlock()
-	flow.waitDelivered(1)
-
-	b.SetBytes(int64(len(pkt)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	flow.mu.Lock()
-	flow.budget = b.N
-	flow.cond.Broadcast()
-	flow.mu.Unlock()
-	flow.waitDelivered(1 + b.N)
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
+	flow.run(b, len(pkt))
 	if d := a.Counter("drop_send_error"); d != 0 {
 		b.Fatalf("%d send errors", d)
 	}
@@ -161,23 +167,7 @@ func BenchmarkIPoIBConnected64K(b *testing.B) {
 		rx := benchGSOTUN{&benchTUN{name: "ib1", flow: flow}}
 		a := tf.ifaceWith(b, 0, tx, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
 		tf.ifaceWith(b, 1, rx, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
-		// Warm up: the first packet waits for ARP, the path and the connection.
-		flow.mu.Lock()
-		flow.budget = 1
-		flow.cond.Broadcast()
-		flow.mu.Unlock()
-		flow.waitDelivered(1)
-
-		b.SetBytes(int64(len(pkt)))
-		b.ReportAllocs()
-		b.ResetTimer()
-		flow.mu.Lock()
-		flow.budget = b.N
-		flow.cond.Broadcast()
-		flow.mu.Unlock()
-		flow.waitDelivered(1 + b.N)
-		b.StopTimer()
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
+		flow.run(b, len(pkt))
 		if d := a.Counter("drop_send_error"); d != 0 || a.Counter("tx_cm_packets") < uint64(b.N) {
 			b.Fatalf("%d send errors, %d sent over the connection: %v", d, a.Counter("tx_cm_packets"), a.Info().Counters)
 		}

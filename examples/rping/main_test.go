@@ -24,11 +24,21 @@ func TestRping(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	a := netip.MustParseAddrPort("10.10.0.2:7174")
+	pingInProcess(t, f, "10.10.0.2:7174", nil)
+}
+
+// pingInProcess runs rping's server on f at addr and, once it listens and serving (if
+// not nil) has run, the client from 10.10.0.1; both must succeed.
+func pingInProcess(t *testing.T, f *inproc.Fabric, addr string, serving func()) {
+	t.Helper()
+	a := netip.MustParseAddrPort(addr)
 	ready, done := make(chan error, 1), make(chan error, 1)
 	go func() { done <- runServer(f.RDMA(), a, ready) }()
 	if err := <-ready; err != nil {
 		t.Fatal(err)
+	}
+	if serving != nil {
+		serving()
 	}
 	if err := runClient(f.RDMA(), netip.MustParseAddr("10.10.0.1"), a); err != nil {
 		t.Fatal(err)
@@ -50,21 +60,11 @@ func TestRpingLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	a := netip.MustParseAddrPort("10.10.0.2:7175")
-	ready, done := make(chan error, 1), make(chan error, 1)
-	go func() { done <- runServer(f.RDMA(), a, ready) }()
-	if err := <-ready; err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Fault("pib_1/1", fabric.FaultConfig{Loss: 0.02, Seed: 7}); err != nil {
-		t.Fatal(err)
-	}
-	if err := runClient(f.RDMA(), netip.MustParseAddr("10.10.0.1"), a); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	pingInProcess(t, f, "10.10.0.2:7175", func() {
+		if err := f.Fault("pib_1/1", fabric.FaultConfig{Loss: 0.02, Seed: 7}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestRpingProcesses runs the server and the client as two processes attached to an
