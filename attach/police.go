@@ -26,12 +26,15 @@ const (
 	cntMAD                       // a MAD of a class or ID the process did not register
 	cntQKey                      // a controlled Q_Key from a QP that may not use it
 	cntSGID                      // GRH source GID not the port's
+	cntDirectTx                  // of tx_packets: sent through direct rings (direct.go)
+	cntDirectRx                  // of rx_packets: received through direct rings
 	numCounters
 )
 
 var counterNames = [numCounters]string{
 	"tx_packets", "rx_packets", "drop_rx_ring_full", "police_malformed", "police_slid",
 	"police_src_qp", "police_pkey", "police_qp0", "police_mad", "police_qkey", "police_sgid",
+	"direct_tx_packets", "direct_rx_packets",
 }
 
 type policeCounters [numCounters]atomic.Uint64

@@ -110,6 +110,17 @@ type msg struct {
 	Trace bool `json:"trace,omitempty"`
 	// Counts answers a pitfalls request: the checks that fired, by name (debug.go).
 	Counts map[string]uint64 `json:"counts,omitempty"`
+	// Direct rings (direct.go): a route request's destination LID; the answer's
+	// generation, whether the path is direct and the ring's number; a direct_in's
+	// barrier and the sender's QP numbers by device.
+	LID     uint16           `json:"lid,omitempty"`
+	Gen     uint64           `json:"gen,omitempty"`
+	Direct  bool             `json:"direct,omitempty"`
+	Ring    uint64           `json:"ring,omitempty"`
+	Barrier uint64           `json:"barrier,omitempty"`
+	Owners  map[int][]uint32 `json:"owners,omitempty"`
+	// fds are the descriptors that came with a message (not encoded).
+	fds []int
 	// LIDFilter is a trace request's LID filter.
 	LIDFilter uint16 `json:"lid_filter,omitempty"`
 }

@@ -306,6 +306,7 @@ func (f *Fabric) SetFault(name string, ft control.Fault) (control.Cable, error) 
 		f.faults[c] = &cableFault{cfg: ft}
 	}
 	f.rewrapLocked()
+	defer f.observedChanged()
 	f.log.Info("cable fault", "name", name, "loss", ft.Loss, "duplicate", ft.Duplicate, "reorder", ft.Reorder,
 		"corrupt", ft.Corrupt, "delay", ft.Delay, "seed", ft.Seed)
 	return f.describeLocked(name, i, c), nil
