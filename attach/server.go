@@ -114,6 +114,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	for di, d := range s.Devices {
 		for _, p := range d.Ports() {
 			p.SetMADRouter(cmRouter{s, di})
+			p.SetCountersHook(s.foldAll) // direct rings' traffic (direct.go)
 		}
 		s.unwatch = append(s.unwatch, d.WatchPorts(func(port uint8) { s.portChanged(di, port) }))
 	}
@@ -172,6 +173,7 @@ func (s *Server) Close() error {
 	for _, d := range s.Devices {
 		for _, p := range d.Ports() {
 			p.SetMADRouter(nil)
+			p.SetCountersHook(nil)
 		}
 	}
 	s.mu.Lock()
