@@ -75,7 +75,10 @@ func WaitAny(ctx context.Context, spin int, rs []*Ring) (int, error) {
 			return -1, err
 		}
 		// Woken: the caller looks at the rings (and at its set of rings) again.
-		return check()
+		if i, err := check(); i >= 0 {
+			return i, err
+		}
+		return -1, ctx.Err()
 	}
 }
 

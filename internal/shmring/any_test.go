@@ -74,7 +74,7 @@ func TestWaitAny(t *testing.T) {
 	cancel()
 	select {
 	case r := <-done:
-		if r[0] != -1 || !errors.Is(r[1].(error), context.Canceled) {
+		if err, _ := r[1].(error); r[0] != -1 || !errors.Is(err, context.Canceled) {
 			t.Fatalf("after cancel: %v", r)
 		}
 	case <-time.After(5 * time.Second):
