@@ -102,7 +102,7 @@ func (g *genPage) close() {
 }
 
 // openGenPage maps the daemon's generation page read-only; it takes fd.
-func openGenPage(fd int) (*atomic.Uint64, error) {
+func openGenPage(fd int) ([]byte, error) {
 	defer unix.Close(fd)
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	const want = unix.F_SEAL_SHRINK | unix.F_SEAL_FUTURE_WRITE
@@ -117,7 +117,7 @@ func openGenPage(fd int) (*atomic.Uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("attach: generation page: %w", err)
 	}
-	return (*atomic.Uint64)(unsafe.Pointer(&mem[0])), nil
+	return mem, nil
 }
 
 // Invalidate tells every attached process to ask again for the paths of its packets: the

@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/shmring"
@@ -19,7 +22,8 @@ import (
 
 // directState is a Session's direct rings.
 type directState struct {
-	gen *atomic.Uint64 // the daemon's generation word (read-only mapping)
+	gen    *atomic.Uint64 // the daemon's generation word (read-only mapping; txMu after Dial)
+	genMem []byte
 
 	// Sending (txMu).
 	routes   map[uint64]*routeEntry
@@ -64,12 +68,13 @@ type directIn struct {
 }
 
 func (s *Session) initDirect(genFd int) error {
-	g, err := openGenPage(genFd)
+	mem, err := openGenPage(genFd)
 	if err != nil {
 		return err
 	}
 	ds := &s.direct
-	ds.gen = g
+	ds.genMem = mem
+	ds.gen = (*atomic.Uint64)(unsafe.Pointer(&mem[0]))
 	ds.routes = make(map[uint64]*routeEntry)
 	ds.outs = make(map[uint64]*directOut)
 	ds.statIdx = make(map[uint16]int)
@@ -445,38 +450,20 @@ func (s *Session) checkDirect(in *directIn, dev int, src *hca.Port, b []byte) (*
 	if err := pk.Parse(b); err != nil || pk.BTH == nil {
 		return nil, cntMalformed
 	}
-	// IBA 7.6.5, 13.5.1: QP0 and VL15 belong to the subnet management agents.
-	if pk.LRH.VL() == 15 || pk.BTH.DestQP() == 0 || pk.DETH != nil && pk.DETH.SrcQP() == 0 {
-		return nil, cntQP0
+	if bad := portRules(&pk, src); bad != 0 {
+		return nil, bad
 	}
 	// MADs never take a direct ring: the daemon routes them.
 	if pk.BTH.DestQP() == 1 || pk.DETH != nil && pk.DETH.SrcQP() == 1 {
 		return nil, cntMAD
 	}
-	// IBA 7.11.1: a port sends from its base LID plus path bits below its LMC.
-	lid, lmc := src.LID(), src.LMC()
-	if slid := pk.LRH.SLID(); lid == 0 || slid>>lmc != lid>>lmc {
-		return nil, cntSLID
-	}
-	// IBA 10.9.2: a QP's P_Key is an entry of its port's table.
-	pkey := pk.BTH.PKey()
-	if pkey&0x7FFF == 0 || src.FindPKey(pkey) < 0 {
-		return nil, cntPKey
-	}
-	if pk.GRH != nil {
-		if g, _ := src.GID(0); pk.GRH.SGID() != g {
-			return nil, cntSGID
-		}
-	}
 	if pk.DETH != nil {
-		if o := in.owners.Load(); o == nil {
-			return nil, cntSrcQP
-		} else if _, ok := (*o)[uint64(dev)<<32|uint64(pk.DETH.SrcQP())]; !ok {
-			return nil, cntSrcQP
+		owned := false
+		if o := in.owners.Load(); o != nil {
+			_, owned = (*o)[uint64(dev)<<32|uint64(pk.DETH.SrcQP())]
 		}
-		// A controlled Q_Key (high-order bit set) is for privileged consumers only.
-		if pk.DETH.QKey()&0x80000000 != 0 {
-			return nil, cntQKey
+		if bad := udRules(&pk, owned); bad != 0 {
+			return nil, bad
 		}
 	}
 	// The packet goes where the fabric would take it: the port of this process that
@@ -531,6 +518,13 @@ func (s *Session) closeDirect() {
 		out.ring.Close()
 	}
 	clear(ds.outs)
+	clear(ds.routes)
+	ds.lastRt = nil
+	if ds.genMem != nil {
+		ds.gen = nil
+		unix.Munmap(ds.genMem)
+		ds.genMem = nil
+	}
 	s.txMu.Unlock()
 	ds.inMu.Lock()
 	if p := ds.ins.Load(); p != nil {
