@@ -269,11 +269,26 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		wire.IETH(buf[o : o+wire.IETHLen]).SetRKey(wr.InvalidateRKey)
 		o += wire.IETHLen
 	}
+	ref := false
+	var rdev, rkey uint32
+	var raddr uint64
 	if n > 0 {
 		dst := buf[o : o+n]
-		if w.inline != nil || wr.SendFlags&hca.SendInline != 0 {
+		st := hca.WCSuccess
+		switch {
+		case w.inline != nil || wr.SendFlags&hca.SendInline != 0:
 			copy(dst, w.inline[off:])
-		} else if st := qp.GatherAt(wr.SGL, off, dst); st != hca.WCSuccess {
+		case n >= wire.PayloadRefMin && !c.uc && qp.Device().PayloadRefs():
+			// RC in process: the receiver reads the bytes from here (wire.SetPayloadRef),
+			// which stay put until the message is acknowledged. UC completes a send as it
+			// goes out, so its packets carry their bytes.
+			if rdev, rkey, raddr, st, ref = qp.RefAt(wr.SGL, off, n); !ref {
+				st = qp.GatherAt(wr.SGL, off, dst)
+			}
+		default:
+			st = qp.GatherAt(wr.SGL, off, dst)
+		}
+		if st != hca.WCSuccess {
 			// A local protection error completes the WQE in error (IBV_WC_LOC_PROT_ERR) and
 			// takes the QP to Error (IBA 9.9).
 			r.localError(c, w, st)
@@ -281,6 +296,9 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		}
 	}
 	b.finish(buf)
+	if ref {
+		wire.SetPayloadRef(buf, rdev, rkey, raddr)
+	}
 	w.sent++
 	r.sentSinceNak++
 	return true

@@ -1,0 +1,91 @@
+package hca
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"weak"
+
+	"github.com/pibgw/pibgw/wire"
+)
+
+// Payloads by reference (wire.SetPayloadRef): an in-process RC requester may name the
+// bytes of a packet in its registered memory instead of copying them in, and the
+// receiving port hands the transport those bytes (receiveOne). Devices are found by a
+// process-wide number, held weakly so that a device nobody uses any more is collected.
+
+var (
+	refDevs   sync.Map // uint32 → weak.Pointer[Device]
+	refDevSeq atomic.Uint32
+)
+
+func init() { wire.SetPayloadSource(resolvePayload) }
+
+// registerRefs gives d its number for payload references.
+func (d *Device) registerRefs() {
+	d.refID = refDevSeq.Add(1)
+	refDevs.Store(d.refID, weak.Make(d))
+	runtime.AddCleanup(d, func(id uint32) { refDevs.Delete(id) }, d.refID)
+}
+
+// resolvePayload is wire's PayloadSource: the n bytes at addr of the region with local
+// key key on device dev, if they lie inside it.
+func resolvePayload(dev, key uint32, addr uint64, n int) []byte {
+	w, ok := refDevs.Load(dev)
+	if !ok {
+		return nil
+	}
+	d := w.(weak.Pointer[Device]).Value()
+	if d == nil {
+		return nil
+	}
+	mr := d.LookupKey(key)
+	if mr == nil {
+		return nil
+	}
+	b, ok := mr.Slice(addr, uint32(n))
+	if !ok {
+		return nil
+	}
+	return b
+}
+
+// PayloadRefs reports whether the device's transports may send payloads by reference:
+// only a device whose packets stay in this process until a port of it or of the fabric
+// makes them observable. A mirror of a daemon's device (Config.Remote) sends every packet
+// to another process.
+func (d *Device) PayloadRefs() bool { return d.cfg.Remote == nil && payloadRefsOn.Load() }
+
+// payloadRefsOn turns payload references off for the whole process (SetPayloadRefs).
+var payloadRefsOn atomic.Bool
+
+func init() { payloadRefsOn.Store(true) }
+
+// SetPayloadRefs turns payload references on or off for every device of the process
+// (benchmarks compare both; packets already built keep theirs).
+func SetPayloadRefs(on bool) { payloadRefsOn.Store(on) }
+
+// RefAt returns a payload reference to the n bytes at offset off of the message sgl
+// describes, when they lie inside one SGE; ok is false when they do not (the caller
+// copies them, GatherAt). A key or range the QP may not use gives the status GatherAt
+// would.
+func (qp *QP) RefAt(sgl []SGE, off uint64, n int) (dev, key uint32, addr uint64, st WCStatus, ok bool) {
+	for _, s := range sgl {
+		if off >= uint64(s.Length) {
+			off -= uint64(s.Length)
+			continue
+		}
+		if uint64(s.Length)-off < uint64(n) {
+			return 0, 0, 0, WCSuccess, false
+		}
+		mr := qp.dev.LookupKey(s.LKey)
+		if mr == nil || mr.pd != qp.pd {
+			return 0, 0, 0, WCLocProtErr, true
+		}
+		if _, in := mr.Slice(s.Addr+off, uint32(n)); !in {
+			return 0, 0, 0, WCLocProtErr, true
+		}
+		return qp.dev.refID, s.LKey, s.Addr + off, WCSuccess, true
+	}
+	return 0, 0, 0, WCLocLenErr, true
+}
