@@ -1,11 +1,13 @@
 package hca
 
 import (
+	"math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"weak"
 
+	"github.com/pibgw/pibgw/internal/csum"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -88,4 +90,34 @@ func (qp *QP) RefAt(sgl []SGE, off uint64, n int) (dev, key uint32, addr uint64,
 		return qp.dev.refID, s.LKey, s.Addr + off, WCSuccess, true
 	}
 	return 0, 0, 0, WCLocLenErr, true
+}
+
+// SumAt returns the folded 16-bit one's-complement sum (RFC 1071) of the message sgl
+// describes from offset off to its end, read where it lies: a checksum engine's pass
+// for a message it could not defer (wire.SetMsgCsumPending).
+func (qp *QP) SumAt(sgl []SGE, off uint64) (uint16, WCStatus) {
+	var total uint64
+	pos := 0
+	for _, s := range sgl {
+		if off >= uint64(s.Length) {
+			off -= uint64(s.Length)
+			continue
+		}
+		mr := qp.dev.LookupKey(s.LKey)
+		if mr == nil || mr.pd != qp.pd {
+			return 0, WCLocProtErr
+		}
+		b, ok := mr.Slice(s.Addr+off, uint32(uint64(s.Length)-off))
+		if !ok {
+			return 0, WCLocProtErr
+		}
+		v := csum.Fold(csum.Sum(b, 0))
+		if pos%2 == 1 {
+			v = bits.ReverseBytes16(v) // a piece that starts at an odd byte (RFC 1071 §2(B))
+		}
+		total += uint64(v)
+		pos += len(b)
+		off = 0
+	}
+	return csum.Fold(total), WCSuccess
 }

@@ -165,3 +165,111 @@ func TestPayloadRefForged(t *testing.T) {
 		t.Fatalf("forged %v, ICRC drops %d", forged.Load(), b.port.Counters().Get(hca.CntDropICRC))
 	}
 }
+
+// foldSum is the folded one's-complement sum of b plus the pseudo-header sum 0x1234 the
+// test's messages start with (RFC 1071): 0xFFFF over a region whose checksum is right.
+func foldSum(b []byte) uint16 {
+	sum := uint32(0x1234)
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum > 0xFFFF {
+		sum = sum>>16 + sum&0xFFFF
+	}
+	return uint16(sum)
+}
+
+// TestSendIPCsum: an RC SEND with IBV_SEND_IP_CSUM has its checksum finished over the
+// whole message — by the receiving HCA for a QP that wants complete checksums, by no one
+// for one that takes CHECKSUM_PARTIAL data (WCIPCsumPartial), at once by the sender when
+// the message is not passed by reference, and in what a capture shows.
+func TestSendIPCsum(t *testing.T) {
+	if hcatest.AttachedFromEnv() {
+		t.Skip("checks in-process deferral")
+	}
+	const start, offset = 24, 16 // as a TCP checksum after a 20-byte IPv4 header and 4 bytes
+	for _, tc := range []struct {
+		name    string
+		n       int
+		refs    bool
+		partial bool
+		capture bool
+	}{
+		{"ref/complete", 64 << 10, true, false, false},
+		{"ref/partial", 64 << 10, true, true, false},
+		{"ref/capture", 64 << 10, true, true, true},
+		{"one-packet/capture", 4096, true, true, true},
+		{"copy/complete", 64 << 10, false, false, false},
+		{"copy/partial", 64 << 10, false, true, false},
+		{"one-packet/complete", 1000, true, false, false},
+		{"one-packet/partial", 1000, true, true, false},
+		{"short/complete", 100, true, false, false},
+		{"odd/complete", 9999, true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hca.SetPayloadRefs(tc.refs)
+			defer hca.SetPayloadRefs(true)
+			var capBuf bytes.Buffer
+			cw := fabric.NewCaptureWriter(&capBuf, fabric.CaptureOptions{})
+			o := connOpts{csumPartial: tc.partial}
+			if tc.capture {
+				o.wrap = func(_ int, _ fabric.Direction, l fabric.Link) fabric.Link { return fabric.NewCaptureLink(l, cw) }
+			}
+			_, a, b := connect(t, o)
+			msg := a.buf[:tc.n]
+			for i := range msg {
+				msg[i] = byte(i*29 + 5)
+			}
+			msg[start+offset], msg[start+offset+1] = 0x12, 0x34 // the pseudo-header sum
+			want := append([]byte(nil), msg...)
+			b.postRecv(t, 1, 0, tc.n)
+			a.post(t, hca.SendWR{WRID: 2, Opcode: hca.WRSend, SendFlags: hca.SendSignaled | hca.SendIPCsum,
+				SGL: []hca.SGE{a.sge(0, tc.n)}, CsumStart: start, CsumOffset: offset})
+			if wc := waitWC(t, a.scq, nil); wc.Status != hca.WCSuccess {
+				t.Fatalf("send: %v", wc.Status)
+			}
+			wc := waitWC(t, b.rcq, nil)
+			if wc.Status != hca.WCSuccess || int(wc.ByteLen) != tc.n {
+				t.Fatalf("receive: %+v", wc)
+			}
+			got := b.buf[:tc.n]
+			if !bytes.Equal(msg, want) {
+				t.Fatal("the engine wrote into the sender's memory")
+			}
+			partial := wc.WCFlags&hca.WCIPCsumPartial != 0
+			switch {
+			case partial && !(tc.partial && tc.refs || tc.partial && tc.n <= 4096 && tc.n >= 256):
+				t.Fatalf("WCIPCsumPartial for a %s receive", tc.name)
+			case partial:
+				if !bytes.Equal(got, want) {
+					t.Fatal("a partial receive differs from what was sent")
+				}
+			default:
+				if s := foldSum(got[start:]); s != 0xFFFF {
+					t.Fatalf("received region sums to %#04x, want 0xffff (checksum %02x%02x)", s, got[start+offset], got[start+offset+1])
+				}
+				if !bytes.Equal(got[:start+offset], want[:start+offset]) || !bytes.Equal(got[start+offset+2:], want[start+offset+2:]) {
+					t.Fatal("bytes other than the checksum changed")
+				}
+			}
+			if tc.capture {
+				cw.Close()
+				// The capture's first packet of the SEND carries the finished checksum:
+				// find the first 4096 - start - offset - 2 bytes after the field.
+				c := capBuf.Bytes()
+				after := want[start+offset+2 : min(tc.n, 4096)]
+				k := bytes.Index(c, after)
+				if k < 2 {
+					t.Fatal("the capture lacks the first packet's bytes")
+				}
+				fixed := append(append(append([]byte(nil), want[start:start+offset]...), c[k-2:k]...), want[start+offset+2:]...)
+				if s := foldSum(fixed); s != 0xFFFF {
+					t.Fatalf("the captured checksum %02x%02x does not verify (sum %#04x)", c[k-2], c[k-1], s)
+				}
+			}
+		})
+	}
+}

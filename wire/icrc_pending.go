@@ -47,7 +47,7 @@ func SetICRCPending(pkt []byte) {
 // ICRCPending reports whether pkt's ICRC was deferred.
 func ICRCPending(pkt []byte) bool {
 	o := bthOffset(pkt)
-	return o >= 0 && (pkt[o+4] == icrcPendingMark || pkt[o+4] == csumPendingMark || pkt[o+4] == payloadRefMark)
+	return o >= 0 && (pkt[o+4] == icrcPendingMark || pkt[o+4] == csumPendingMark || isRefMark(pkt[o+4]))
 }
 
 // Finalize does what an in-process sender deferred — the payload (SetPayloadRef), the
