@@ -57,8 +57,8 @@ type responder struct {
 	// csumPartial: the SEND in progress came with a checksum to finish, which the QP
 	// takes as it is (hca.WCIPCsumPartial).
 	csumPartial bool
-	inSend  bool
-	sendOff uint64
+	inSend      bool
+	sendOff     uint64
 
 	inWrite bool
 	wMR     *hca.MR
