@@ -2,7 +2,6 @@ package hca
 
 import (
 	"math/bits"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"weak"
@@ -14,30 +13,37 @@ import (
 // Payloads by reference (wire.SetPayloadRef): an in-process RC requester may name the
 // bytes of a packet in its registered memory instead of copying them in, and the
 // receiving port hands the transport those bytes (receiveOne). Devices are found by a
-// process-wide number, held weakly so that a device nobody uses any more is collected.
+// process-wide number, held weakly so that a device nobody uses any more is collected
+// (its slot stays: a number is never reused).
 
 var (
-	refDevs   sync.Map // uint32 → weak.Pointer[Device]
-	refDevSeq atomic.Uint32
+	refMu   sync.Mutex
+	refDevs atomic.Pointer[[]weak.Pointer[Device]] // by refID - 1, copied on write
 )
 
 func init() { wire.SetPayloadSource(resolvePayload) }
 
 // registerRefs gives d its number for payload references.
 func (d *Device) registerRefs() {
-	d.refID = refDevSeq.Add(1)
-	refDevs.Store(d.refID, weak.Make(d))
-	runtime.AddCleanup(d, func(id uint32) { refDevs.Delete(id) }, d.refID)
+	refMu.Lock()
+	defer refMu.Unlock()
+	var devs []weak.Pointer[Device]
+	if p := refDevs.Load(); p != nil {
+		devs = *p
+	}
+	devs = append(devs[:len(devs):len(devs)], weak.Make(d))
+	refDevs.Store(&devs)
+	d.refID = uint32(len(devs))
 }
 
 // resolvePayload is wire's PayloadSource: the n bytes at addr of the region with local
 // key key on device dev, if they lie inside it.
 func resolvePayload(dev, key uint32, addr uint64, n int) []byte {
-	w, ok := refDevs.Load(dev)
-	if !ok {
+	p := refDevs.Load()
+	if p == nil || dev == 0 || int(dev) > len(*p) {
 		return nil
 	}
-	d := w.(weak.Pointer[Device]).Value()
+	d := (*p)[dev-1].Value()
 	if d == nil {
 		return nil
 	}
