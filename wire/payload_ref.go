@@ -148,12 +148,7 @@ func SetMsgCsumPending(pkt []byte, msgLen uint32, start, offset uint16, noZero b
 		return false
 	}
 	binary.LittleEndian.PutUint32(pkt[p+PayloadRefLen:], msgLen)
-	if noZero {
-		offset |= csumNoZero
-	}
-	slot := pkt[len(pkt)-ICRCLen:]
-	binary.BigEndian.PutUint16(slot, start)
-	binary.BigEndian.PutUint16(slot[2:], offset)
+	putCsumSlot(pkt, start, offset, noZero)
 	pkt[o+4] = msgCsumMark
 	return true
 }
@@ -177,9 +172,8 @@ func MsgCsum(pkt []byte) (field int, value uint16, ok bool) {
 		return 0, 0, false
 	}
 	msgLen := binary.LittleEndian.Uint32(pkt[p+PayloadRefLen:])
-	slot := pkt[len(pkt)-ICRCLen:]
-	start, offset := int(binary.BigEndian.Uint16(slot)), binary.BigEndian.Uint16(slot[2:])
-	field = start + int(offset&^csumNoZero)
+	start, offset, noZero := csumSlot(pkt)
+	field = start + offset
 	if field+2 > end-p || uint64(end-p) > uint64(msgLen) || msgLen > 1<<31 {
 		return 0, 0, false
 	}
@@ -188,7 +182,7 @@ func MsgCsum(pkt []byte) (field int, value uint16, ok bool) {
 		return 0, 0, false
 	}
 	v := ^csum.Fold(csum.Sum(msg[start:], 0))
-	if v == 0 && offset&csumNoZero != 0 {
+	if v == 0 && noZero {
 		v = 0xFFFF
 	}
 	return field, v, true
