@@ -1,6 +1,10 @@
 package fabric
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/pibgw/pibgw/wire"
+)
 
 // maxPooledPacket covers the largest IBA packet (LRH+GRH+BTH+extension headers+4096-byte
 // payload+ICRC+VCRC is under 4.3 KiB); bigger copies are allocated and left to the GC.
@@ -12,13 +16,18 @@ type pktBuf struct{ b []byte }
 
 var packetPool = sync.Pool{New: func() any { return &pktBuf{b: make([]byte, 0, maxPooledPacket)} }}
 
-// copyPacket returns a pooled copy of p.
+// copyPacket returns a pooled copy of p. A payload by reference is copied in
+// (wire.Materialize): the copy outlives the sender's call, and the bytes it names are
+// the sender's only until then.
 func copyPacket(p []byte) *pktBuf {
+	var pb *pktBuf
 	if len(p) > maxPooledPacket {
-		return &pktBuf{b: append([]byte(nil), p...)}
+		pb = &pktBuf{b: append([]byte(nil), p...)}
+	} else {
+		pb = packetPool.Get().(*pktBuf)
+		pb.b = append(pb.b[:0], p...)
 	}
-	pb := packetPool.Get().(*pktBuf)
-	pb.b = append(pb.b[:0], p...)
+	wire.Materialize(pb.b)
 	return pb
 }
 

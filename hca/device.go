@@ -153,6 +153,7 @@ type Device struct {
 	watchers []*portWatcher
 
 	ids    atomic.Uint32 // object ids for inspection
+	refID  uint32        // the device's number in payload references (payload_ref.go)
 	reg    registry      // every object, for inspection (registry.go)
 	manner mannerState   // behaviour choices and pitfall checks (manner.go)
 }
@@ -227,6 +228,7 @@ func NewDevice(cfg Config) (*Device, error) {
 		d.ports = append(d.ports, newPort(d, uint8(i)))
 	}
 	d.SetManner(cfg.Manner)
+	d.registerRefs()
 	return d, nil
 }
 

@@ -104,6 +104,17 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 		p.drop(CntDropICRC, b)
 		return
 	}
+	if wire.HasPayloadRef(b) {
+		// An in-process sender named its bytes (wire.SetPayloadRef): the transport reads
+		// them where they are. One that no longer resolves is a damaged packet.
+		src, ok := wire.ResolvePayload(b)
+		if !ok {
+			c.Inc(CntRcvErrors)
+			p.drop(CntDropICRC, b)
+			return
+		}
+		pk.Payload = src
+	}
 	pk.Raw, pk.Loopback = b, loop
 	c.Inc(CntRcvPkts)
 	c.Add(CntRcvData, uint64(len(b)+wire.VCRCLen)/4)
@@ -172,7 +183,9 @@ func (p *Port) receiveOne(pk *Packet, b []byte, loop bool) {
 	} else {
 		qp = p.dev.lookupQP(dqp)
 		if qp != nil && qp.fwd != nil {
-			// A QP of an attached process: it checks the packet itself.
+			// A QP of an attached process: it checks the packet itself, and cannot read
+			// this process's memory.
+			wire.Materialize(b)
 			qp.fwd.Forward(p, b, loop)
 			return
 		}

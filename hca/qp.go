@@ -109,7 +109,7 @@ func (pd *PD) createQP(init QPInitAttr, xrcd *XRCD) (*QP, error) {
 	}
 	qp := &QP{
 		pd: pd, xrcd: xrcd, dev: d, typ: init.QPType, sendCQ: init.SendCQ, recvCQ: init.RecvCQ,
-		srq: init.SRQ, sigAll: init.SQSigAll, cap: c, tr: tr, csumP: init.IPCsumPartial && init.QPType == QPTypeUD,
+		srq: init.SRQ, sigAll: init.SQSigAll, cap: c, tr: tr, csumP: init.IPCsumPartial && (init.QPType == QPTypeUD || init.QPType == QPTypeRC),
 	}
 	if init.SRQ == nil {
 		qp.rq = newRecvQueue(int(c.MaxRecvWR), int(c.MaxRecvSGE))

@@ -449,7 +449,7 @@ type QPInitAttr struct {
 	SQSigAll bool
 	// Port is the port of a special QP (SMI/GSI); ordinary QPs get theirs from ModifyQP.
 	Port uint8
-	// IPCsumPartial (pibgw extension, UD only) lets receives complete with
+	// IPCsumPartial (pibgw extension, UD and RC) lets receives complete with
 	// WCIPCsumPartial rather than the HCA computing deferred TCP/UDP checksums.
 	IPCsumPartial bool
 }

@@ -211,13 +211,19 @@ func (i *Interface) SetMode(m Mode) error {
 	} else {
 		i.closeTx()
 	}
-	// ipoib_set_mode turns checksum and TSO offloads off for connected mode (an RC
-	// message is one packet of up to 65520 bytes, whose checksum no per-packet offload
-	// of the HCA can finish) and back on for datagram mode: the kernel then completes
-	// checksums as it copies, not this process.
+	// ipoib_set_mode turns TSO off for connected mode (an RC message is one packet of up
+	// to 65520 bytes, and the kernel must not hand over more) and back on for datagram
+	// mode. Linux turns checksum offload off too, since no per-packet offload of an HCA
+	// can finish a checksum over a message cut into path-MTU packets; pibgw's RC does it
+	// per message (wire.SetMsgCsumPending), so the kernel leaves checksums partial and a
+	// peer in this process never computes them at all.
 	if sw, ok := i.dev.(tun.OffloadSwitcher); ok {
-		if err := sw.SetOffloads(m != Connected); err != nil {
-			i.log.Warn("switching checksum and segmentation offloads", "on", m != Connected, "err", err)
+		o := tun.OffloadsAll
+		if m == Connected {
+			o = tun.OffloadsCsum
+		}
+		if err := sw.SetOffloads(o); err != nil {
+			i.log.Warn("switching checksum and segmentation offloads", "mode", m.String(), "err", err)
 		}
 	}
 	i.applyMTU()
@@ -310,7 +316,8 @@ func (i *Interface) acceptRx(id *ibcm.ID, req *ibcm.ReqParam) (*cmRx, error) {
 	}
 	qp, err := i.pd.CreateQP(hca.QPInitAttr{
 		SendCQ: r.cq, RecvCQ: r.cq, SRQ: r.srq, QPType: hca.QPTypeRC,
-		Cap: hca.QPCap{MaxSendWR: 1, MaxSendSGE: 1},
+		Cap:           hca.QPCap{MaxSendWR: 1, MaxSendSGE: 1},
+		IPCsumPartial: true, // writeWhole hands TCP and UDP to the kernel as CHECKSUM_PARTIAL
 	})
 	if err != nil {
 		return nil, err
@@ -841,16 +848,15 @@ func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState,
 	if tx == nil {
 		return false
 	}
+	var at csumAt
 	if meta.NeedsCsum {
-		// An RC message is cut into path-MTU packets: no per-packet deferred checksum
-		// can stand for it, so the checksum is done here, once.
 		cs, co := int(meta.CsumStart), int(meta.CsumOffset)
 		if cs+co+2 > len(pkt) {
 			i.cnt.inc(cDropMalformed)
 			return true
 		}
 		_, proto, _, tok := inet.Transport(pkt)
-		inet.CompleteAt(pkt[cs:], co, tok && proto == inet.ProtoUDP)
+		at = csumAt{uint16(cs), uint16(co), tok && proto == inet.ProtoUDP}
 	}
 	switch tx.state.Load() {
 	case cmUp:
@@ -861,9 +867,13 @@ func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState,
 		tx.last.Store(now.UnixNano())
 		binary.BigEndian.PutUint32(msg, uint32(etype)<<16)
 		i.cms.txmu.Lock()
-		i.cmPostLocked(tx, msg, lkey)
+		i.cmPostLocked(tx, msg, lkey, at)
 		i.cms.txmu.Unlock()
 	case cmConnecting:
+		if at.pending() {
+			// Queued until the connection is up, then sent from a copy: done here.
+			inet.CompleteAt(pkt[at.start:], int(at.offset), at.udp)
+		}
 		i.cmEnqueue(tx, etype, pkt)
 	default:
 		return false
@@ -877,7 +887,7 @@ func (i *Interface) cmTake(msg []byte, lkey uint32, meta tun.GSO, ls *linkState,
 // not) it is copied into a free slot of the send ring. Without a free slot it waits for
 // a completion. A completion in error other than a flush ends the
 // connection (ipoib_cm_handle_tx_wc). txmu is held.
-func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
+func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32, at csumAt) {
 	c := &i.cms
 	if tx.state.Load() != cmUp || c.ring == nil || len(msg) > cmSlotLen {
 		i.cnt.inc(cDropSendError)
@@ -901,6 +911,12 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32) {
 	}
 	wrid := uint64(len(msg))<<32 | uint64(gen)<<16 | uint64(k)
 	c.txwr[0] = hca.SendWR{WRID: wrid, SGL: c.txsgl[:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled}
+	if at.pending() {
+		// The HCA's checksum engine finishes it over the message (from the IPoIB
+		// header's end), deferred while the message stays in this process.
+		c.txwr[0].SendFlags |= hca.SendIPCsum
+		c.txwr[0].CsumStart, c.txwr[0].CsumOffset, c.txwr[0].CsumNoZero = at.start+HeaderLen, at.offset, at.udp
+	}
 	if _, err := tx.qp.PostSend(c.txwr[:]); err != nil {
 		c.releaseSlot(k)
 		i.cnt.inc(cDropSendError)
@@ -1010,7 +1026,7 @@ func (i *Interface) sendWaiting(tx *cmTx, q [][]byte) {
 		c.txmu.Lock()
 		b := c.bounce.Bytes()[:len(m)]
 		copy(b, m)
-		i.cmPostLocked(tx, b, c.bounce.LKey())
+		i.cmPostLocked(tx, b, c.bounce.LKey(), csumAt{})
 		c.txmu.Unlock()
 	}
 }

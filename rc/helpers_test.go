@@ -40,6 +40,8 @@ type connOpts struct {
 	clk      clock.Clock
 	wrap     func(i int, d fabric.Direction, l fabric.Link) fabric.Link
 	cqe      int
+	// csumPartial creates the QPs with IPCsumPartial.
+	csumPartial bool
 }
 
 func (o *connOpts) defaults() {
@@ -101,7 +103,8 @@ func newSide(t testing.TB, d *hca.Device, o connOpts) *side {
 		t.Fatal(err)
 	}
 	s.qp, err = s.pd.CreateQP(hca.QPInitAttr{SendCQ: s.scq, RecvCQ: s.rcq, QPType: o.typ,
-		Cap: hca.QPCap{MaxSendWR: o.depth, MaxRecvWR: o.depth, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 512}})
+		Cap:           hca.QPCap{MaxSendWR: o.depth, MaxRecvWR: o.depth, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 512},
+		IPCsumPartial: o.csumPartial})
 	if err != nil {
 		t.Fatal(err)
 	}

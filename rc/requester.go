@@ -7,6 +7,7 @@ import (
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/csum"
 	"github.com/pibgw/pibgw/trace"
 	"github.com/pibgw/pibgw/wire"
 )
@@ -269,11 +270,26 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		wire.IETH(buf[o : o+wire.IETHLen]).SetRKey(wr.InvalidateRKey)
 		o += wire.IETHLen
 	}
+	ref := false
+	var rdev, rkey uint32
+	var raddr uint64
 	if n > 0 {
 		dst := buf[o : o+n]
-		if w.inline != nil || wr.SendFlags&hca.SendInline != 0 {
+		st := hca.WCSuccess
+		switch {
+		case w.inline != nil || wr.SendFlags&hca.SendInline != 0:
 			copy(dst, w.inline[off:])
-		} else if st := qp.GatherAt(wr.SGL, off, dst); st != hca.WCSuccess {
+		case n >= wire.PayloadRefMin && !c.uc && qp.Device().PayloadRefs():
+			// RC in process: the receiver reads the bytes from here (wire.SetPayloadRef),
+			// which stay put until the message is acknowledged. UC completes a send as it
+			// goes out, so its packets carry their bytes.
+			if rdev, rkey, raddr, st, ref = qp.RefAt(wr.SGL, off, n); !ref {
+				st = qp.GatherAt(wr.SGL, off, dst)
+			}
+		default:
+			st = qp.GatherAt(wr.SGL, off, dst)
+		}
+		if st != hca.WCSuccess {
 			// A local protection error completes the WQE in error (IBV_WC_LOC_PROT_ERR) and
 			// takes the QP to Error (IBA 9.9).
 			r.localError(c, w, st)
@@ -281,9 +297,63 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		}
 	}
 	b.finish(buf)
+	if ref {
+		wire.SetPayloadRef(buf, rdev, rkey, raddr)
+	}
+	if first && wr.SendFlags&hca.SendIPCsum != 0 && isSendOpcode(wr.Opcode) {
+		if st := deferCsum(qp, w, buf, o, n, ref); st != hca.WCSuccess {
+			b.n-- // the packet never goes out
+			r.localError(c, w, st)
+			return false
+		}
+	}
 	w.sent++
 	r.sentSinceNak++
 	return true
+}
+
+// deferCsum is the checksum engine for a SEND with IBV_SEND_IP_CSUM (hca.SendWR.CsumStart):
+// its first packet buf (payload at o, n bytes) gets the checksum over the whole message,
+// deferred like the ICRC where it can be — as a message checksum beside a payload by
+// reference (wire.SetMsgCsumPending), or a packet checksum when the message is this one
+// packet (wire.SetCsumPending) — and computed now from the sender's memory otherwise.
+// The field must lie in the first packet, where a message's headers are.
+func deferCsum(qp *hca.QP, w *swqe, buf []byte, o, n int, ref bool) hca.WCStatus {
+	wr := &w.wr
+	start, offset := int(wr.CsumStart), int(wr.CsumOffset)
+	if start+offset+2 > n {
+		return hca.WCLocQPOpErr
+	}
+	switch {
+	case ref:
+		if !wire.SetMsgCsumPending(buf, uint32(w.length), wr.CsumStart, wr.CsumOffset, wr.CsumNoZero) {
+			return hca.WCLocQPOpErr
+		}
+	case w.npkts == 1:
+		if !wire.SetCsumPending(buf, wr.CsumStart, wr.CsumOffset, wr.CsumNoZero) {
+			return hca.WCLocQPOpErr
+		}
+	default:
+		var sum uint16
+		if w.inline != nil {
+			sum = csum.Fold(csum.Sum(w.inline[start:], 0))
+		} else {
+			var st hca.WCStatus
+			if sum, st = qp.SumAt(wr.SGL, uint64(start)); st != hca.WCSuccess {
+				return st
+			}
+		}
+		v := ^sum
+		if v == 0 && wr.CsumNoZero {
+			v = 0xFFFF // RFC 768
+		}
+		binary.BigEndian.PutUint16(buf[o+start+offset:], v)
+	}
+	return hca.WCSuccess
+}
+
+func isSendOpcode(op hca.WROpcode) bool {
+	return op == hca.WRSend || op == hca.WRSendWithImm || op == hca.WRSendWithInv
 }
 
 const (

@@ -1,6 +1,7 @@
 package rc
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -53,8 +54,11 @@ type responder struct {
 
 	wqe     hca.RecvWQE
 	haveWQE bool
-	inSend  bool
-	sendOff uint64
+	// csumPartial: the SEND in progress came with a checksum to finish, which the QP
+	// takes as it is (hca.WCIPCsumPartial).
+	csumPartial bool
+	inSend      bool
+	sendOff     uint64
 
 	inWrite bool
 	wMR     *hca.MR
@@ -202,6 +206,9 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 				}
 				r.haveWQE = true
 			}
+			if !r.sendCsum(qp, pk) {
+				return
+			}
 			r.inSend, r.sendOff = true, 0
 		}
 		// IBA 9.7.5.2: every packet but the last carries exactly one MTU.
@@ -210,7 +217,11 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			r.recvError(c, psn, hca.WCLocLenErr, wire.NAKInvalidRequest)
 			return
 		}
-		if st := qp.Scatter(&r.wqe, r.sendOff, pk.Payload); st != hca.WCSuccess {
+		st := qp.Scatter(&r.wqe, r.sendOff, pk.Payload)
+		if st == hca.WCSuccess && first && !r.csumPartial {
+			st = finishMsgCsum(qp, &r.wqe, pk)
+		}
+		if st != hca.WCSuccess {
 			code := uint8(wire.NAKInvalidRequest)
 			if st == hca.WCLocProtErr {
 				code = wire.NAKRemoteOpError
@@ -237,6 +248,9 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			if pk.IETH != nil {
 				wc.WCFlags |= hca.WCWithInv
 				wc.ImmData = pk.IETH.RKey()
+			}
+			if r.csumPartial {
+				wc.WCFlags |= hca.WCIPCsumOK | hca.WCIPCsumPartial
 			}
 			r.haveWQE, r.inSend = false, false
 			r.msn = (r.msn + 1) & psnMask
@@ -502,4 +516,39 @@ func (r *responder) output(c *conn, p *path, b *batch) {
 	if r.outHead == len(r.out) {
 		r.out, r.outHead = r.out[:0], 0
 	}
+}
+
+// sendCsum looks at the first packet of a SEND for a checksum its sender's engine left
+// to finish (a deferred IBV_SEND_IP_CSUM: wire.SetCsumPending, wire.SetMsgCsumPending):
+// a QP that takes CHECKSUM_PARTIAL data gets the message as it is and WCIPCsumPartial
+// (IPoIB writes it to its TUN so), any other the finished checksum. A message checksum
+// that does not resolve is a damaged packet: false, dropped.
+func (r *responder) sendCsum(qp *hca.QP, pk *hca.Packet) bool {
+	r.csumPartial = false
+	msg, pkt := wire.MsgCsumPending(pk.Raw), wire.CsumPending(pk.Raw)
+	switch {
+	case !msg && !pkt:
+	case qp.IPCsumPartial():
+		r.csumPartial = true
+	case pkt:
+		wire.FinalizeCsum(pk.Raw) // the payload is the packet's own bytes
+	default:
+		if _, _, ok := wire.MsgCsum(pk.Raw); !ok {
+			qp.Port().Drop(hca.CntDropICRC, pk.Raw)
+			return false
+		}
+	}
+	return true
+}
+
+// finishMsgCsum writes a deferred message checksum into the receive buffer, once the
+// first packet's bytes are there.
+func finishMsgCsum(qp *hca.QP, w *hca.RecvWQE, pk *hca.Packet) hca.WCStatus {
+	field, v, ok := wire.MsgCsum(pk.Raw)
+	if !ok {
+		return hca.WCSuccess // none (sendCsum dropped an unresolvable one)
+	}
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return qp.Scatter(w, uint64(field), b[:])
 }

@@ -49,6 +49,7 @@ FUZZ=(
 	"./wire FuzzParseMAD"
 	"./wire FuzzFinalize"
 	"./wire FuzzVCRC"
+	"./wire FuzzPayloadRef"
 	"./rdmacm/ibcm FuzzHandle"
 	"./internal/fuzztest FuzzPortReceive"
 	"./internal/fuzztest FuzzSwitchReceive"

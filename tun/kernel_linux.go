@@ -184,11 +184,12 @@ var _ Offloader = (*Kernel)(nil)
 // wireguard-go agreed on virtio-net headers).
 func (k *Kernel) Offloads() bool { return k.vnet }
 
-// SetOffloads turns the device's checksum and segmentation offloads off or back on
-// (TUNSETOFFLOAD, what `ethtool -K DEV tx off tso off` does to a NIC): off, the kernel
-// completes every checksum itself and hands over nothing larger than the MTU, as Linux's
-// IPoIB does in connected mode. Reads and writes keep their virtio-net header.
-func (k *Kernel) SetOffloads(on bool) error {
+// SetOffloads sets what the kernel may hand the device unfinished (TUNSETOFFLOAD, what
+// `ethtool -K DEV tx off tso off` does to a NIC): with OffloadsNone it completes every
+// checksum itself and hands over nothing larger than the MTU, as Linux's IPoIB does in
+// connected mode; with OffloadsCsum it leaves checksums partial. Reads and writes keep
+// their virtio-net header.
+func (k *Kernel) SetOffloads(o Offloads) error {
 	if !k.vnet {
 		return fmt.Errorf("tun: %s has no offloads to switch", k.name)
 	}
@@ -198,14 +199,17 @@ func (k *Kernel) SetOffloads(on bool) error {
 	}
 	var ierr error
 	if err := sc.Control(func(fd uintptr) {
-		if !on {
+		switch o {
+		case OffloadsNone:
 			ierr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, 0)
-			return
-		}
-		// wireguard-go's set: TCP always, UDP segmentation where the kernel has it (6.2+).
-		const tcp = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
-		if unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tcp|unix.TUN_F_USO4|unix.TUN_F_USO6) != nil {
-			ierr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tcp)
+		case OffloadsCsum:
+			ierr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, unix.TUN_F_CSUM)
+		default:
+			// wireguard-go's set: TCP always, UDP segmentation where the kernel has it (6.2+).
+			const tcp = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+			if unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tcp|unix.TUN_F_USO4|unix.TUN_F_USO6) != nil {
+				ierr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tcp)
+			}
 		}
 	}); err != nil {
 		return err

@@ -578,8 +578,9 @@ func TestKernelWatch(t *testing.T) {
 	done <- nil
 }
 
-// TestKernelSetOffloads: with its offloads off (IPoIB connected mode) the device gets
-// UDP packets with their checksum done by the kernel; back on, CHECKSUM_PARTIAL again.
+// TestKernelSetOffloads: with its offloads off the device gets UDP packets with their
+// checksum done by the kernel; with checksum offload only (IPoIB connected mode) or all
+// offloads, CHECKSUM_PARTIAL again.
 func TestKernelSetOffloads(t *testing.T) {
 	needRoot(t)
 	ns := testNetNS(t)
@@ -620,7 +621,7 @@ func TestKernelSetOffloads(t *testing.T) {
 	if _, g := readUDP(); !g.NeedsCsum {
 		t.Fatalf("offloads on: metadata %+v, want CHECKSUM_PARTIAL", g)
 	}
-	if err := k.SetOffloads(false); err != nil {
+	if err := k.SetOffloads(OffloadsNone); err != nil {
 		t.Fatal(err)
 	}
 	p, g := readUDP()
@@ -630,7 +631,13 @@ func TestKernelSetOffloads(t *testing.T) {
 	if sum := udpSum(p); sum != 0xFFFF {
 		t.Fatalf("offloads off: UDP checksum does not verify (sum %#x)", sum)
 	}
-	if err := k.SetOffloads(true); err != nil {
+	if err := k.SetOffloads(OffloadsCsum); err != nil {
+		t.Fatal(err)
+	}
+	if _, g := readUDP(); !g.NeedsCsum || g.Type != GSONone {
+		t.Fatalf("checksum offload only: metadata %+v, want CHECKSUM_PARTIAL", g)
+	}
+	if err := k.SetOffloads(OffloadsAll); err != nil {
 		t.Fatal(err)
 	}
 	if _, g := readUDP(); !g.NeedsCsum {

@@ -51,11 +51,24 @@ type Offloader interface {
 	WriteGSO(buf []byte, offset int, g GSO, tail [][]byte) error
 }
 
-// OffloadSwitcher is implemented by devices whose offloads can be turned off and back
-// on while they run.
+// OffloadSwitcher is implemented by devices whose offloads can be changed while they
+// run.
 type OffloadSwitcher interface {
-	SetOffloads(on bool) error
+	SetOffloads(o Offloads) error
 }
+
+// Offloads says what the kernel may hand over unfinished (TUNSETOFFLOAD; what
+// `ethtool -K DEV tx … tso …` sets on a NIC).
+type Offloads int
+
+const (
+	// OffloadsNone: every checksum complete, nothing larger than the MTU.
+	OffloadsNone Offloads = iota
+	// OffloadsCsum: CHECKSUM_PARTIAL packets, none larger than the MTU.
+	OffloadsCsum
+	// OffloadsAll: checksums and TCP/UDP segmentation (wireguard-go's set, the default).
+	OffloadsAll
+)
 
 // virtio_net_hdr (include/uapi/linux/virtio_net.h), 10 bytes, little-endian.
 const (

@@ -187,6 +187,13 @@ var vcrcK = [4]uint64{
 	vcrcReflect(vcrcXPowMod(128 + 63)), vcrcReflect(vcrcXPowMod(128 - 1)),
 }
 
+// vcrcK512 holds vcrcFold512's: d = 2048 for sixteen lanes, 512 for four, 128 for one.
+var vcrcK512 = [6]uint64{
+	vcrcReflect(vcrcXPowMod(2048 + 63)), vcrcReflect(vcrcXPowMod(2048 - 1)),
+	vcrcReflect(vcrcXPowMod(512 + 63)), vcrcReflect(vcrcXPowMod(512 - 1)),
+	vcrcReflect(vcrcXPowMod(128 + 63)), vcrcReflect(vcrcXPowMod(128 - 1)),
+}
+
 // vcrcXPowMod returns x^n mod P for P = x^16+x^12+x^3+x+1 (IBA 7.8.2's 0x100B), in the
 // normal bit order (bit d is the coefficient of x^d).
 func vcrcXPowMod(n int) uint32 {

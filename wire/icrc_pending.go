@@ -47,13 +47,14 @@ func SetICRCPending(pkt []byte) {
 // ICRCPending reports whether pkt's ICRC was deferred.
 func ICRCPending(pkt []byte) bool {
 	o := bthOffset(pkt)
-	return o >= 0 && (pkt[o+4] == icrcPendingMark || pkt[o+4] == csumPendingMark)
+	return o >= 0 && (pkt[o+4] == icrcPendingMark || pkt[o+4] == csumPendingMark || isRefMark(pkt[o+4]))
 }
 
-// Finalize does what an in-process sender deferred — the checksum
-// (SetCsumPending), then the ICRC — and clears the marks, leaving pkt exactly as IBA
+// Finalize does what an in-process sender deferred — the payload (SetPayloadRef), the
+// checksum (SetCsumPending), then the ICRC — and clears the marks, leaving pkt exactly as IBA
 // puts it on a wire. A packet that is not pending is left alone.
 func Finalize(pkt []byte) {
+	Materialize(pkt)
 	FinalizeCsum(pkt)
 	if o := bthOffset(pkt); o >= 0 && pkt[o+4] == icrcPendingMark {
 		pkt[o+4] = 0

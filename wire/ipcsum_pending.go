@@ -56,14 +56,27 @@ func SetCsumPending(pkt []byte, start, offset uint16, noZero bool) bool {
 	if p < 0 || p+int(start)+int(offset)+2 > payloadEnd(pkt, o) {
 		return false
 	}
+	putCsumSlot(pkt, start, offset, noZero)
+	pkt[o+4] = csumPendingMark
+	return true
+}
+
+// putCsumSlot keeps a deferred checksum's place in the ICRC slot of a pending packet.
+func putCsumSlot(pkt []byte, start, offset uint16, noZero bool) {
 	if noZero {
 		offset |= csumNoZero
 	}
 	slot := pkt[len(pkt)-ICRCLen:]
 	binary.BigEndian.PutUint16(slot, start)
 	binary.BigEndian.PutUint16(slot[2:], offset)
-	pkt[o+4] = csumPendingMark
-	return true
+}
+
+// csumSlot reads what putCsumSlot kept: the region's start and the field's offset in
+// it, and whether a sum of 0 is stored as 0xFFFF.
+func csumSlot(pkt []byte) (start, offset int, noZero bool) {
+	slot := pkt[len(pkt)-ICRCLen:]
+	o := binary.BigEndian.Uint16(slot[2:])
+	return int(binary.BigEndian.Uint16(slot)), int(o &^ csumNoZero), o&csumNoZero != 0
 }
 
 // CsumPending reports whether pkt carries a deferred checksum.
@@ -81,15 +94,14 @@ func FinalizeCsum(pkt []byte) {
 	}
 	pkt[o+4] = icrcPendingMark
 	p, end := payloadOffset(pkt, o), payloadEnd(pkt, o)
-	slot := pkt[len(pkt)-ICRCLen:]
-	start := p + int(binary.BigEndian.Uint16(slot))
-	offset := binary.BigEndian.Uint16(slot[2:])
-	field := start + int(offset&^csumNoZero)
+	cs, co, noZero := csumSlot(pkt)
+	start := p + cs
+	field := start + co
 	if p < 0 || field+2 > end {
 		return // not what SetCsumPending wrote (a forged mark): nothing to finish
 	}
 	c := ^csum.Fold(csum.Sum(pkt[start:end], 0))
-	if c == 0 && offset&csumNoZero != 0 {
+	if c == 0 && noZero {
 		c = 0xFFFF
 	}
 	binary.BigEndian.PutUint16(pkt[field:], c)

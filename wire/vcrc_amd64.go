@@ -19,7 +19,19 @@ import (
 //go:noescape
 func vcrcFold(init uint64, p []byte, k *[4]uint64) (lo, hi uint64)
 
-var vcrcCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41
+// vcrcFold512 is vcrcFold with AVX-512 VPCLMULQDQ, 256 bytes a round; len(p) ≥ 256.
+//
+//go:noescape
+func vcrcFold512(init uint64, p []byte, k *[6]uint64) (lo, hi uint64)
+
+var (
+	vcrcCLMUL  = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41
+	vcrcAVX512 = vcrcCLMUL && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
+)
+
+// vcrcFold512Min is the length from which the AVX-512 fold takes over: measured, below a
+// few hundred bytes the 128-bit fold is as fast.
+const vcrcFold512Min = 256
 
 // vcrcFoldMin is the length from which folding beats the slicing table.
 const vcrcFoldMin = 64
@@ -29,7 +41,12 @@ func updateVCRCFast(crc uint16, p []byte) uint16 {
 		return updateVCRCTable(crc, p)
 	}
 	n := len(p) &^ 15
-	lo, hi := vcrcFold(uint64(crc), p[:n], &vcrcK)
+	var lo, hi uint64
+	if vcrcAVX512 && n >= vcrcFold512Min {
+		lo, hi = vcrcFold512(uint64(crc), p[:n], &vcrcK512)
+	} else {
+		lo, hi = vcrcFold(uint64(crc), p[:n], &vcrcK)
+	}
 	var r [16]byte
 	binary.LittleEndian.PutUint64(r[:8], lo)
 	binary.LittleEndian.PutUint64(r[8:], hi)

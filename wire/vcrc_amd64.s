@@ -87,3 +87,101 @@ done:
 	MOVQ   AX, lo+40(FP)
 	MOVQ   BX, hi+48(FP)
 	RET
+
+// func vcrcFold512(init uint64, p []byte, k *[6]uint64) (lo, hi uint64)
+// vcrcFold with AVX-512 VPCLMULQDQ: sixteen 128-bit lanes in four ZMM registers, 256 bytes
+// a round, then four lanes (one ZMM) 64 bytes a round, then vcrcFold's tail. len(p) ≥ 256,
+// a multiple of 16. k[0], k[1]: fold by 16 lanes (2048 bits); k[2], k[3]: by 4 (512);
+// k[4], k[5]: by 1 (128).
+TEXT ·vcrcFold512(SB), NOSPLIT, $0-56
+	MOVQ init+0(FP), AX
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), CX
+	MOVQ k+32(FP), DX
+
+	VMOVDQU64 0(SI), Z0
+	VMOVDQU64 64(SI), Z1
+	VMOVDQU64 128(SI), Z2
+	VMOVDQU64 192(SI), Z3
+	VMOVQ     AX, X8 // zeroes the rest of Z8
+	VPXORQ    Z8, Z0, Z0
+	ADDQ      $256, SI
+	SUBQ      $256, CX
+	VBROADCASTI32X4 0(DX), Z9   // fold by 16 lanes
+	VBROADCASTI32X4 16(DX), Z10 // fold by 4 lanes
+
+loop16:
+	CMPQ       CX, $256
+	JB         fold4
+	VPCLMULQDQ $0x00, Z9, Z0, Z4
+	VPCLMULQDQ $0x11, Z9, Z0, Z0
+	VPCLMULQDQ $0x00, Z9, Z1, Z5
+	VPCLMULQDQ $0x11, Z9, Z1, Z1
+	VPCLMULQDQ $0x00, Z9, Z2, Z6
+	VPCLMULQDQ $0x11, Z9, Z2, Z2
+	VPCLMULQDQ $0x00, Z9, Z3, Z7
+	VPCLMULQDQ $0x11, Z9, Z3, Z3
+	VPTERNLOGQ $0x96, 0(SI), Z4, Z0
+	VPTERNLOGQ $0x96, 64(SI), Z5, Z1
+	VPTERNLOGQ $0x96, 128(SI), Z6, Z2
+	VPTERNLOGQ $0x96, 192(SI), Z7, Z3
+	ADDQ       $256, SI
+	SUBQ       $256, CX
+	JMP        loop16
+
+fold4:
+	// Z0 onto Z1, that onto Z2, that onto Z3: each 512 bits on.
+	VPCLMULQDQ $0x00, Z10, Z0, Z4
+	VPCLMULQDQ $0x11, Z10, Z0, Z5
+	VPTERNLOGQ $0x96, Z4, Z5, Z1
+	VPCLMULQDQ $0x00, Z10, Z1, Z4
+	VPCLMULQDQ $0x11, Z10, Z1, Z5
+	VPTERNLOGQ $0x96, Z4, Z5, Z2
+	VPCLMULQDQ $0x00, Z10, Z2, Z4
+	VPCLMULQDQ $0x11, Z10, Z2, Z5
+	VPTERNLOGQ $0x96, Z4, Z5, Z3
+
+loop4:
+	CMPQ       CX, $64
+	JB         lanes
+	VPCLMULQDQ $0x00, Z10, Z3, Z4
+	VPCLMULQDQ $0x11, Z10, Z3, Z3
+	VPTERNLOGQ $0x96, 0(SI), Z4, Z3
+	ADDQ       $64, SI
+	SUBQ       $64, CX
+	JMP        loop4
+
+lanes:
+	// The four lanes of Z3 into one, as vcrcFold does with X0..X3.
+	VMOVDQU         32(DX), X10 // fold by 1 lane
+	VEXTRACTI32X4   $1, Z3, X1
+	VEXTRACTI32X4   $2, Z3, X2
+	VEXTRACTI32X4   $3, Z3, X11
+	VPCLMULQDQ      $0x00, X10, X3, X4
+	VPCLMULQDQ      $0x11, X10, X3, X5
+	VPTERNLOGQ      $0x96, X4, X5, X1
+	VPCLMULQDQ      $0x00, X10, X1, X4
+	VPCLMULQDQ      $0x11, X10, X1, X5
+	VPTERNLOGQ      $0x96, X4, X5, X2
+	VPCLMULQDQ      $0x00, X10, X2, X4
+	VPCLMULQDQ      $0x11, X10, X2, X5
+	VPTERNLOGQ      $0x96, X4, X5, X11
+
+loop1x:
+	CMPQ       CX, $16
+	JB         donex
+	VPCLMULQDQ $0x00, X10, X11, X4
+	VPCLMULQDQ $0x11, X10, X11, X5
+	VPTERNLOGQ $0x96, 0(SI), X4, X5
+	VMOVDQA64  X5, X11
+	ADDQ       $16, SI
+	SUBQ       $16, CX
+	JMP        loop1x
+
+donex:
+	VMOVQ   X11, AX
+	VPEXTRQ $1, X11, BX
+	VZEROUPPER
+	MOVQ    AX, lo+40(FP)
+	MOVQ    BX, hi+48(FP)
+	RET
