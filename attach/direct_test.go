@@ -167,3 +167,43 @@ func TestDirectPeerStalledThenKilled(t *testing.T) {
 		t.Errorf("100 sends after the kill took %v", d)
 	}
 }
+
+// A QP number the sender freed no longer passes the receiver's policing on a direct ring:
+// the daemon tells the receivers before it can give the number to another process (and
+// again when the sender, seeing the generation change, asks for its route; a process that
+// wrote into the ring without asking would meet the first).
+func TestDirectFreedQPN(t *testing.T) {
+	f, path := startFabric(t)
+	sender, receiver := dial(t, path), dial(t, path)
+	a := newUDQP(t, sender.Device("pib_0"))
+	gone := newUDQP(t, sender.Device("pib_0"))
+	v := newUDQP(t, receiver.Device("pib_1"))
+	aLID := sender.Device("pib_0").Port(1).LID()
+	vLID := receiver.Device("pib_1").Port(1).LID()
+	p := forged{slid: aLID, dlid: vLID, pkey: 0xFFFF, dqp: v.qp.Num(), sqp: gone.qp.Num(), qkey: testQKey, payload: []byte("hi")}
+	send := func(p forged) { sender.Device("pib_0").Port(1).Transmit([][]byte{p.bytes()}) }
+	send(p)
+	if got := received(v, 100*time.Millisecond); len(got) != 1 || got[0].SrcQP != gone.qp.Num() {
+		t.Fatalf("from the QP before it was destroyed: %+v", got)
+	}
+	if counters(t, f, sender)["direct_tx_packets"] != 1 {
+		t.Fatalf("not direct: %v", counters(t, f, sender))
+	}
+	if err := gone.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	before := counters(t, f, sender)["police_src_qp"]
+	send(p) // the route to v is unchanged for a's other QP: the same direct ring
+	waitCounter(t, f, sender, "police_src_qp", before+1)
+	if got := received(v, 50*time.Millisecond); len(got) != 0 {
+		t.Fatalf("from the destroyed QP: %+v", got)
+	}
+	p.sqp = a.qp.Num()
+	send(p)
+	if got := received(v, 100*time.Millisecond); len(got) != 1 || got[0].SrcQP != a.qp.Num() {
+		t.Fatalf("from the live QP: %+v", got)
+	}
+	if c := counters(t, f, sender); c["direct_tx_packets"] != 2 {
+		t.Fatalf("the live QP's packet did not go direct: %v", c)
+	}
+}

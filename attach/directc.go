@@ -64,6 +64,7 @@ type directIn struct {
 	ring    *shmring.Ring
 	barrier atomic.Uint64
 	owners  atomic.Pointer[map[uint64]struct{}] // dev<<32 | QPN
+	ownVer  uint64                              // owners' version (inMu)
 	drops   [numCounters]atomic.Uint64          // policing, not yet reported
 }
 
@@ -298,8 +299,13 @@ func (s *Session) directIn(m *msg) {
 		added = true
 	}
 	closeAll(m.fds)
-	in.owners.Store(&owners)
-	in.barrier.Store(m.Barrier)
+	if m.Gen >= in.ownVer { // a list sent later may arrive first
+		in.ownVer = m.Gen
+		in.owners.Store(&owners)
+	}
+	if m.Barrier > in.barrier.Load() { // only the daemon's route requests move it, forward
+		in.barrier.Store(m.Barrier)
+	}
 	ds.inMu.Unlock()
 	if added {
 		s.rx.Wake() // the receive goroutine sleeps on the rings it knew

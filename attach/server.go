@@ -50,6 +50,7 @@ type Server struct {
 	gen       *genPage           // direct rings' generation word (direct.go)
 	directs   map[pairKey]*direct
 	nextRing  uint64
+	ownersVer atomic.Uint64 // versions of the QP number lists sent to receivers
 	wg        sync.WaitGroup
 	dropsDead atomic.Uint64
 }
