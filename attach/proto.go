@@ -12,7 +12,8 @@
 // (internal/shmring), one each way, with eventfd doorbells; each record is one IB packet
 // (LRH through ICRC) tagged with the device and port it belongs to. The daemon copies a
 // packet out of the process's ring before it checks it, so the process cannot change it
-// after the check.
+// after the check. Unicast data packets between two attached processes take a third kind
+// of ring, one per ordered pair of processes, past the daemon (direct.go).
 //
 // When the control socket closes — the process exited or died — the daemon frees
 // everything the process had: its QP numbers (packets to them are dropped, so its peers
