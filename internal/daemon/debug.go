@@ -259,6 +259,7 @@ func (f *Fabric) SetLink(name string, up bool) (control.Cable, error) {
 		return control.Cable{}, err
 	}
 	c.SetUp(up)
+	f.observedChanged()
 	f.log.Info("cable", "name", name, "up", up)
 	f.capMu.Lock()
 	defer f.capMu.Unlock()

@@ -72,12 +72,22 @@ type Fabric struct {
 }
 
 // Observed reports whether something observes or alters packets on the fabric's cables
-// or ports: a capture, a cable fault, a trace. Attached processes then send everything
-// through the daemon rather than through direct rings (attach.Server.Observed).
+// or ports: a capture, a cable fault, a trace, or a pulled cable (between two switches a
+// packet may then be dropped on the way, which a direct ring would not do). Attached
+// processes then send everything through the daemon rather than through direct rings
+// (attach.Server.Observed).
 func (f *Fabric) Observed() bool {
 	f.capMu.Lock()
 	defer f.capMu.Unlock()
-	return len(f.captures) > 0 || len(f.faults) > 0 || trace.On()
+	if len(f.captures) > 0 || len(f.faults) > 0 || trace.On() {
+		return true
+	}
+	for _, c := range f.Cables {
+		if !c.Up() && !f.remoteSide[c] {
+			return true
+		}
+	}
+	return false
 }
 
 // observedChanged calls OnObserved.
