@@ -3,8 +3,6 @@ package attach
 import (
 	"context"
 	"fmt"
-	"runtime"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -293,55 +291,6 @@ func (x *session) owned() (uint64, map[int][]uint32) {
 		}
 	}
 	return x.srv.ownersVer.Add(1), m
-}
-
-// pushOwners tells the receivers of the session's direct rings its QP numbers now, and
-// waits (bounded) for them: a QP number the process freed must not pass their policing
-// once the daemon can give it to another process. But what the process put into a ring
-// before it freed the number was sent while it owned it (a UD program sends its last
-// messages and destroys its QP at once): each receiver is told only after it took in what
-// its ring held when the process asked, or after two head-of-queue lifetimes (as txSync).
-func (s *Server) pushOwners(x *session) {
-	s.mu.Lock()
-	var rs []*direct
-	for _, d := range s.directs {
-		if d.from == x && d.toHas {
-			rs = append(rs, d)
-		}
-	}
-	s.mu.Unlock()
-	if len(rs) == 0 {
-		return
-	}
-	ver, owners := x.owned()
-	ctx, cancel := context.WithTimeout(x.ctx, 2*hoqLife+2*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, d := range rs {
-		_, head := d.ring.Indexes()
-		wg.Go(func() {
-			consumed(d.ring, head, 2*hoqLife)
-			d.to.ask(ctx, &msg{Op: opDirectIn, Ring: d.id, Session: x.id, Owners: owners, Gen: ver})
-		})
-	}
-	wg.Wait()
-}
-
-// consumed waits until the consumer of r released everything up to head, or for at most
-// limit.
-func consumed(r *shmring.Ring, head uint64, limit time.Duration) {
-	deadline := time.Now().Add(limit)
-	for i := 0; ; i++ {
-		tail, h := r.Indexes()
-		if h == 0 || int64(tail-head) >= 0 || time.Now().After(deadline) { // h 0: closed
-			return
-		}
-		if i < 100 {
-			runtime.Gosched()
-		} else {
-			time.Sleep(20 * time.Microsecond)
-		}
-	}
 }
 
 // policed counts the drops a receiving process reports for packets a sender put into a

@@ -384,7 +384,6 @@ func (x *session) fast(m *msg) *msg {
 		if !ok {
 			return fail(m.Op, syscall.EINVAL, "QP %#x is not this process's", m.QPN)
 		}
-		s.pushOwners(x) // before the number can go to another process
 		d.ReleaseQPN(m.QPN, x)
 		s.Invalidate()
 		return &msg{OK: true}
