@@ -87,7 +87,10 @@ func crcSmall(crc uint32, p []byte) uint32 {
 
 // crcUpd continues a CRC over p with whichever method is faster for its length.
 func crcUpd(crc uint32, p []byte) uint32 {
-	if len(p) >= 64 {
+	switch {
+	case len(p) >= 256 && icrcFold512:
+		return crcUpdFold(crc, p)
+	case len(p) >= 64:
 		return crc32.Update(crc, crc32.IEEETable, p)
 	}
 	return crcSmall(crc, p)
@@ -187,11 +190,44 @@ var vcrcK = [4]uint64{
 	vcrcReflect(vcrcXPowMod(128 + 63)), vcrcReflect(vcrcXPowMod(128 - 1)),
 }
 
-// vcrcK512 holds vcrcFold512's: d = 2048 for sixteen lanes, 512 for four, 128 for one.
+// vcrcK512 holds fold512's: d = 2048 for sixteen lanes, 512 for four, 128 for one.
 var vcrcK512 = [6]uint64{
 	vcrcReflect(vcrcXPowMod(2048 + 63)), vcrcReflect(vcrcXPowMod(2048 - 1)),
 	vcrcReflect(vcrcXPowMod(512 + 63)), vcrcReflect(vcrcXPowMod(512 - 1)),
 	vcrcReflect(vcrcXPowMod(128 + 63)), vcrcReflect(vcrcXPowMod(128 - 1)),
+}
+
+// icrcK512 holds fold512's constants for the ICRC's CRC-32 (the reflected IEEE
+// polynomial), as vcrcK512 does for the VCRC's.
+var icrcK512 = [6]uint64{
+	reflect32(xPowMod32(2048 + 63)), reflect32(xPowMod32(2048 - 1)),
+	reflect32(xPowMod32(512 + 63)), reflect32(xPowMod32(512 - 1)),
+	reflect32(xPowMod32(128 + 63)), reflect32(xPowMod32(128 - 1)),
+}
+
+// xPowMod32 returns x^n mod P for the CRC-32 polynomial 0x04C11DB7 (with x^32), in the
+// normal bit order.
+func xPowMod32(n int) uint64 {
+	r := uint64(1)
+	for range n {
+		r <<= 1
+		if r&(1<<32) != 0 {
+			r ^= 0x104C11DB7
+		}
+	}
+	return r
+}
+
+// reflect32 puts a polynomial of degree < 32 into a bit-reflected 64-bit word: the
+// coefficient of x^d at bit 63−d.
+func reflect32(k uint64) uint64 {
+	var r uint64
+	for d := range 32 {
+		if k>>d&1 != 0 {
+			r |= 1 << (63 - d)
+		}
+	}
+	return r
 }
 
 // vcrcXPowMod returns x^n mod P for P = x^16+x^12+x^3+x+1 (IBA 7.8.2's 0x100B), in the

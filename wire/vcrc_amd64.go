@@ -19,10 +19,11 @@ import (
 //go:noescape
 func vcrcFold(init uint64, p []byte, k *[4]uint64) (lo, hi uint64)
 
-// vcrcFold512 is vcrcFold with AVX-512 VPCLMULQDQ, 256 bytes a round; len(p) ≥ 256.
+// fold512 is vcrcFold with AVX-512 VPCLMULQDQ, 256 bytes a round; len(p) ≥ 256. Folding
+// knows nothing of the polynomial but its constants: the ICRC's CRC-32 uses it too.
 //
 //go:noescape
-func vcrcFold512(init uint64, p []byte, k *[6]uint64) (lo, hi uint64)
+func fold512(init uint64, p []byte, k *[6]uint64) (lo, hi uint64)
 
 var (
 	vcrcCLMUL  = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSE41
@@ -43,7 +44,7 @@ func updateVCRCFast(crc uint16, p []byte) uint16 {
 	n := len(p) &^ 15
 	var lo, hi uint64
 	if vcrcAVX512 && n >= vcrcFold512Min {
-		lo, hi = vcrcFold512(uint64(crc), p[:n], &vcrcK512)
+		lo, hi = fold512(uint64(crc), p[:n], &vcrcK512)
 	} else {
 		lo, hi = vcrcFold(uint64(crc), p[:n], &vcrcK)
 	}
@@ -52,3 +53,18 @@ func updateVCRCFast(crc uint16, p []byte) uint16 {
 	binary.LittleEndian.PutUint64(r[8:], hi)
 	return updateVCRCTable(updateVCRCTable(0, r[:]), p[n:])
 }
+
+// crcUpdFold continues a crc32.Update-style CRC-32 over p (len(p) ≥ 256) with fold512,
+// where the CPU has AVX-512 VPCLMULQDQ: the 128-bit remainder and the tail go through
+// the slicing table. hash/crc32's own carry-less multiplication folds 64 bytes a round.
+func crcUpdFold(crc uint32, p []byte) uint32 {
+	n := len(p) &^ 15
+	lo, hi := fold512(uint64(^crc), p[:n], &icrcK512)
+	var r [16]byte
+	binary.LittleEndian.PutUint64(r[:8], lo)
+	binary.LittleEndian.PutUint64(r[8:], hi)
+	return crcSmall(crcSmall(0xFFFFFFFF, r[:]), p[n:])
+}
+
+// icrcFold512 says whether crcUpd folds with crcUpdFold.
+var icrcFold512 = vcrcAVX512

@@ -88,12 +88,12 @@ done:
 	MOVQ   BX, hi+48(FP)
 	RET
 
-// func vcrcFold512(init uint64, p []byte, k *[6]uint64) (lo, hi uint64)
+// func fold512(init uint64, p []byte, k *[6]uint64) (lo, hi uint64)
 // vcrcFold with AVX-512 VPCLMULQDQ: sixteen 128-bit lanes in four ZMM registers, 256 bytes
 // a round, then four lanes (one ZMM) 64 bytes a round, then vcrcFold's tail. len(p) ≥ 256,
 // a multiple of 16. k[0], k[1]: fold by 16 lanes (2048 bits); k[2], k[3]: by 4 (512);
 // k[4], k[5]: by 1 (128).
-TEXT ·vcrcFold512(SB), NOSPLIT, $0-56
+TEXT ·fold512(SB), NOSPLIT, $0-56
 	MOVQ init+0(FP), AX
 	MOVQ p_base+8(FP), SI
 	MOVQ p_len+16(FP), CX
