@@ -39,8 +39,9 @@ import (
 const DefaultPath = "/run/pibgw/attach.sock"
 
 // Version is the protocol version; a client and a daemon of different versions refuse
-// each other with a message naming both.
-const Version = 1
+// each other with a message naming both. 2: the hello carries the generation page, and
+// processes ask for routes and take direct rings (direct.go).
+const Version = 2
 
 // ringSize is the size of each data ring: a thousand 4 KiB packets, several RC windows.
 const ringSize = 4 << 20
