@@ -18,7 +18,8 @@ import (
 //	go test -run '^$' -bench . -benchmem ./attach
 //
 // "attached" runs three processes: a daemon (an in-process fabric serving the attach
-// socket), this benchmark attached to it, and a peer process attached to it.
+// socket), this benchmark attached to it, and a peer process attached to it; their data
+// packets take the direct rings between the two processes (direct.go), past the daemon.
 
 // benchPair connects a local end on pib_1 to a peer on pib_0 running role ("target" or
 // "echo") with a QP of type qp ("rc" or "ud"): in another process through the attach

@@ -55,6 +55,8 @@ type Session struct {
 
 	traces processTraces // trace streams for the daemon (trace.go)
 
+	direct directState // rings to and from other processes (directc.go)
+
 	wg sync.WaitGroup
 }
 
@@ -105,9 +107,10 @@ func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
 		s.cancel()
 		return nil, err
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.readLoop()
 	go s.rxLoop()
+	go s.reportDrops()
 	return s, nil
 }
 
@@ -128,9 +131,13 @@ func (s *Session) hello(ctx context.Context) error {
 		closeAll(fds)
 		return &Error{Op: opHello, Errno: syscall.Errno(m.Errno), Msg: m.Err}
 	}
-	if len(fds) != 6 {
+	if len(fds) != 7 {
 		closeAll(fds)
-		return fmt.Errorf("attach: hello: %d descriptors, want 6", len(fds))
+		return fmt.Errorf("attach: hello: %d descriptors, want 7", len(fds))
+	}
+	if err := s.initDirect(fds[6]); err != nil {
+		closeAll(fds[:6])
+		return err
 	}
 	if s.tx, err = shmring.Open(fds[0], fds[1], fds[2]); err != nil {
 		closeAll(fds[3:])
@@ -154,6 +161,7 @@ func (s *Session) hello(ctx context.Context) error {
 		}
 		s.devs = append(s.devs, d)
 	}
+	s.initStats()
 	return nil
 }
 
@@ -235,6 +243,7 @@ func (s *Session) Close() error {
 	s.tx.Close()
 	s.txMu.Unlock()
 	s.rx.Close()
+	s.closeDirect()
 	return nil
 }
 
@@ -247,15 +256,21 @@ func (s *Session) readLoop() {
 		var m *msg
 		var fds []int
 		m, fds, err = s.c.read(buf, oob)
-		closeAll(fds)
 		if err != nil {
 			break
 		}
+		if m.Req != 0 && m.Op == opDirectIn {
+			m.fds = fds
+			s.directIn(m) // at once: the daemon waits for it before the sender may write
+			continue
+		}
 		if m.Req != 0 {
+			closeAll(fds)
 			go s.serveDaemon(m)
 			continue
 		}
 		if m.ID == 0 {
+			closeAll(fds)
 			s.event(m)
 			continue
 		}
@@ -264,7 +279,10 @@ func (s *Session) readLoop() {
 		delete(s.pending, m.ID)
 		s.mu.Unlock()
 		if ch != nil {
+			m.fds = fds
 			ch <- m
+		} else {
+			closeAll(fds)
 		}
 	}
 	s.mu.Lock()
@@ -304,6 +322,7 @@ func (s *Session) event(m *msg) {
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
 	var grace *time.Timer
+	var rings []*shmring.Ring
 	for {
 		if s.polling() {
 			// The program polls its CQs and takes the packets in itself: stay off the
@@ -322,14 +341,15 @@ func (s *Session) rxLoop() {
 			}
 			continue
 		}
-		if err := s.rx.Wait(s.ctx, rxSpin); err != nil {
-			return
+		rings = s.rxRings(rings)
+		if i, err := shmring.WaitAny(s.ctx, rxSpin, rings); err != nil && i <= 0 {
+			return // a closed direct ring (i > 0) is forgotten by takeAll
 		}
 		if s.polling() {
 			continue
 		}
 		s.rxMu.Lock()
-		_, err := s.rx.TryRead(64, s.deliver)
+		_, err := s.takeAll()
 		s.rxMu.Unlock()
 		if err != nil {
 			return
@@ -344,7 +364,7 @@ func (s *Session) pollRx() bool {
 	if !s.rxMu.TryLock() {
 		return false
 	}
-	got, _ := s.rx.TryRead(64, s.deliver)
+	got, _ := s.takeAll()
 	idle := 0
 	if !got {
 		idle = s.idlePolls + 1
@@ -430,7 +450,7 @@ type portLink struct {
 func (l portLink) Send(pkts [][]byte) {
 	s := l.s
 	s.txMu.Lock()
-	s.tx.Write(s.ctx, pkts, l.tag, 0, true)
+	s.send(l.tag, pkts)
 	s.txMu.Unlock()
 }
 

@@ -41,7 +41,7 @@ type debugCalls struct {
 
 // ask sends m to the process and returns its answers (one, or the run that ended with
 // More false).
-func (x *session) ask(ctx context.Context, m *msg) ([]*msg, error) {
+func (x *session) ask(ctx context.Context, m *msg, fds ...int) ([]*msg, error) {
 	ch := make(chan *msg, 4)
 	x.dbg.mu.Lock()
 	x.dbg.next++
@@ -56,7 +56,7 @@ func (x *session) ask(ctx context.Context, m *msg) ([]*msg, error) {
 		delete(x.dbg.pending, m.Req)
 		x.dbg.mu.Unlock()
 	}()
-	if err := x.write(m); err != nil {
+	if err := x.write(m, fds...); err != nil {
 		return nil, fmt.Errorf("process %d: %w", x.pid, err)
 	}
 	var out []*msg

@@ -52,7 +52,8 @@ func writeStream(t *testing.T, e *end, info map[string]string, depth int, stop f
 	return hca.WC{}, done
 }
 
-// kill -9 of an attached process in the middle of an RDMA WRITE stream: the peer's QP
+// kill -9 of an attached process in the middle of an RDMA WRITE stream (on the direct
+// ring between the two processes): the peer's QP
 // completes with RETRY_EXC_ERR (nobody ACKs any more, as when a host dies), the daemon
 // frees the dead process's QP number and keeps serving: a new process attaches and the
 // peer streams to it.
@@ -72,6 +73,12 @@ func TestKilledProcess(t *testing.T) {
 	wc, done := writeStream(t, e, info, 16, func(done int) bool {
 		if done >= 200 && !killed {
 			killed = true
+			// The stream runs on the direct ring between the two processes (direct.go).
+			for _, si := range f.Attached() {
+				if si.PID == p.cmd.Process.Pid && si.Counters["direct_rx_packets"] == 0 {
+					t.Errorf("before the kill, the target's row counts no direct packets: %v", si.Counters)
+				}
+			}
 			if err := p.cmd.Process.Kill(); err != nil {
 				t.Fatal(err)
 			}

@@ -26,12 +26,15 @@ const (
 	cntMAD                       // a MAD of a class or ID the process did not register
 	cntQKey                      // a controlled Q_Key from a QP that may not use it
 	cntSGID                      // GRH source GID not the port's
+	cntDirectTx                  // of tx_packets: sent through direct rings (direct.go)
+	cntDirectRx                  // of rx_packets: received through direct rings
 	numCounters
 )
 
 var counterNames = [numCounters]string{
 	"tx_packets", "rx_packets", "drop_rx_ring_full", "police_malformed", "police_slid",
 	"police_src_qp", "police_pkey", "police_qp0", "police_mad", "police_qkey", "police_sgid",
+	"direct_tx_packets", "direct_rx_packets",
 }
 
 type policeCounters [numCounters]atomic.Uint64
@@ -56,51 +59,65 @@ func (x *session) check(dev int, port *hca.Port, b []byte) bool {
 		c.inc(cntMalformed) // raw packets too: no attached QP type sends them
 		return false
 	}
-	// IBA 7.6.5, 13.5.1: QP0 and VL15 belong to the subnet management agents, which
-	// live in the daemon.
-	if pk.LRH.VL() == 15 || pk.BTH.DestQP() == 0 || pk.DETH != nil && pk.DETH.SrcQP() == 0 {
-		c.inc(cntQP0)
+	if bad := portRules(&pk, port); bad != 0 {
+		c.inc(bad)
 		return false
-	}
-	// IBA 7.11.1: a port sends from its base LID plus path bits below its LMC.
-	lid, lmc := port.LID(), port.LMC()
-	if slid := pk.LRH.SLID(); lid == 0 || slid>>lmc != lid>>lmc {
-		c.inc(cntSLID)
-		return false
-	}
-	// IBA 10.9.2: a QP's P_Key is an entry of its port's table.
-	pkey := pk.BTH.PKey()
-	if pkey&0x7FFF == 0 || port.FindPKey(pkey) < 0 {
-		c.inc(cntPKey)
-		return false
-	}
-	if pk.GRH != nil {
-		if g, _ := port.GID(0); pk.GRH.SGID() != g {
-			c.inc(cntSGID)
-			return false
-		}
 	}
 	if pk.DETH == nil {
 		// RC and UC packets carry no source QP (IBA 9.2); their receivers accept only
 		// the PSNs of the connection they are in.
 		return true
 	}
-	src := pk.DETH.SrcQP()
-	if src == 1 {
+	if pk.DETH.SrcQP() == 1 {
 		return x.checkMAD(port, &pk)
 	}
-	if !x.ownsQPN(dev, src) {
-		c.inc(cntSrcQP)
+	if bad := udRules(&pk, x.ownsQPN(dev, pk.DETH.SrcQP())); bad != 0 {
+		c.inc(bad)
 		return false
+	}
+	return true
+}
+
+// portRules are the checks of a packet's headers against the port that sent it: 0 if it
+// passes, else the rule it broke. The daemon applies them to what a process sends
+// through it, the receiver of a direct ring to what it finds there (direct.go).
+func portRules(pk *wire.Packet, port *hca.Port) counter {
+	// IBA 7.6.5, 13.5.1: QP0 and VL15 belong to the subnet management agents, which
+	// live in the daemon.
+	if pk.LRH.VL() == 15 || pk.BTH.DestQP() == 0 || pk.DETH != nil && pk.DETH.SrcQP() == 0 {
+		return cntQP0
+	}
+	// IBA 7.11.1: a port sends from its base LID plus path bits below its LMC.
+	lid, lmc := port.LID(), port.LMC()
+	if slid := pk.LRH.SLID(); lid == 0 || slid>>lmc != lid>>lmc {
+		return cntSLID
+	}
+	// IBA 10.9.2: a QP's P_Key is an entry of its port's table.
+	pkey := pk.BTH.PKey()
+	if pkey&0x7FFF == 0 || port.FindPKey(pkey) < 0 {
+		return cntPKey
+	}
+	if pk.GRH != nil {
+		if g, _ := port.GID(0); pk.GRH.SGID() != g {
+			return cntSGID
+		}
+	}
+	return 0
+}
+
+// udRules are the checks of a datagram's DETH (not from QP1): its source QP is the
+// sender's (owned), its Q_Key is not a controlled one.
+func udRules(pk *wire.Packet, owned bool) counter {
+	if !owned {
+		return cntSrcQP
 	}
 	// A Q_Key with the high-order bit set is a controlled Q_Key that only privileged
 	// consumers may send with (QP1's 0x80010000 among them); Linux's uverbs refuses it
 	// to unprivileged QPs the same way.
 	if pk.DETH.QKey()&0x80000000 != 0 {
-		c.inc(cntQKey)
-		return false
+		return cntQKey
 	}
-	return true
+	return 0
 }
 
 // checkMAD lets a process send from QP1 only CM MADs of its own connections: the comm

@@ -12,7 +12,8 @@
 // (internal/shmring), one each way, with eventfd doorbells; each record is one IB packet
 // (LRH through ICRC) tagged with the device and port it belongs to. The daemon copies a
 // packet out of the process's ring before it checks it, so the process cannot change it
-// after the check.
+// after the check. Unicast data packets between two attached processes take a third kind
+// of ring, one per ordered pair of processes, past the daemon (direct.go).
 //
 // When the control socket closes — the process exited or died — the daemon frees
 // everything the process had: its QP numbers (packets to them are dropped, so its peers
@@ -38,8 +39,9 @@ import (
 const DefaultPath = "/run/pibgw/attach.sock"
 
 // Version is the protocol version; a client and a daemon of different versions refuse
-// each other with a message naming both.
-const Version = 1
+// each other with a message naming both. 2: the hello carries the generation page, and
+// processes ask for routes and take direct rings (direct.go).
+const Version = 2
 
 // ringSize is the size of each data ring: a thousand 4 KiB packets, several RC windows.
 const ringSize = 4 << 20
@@ -110,6 +112,17 @@ type msg struct {
 	Trace bool `json:"trace,omitempty"`
 	// Counts answers a pitfalls request: the checks that fired, by name (debug.go).
 	Counts map[string]uint64 `json:"counts,omitempty"`
+	// Direct rings (direct.go): a route request's destination LID; the answer's
+	// generation, whether the path is direct and the ring's number; a direct_in's
+	// barrier and the sender's QP numbers by device.
+	LID     uint16           `json:"lid,omitempty"`
+	Gen     uint64           `json:"gen,omitempty"`
+	Direct  bool             `json:"direct,omitempty"`
+	Ring    uint64           `json:"ring,omitempty"`
+	Barrier uint64           `json:"barrier,omitempty"`
+	Owners  map[int][]uint32 `json:"owners,omitempty"`
+	// fds are the descriptors that came with a message (not encoded).
+	fds []int
 	// LIDFilter is a trace request's LID filter.
 	LIDFilter uint16 `json:"lid_filter,omitempty"`
 }

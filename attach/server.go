@@ -32,6 +32,11 @@ type Server struct {
 	Host rdmacm.Host
 	// Logger; nil is slog.Default().
 	Logger *slog.Logger
+	// Observed reports whether something in the daemon's fabric observes or alters
+	// packets between its ports (a capture, a fault, a trace): then attached processes
+	// send everything through the daemon, none through direct rings (direct.go). Call
+	// Invalidate when its answer may have changed. nil: always observed.
+	Observed func() bool
 
 	log       *slog.Logger
 	mu        sync.Mutex
@@ -42,6 +47,10 @@ type Server struct {
 	listens   map[listenKey]*session
 	unwatch   []func()
 	traces    map[*traceSub]bool // pibgw trace followers (trace.go)
+	gen       *genPage           // direct rings' generation word (direct.go)
+	directs   map[pairKey]*direct
+	nextRing  uint64
+	ownersVer atomic.Uint64 // versions of the QP number lists sent to receivers
 	wg        sync.WaitGroup
 	dropsDead atomic.Uint64
 }
@@ -93,11 +102,20 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		s.log = slog.Default()
 	}
 	s.ln = ln
+	if s.gen == nil {
+		g, err := newGenPage()
+		if err != nil {
+			s.mu.Unlock()
+			return err
+		}
+		s.gen = g
+	}
 	s.sessions = make(map[uint32]*session)
 	s.listens = make(map[listenKey]*session)
 	for di, d := range s.Devices {
 		for _, p := range d.Ports() {
 			p.SetMADRouter(cmRouter{s, di})
+			p.SetCountersHook(s.foldAll) // direct rings' traffic (direct.go)
 		}
 		s.unwatch = append(s.unwatch, d.WatchPorts(func(port uint8) { s.portChanged(di, port) }))
 	}
@@ -156,8 +174,15 @@ func (s *Server) Close() error {
 	for _, d := range s.Devices {
 		for _, p := range d.Ports() {
 			p.SetMADRouter(nil)
+			p.SetCountersHook(nil)
 		}
 	}
+	s.mu.Lock()
+	if s.gen != nil {
+		s.gen.close()
+		s.gen = nil
+	}
+	s.mu.Unlock()
 	return nil
 }
 
@@ -175,6 +200,7 @@ type SessionInfo struct {
 
 // Sessions lists the attached processes.
 func (s *Server) Sessions() []SessionInfo {
+	s.foldAll()
 	s.mu.Lock()
 	sess := make([]*session, 0, len(s.sessions))
 	for _, x := range s.sessions {
@@ -236,7 +262,7 @@ func (s *Server) serveConn(c *net.UnixConn) {
 	}
 	tm, td, ts := x.tx.Fds()
 	rm, rd, rs := x.rx.Fds()
-	if err := x.write(hello, tm, td, ts, rm, rd, rs); err != nil {
+	if err := x.write(hello, tm, td, ts, rm, rd, rs, s.gen.fd); err != nil {
 		return
 	}
 	s.log.Info("process attached", "pid", pid, "uid", uid, "session", x.id)
@@ -309,6 +335,7 @@ func (s *Server) endSession(x *session) {
 	}
 	s.mu.Unlock()
 	x.release()
+	s.dropDirects(x)
 	s.log.Info("process detached", "pid", x.pid, "session", x.id)
 }
 
@@ -326,6 +353,7 @@ func (s *Server) portChanged(dev int, port uint8) {
 		sess = append(sess, x)
 	}
 	s.mu.Unlock()
+	s.Invalidate()
 	for _, x := range sess {
 		x.markDirty(dev, port)
 	}

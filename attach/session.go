@@ -317,6 +317,11 @@ func (x *session) handle(m *msg) {
 	switch m.Op {
 	case opNeighbor, opPath, opJoin, opLeave:
 		go x.reply(m, x.slow(m))
+	case opRoute:
+		go x.route(m)
+	case opPoliced:
+		x.policed(m)
+		x.reply(m, &msg{OK: true})
 	default:
 		x.reply(m, x.fast(m))
 	}
@@ -359,6 +364,7 @@ func (x *session) fast(m *msg) *msg {
 		}
 		x.qpns[m.Dev][qpn] = struct{}{}
 		x.mu.Unlock()
+		s.Invalidate() // direct rings: the receivers learn the new owner (direct.go)
 		return &msg{OK: true, QPN: qpn}
 	case opFreeQPN:
 		d, e := x.device(m)
@@ -379,6 +385,7 @@ func (x *session) fast(m *msg) *msg {
 			return fail(m.Op, syscall.EINVAL, "QP %#x is not this process's", m.QPN)
 		}
 		d.ReleaseQPN(m.QPN, x)
+		s.Invalidate()
 		return &msg{OK: true}
 	case opMcastAttach, opMcastDetach:
 		d, e := x.device(m)

@@ -56,6 +56,7 @@ func (x portPMA) PMAPorts(sel uint8) (lo, hi int, ok bool) {
 }
 
 func (x portPMA) PMACounters(_ int, c *mgmt.Counters) {
+	x.p.refreshCounters()
 	for i, hc := range pmaCounters {
 		if hc != cntNone {
 			c[i] += x.p.counters.Get(hc)

@@ -106,7 +106,8 @@ type Port struct {
 	info atomic.Pointer[portInfo]
 	link atomic.Pointer[linkBox]
 
-	counters Counters
+	counters     Counters
+	countersHook atomic.Pointer[func()] // SetCountersHook
 
 	// Special QPs, created by the MAD layer.
 	qp0, qp1 atomic.Pointer[QP]
@@ -323,8 +324,29 @@ func (p *Port) Attach(l fabric.Link) {
 	})
 }
 
-// Counters returns the port's counters.
-func (p *Port) Counters() *Counters { return &p.counters }
+// Counters returns the port's counters (after the counters hook ran).
+func (p *Port) Counters() *Counters {
+	p.refreshCounters()
+	return &p.counters
+}
+
+// SetCountersHook sets f to run before the port's counters are read (Counters, its PMA):
+// a source that counts the port's traffic elsewhere — the attach channel's direct rings,
+// which carry packets between processes past the port — adds its counts then. nil
+// removes it. f must not read the port's counters through Counters.
+func (p *Port) SetCountersHook(f func()) {
+	if f == nil {
+		p.countersHook.Store(nil)
+		return
+	}
+	p.countersHook.Store(&f)
+}
+
+func (p *Port) refreshCounters() {
+	if f := p.countersHook.Load(); f != nil {
+		(*f)()
+	}
+}
 
 // State is the logical port state.
 func (p *Port) State() PortState { return p.info.Load().state }

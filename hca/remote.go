@@ -190,3 +190,30 @@ func (d *Device) portChanged(n uint8) {
 		w.f(n)
 	}
 }
+
+// ForwarderOf returns the forwarder a QP number was reserved for (ReserveQPN), or nil if
+// it is not reserved (free, or a QP of this process).
+func (d *Device) ForwarderOf(qpn uint32) Forwarder {
+	qp := d.qps.load(qpn)
+	if qp == nil {
+		return nil
+	}
+	return qp.fwd
+}
+
+// AddDirect adds to the port's counters packets that an attached process sent from it
+// (xmit) or received on it through a direct ring to another attached process, past the
+// port (the attach channel's cut-through): pkts unicast packets, words 4-byte words
+// (LRH through VCRC) in all.
+func (p *Port) AddDirect(xmit bool, pkts, words uint64) {
+	c := &p.counters
+	if xmit {
+		c.Add(CntXmitPkts, pkts)
+		c.Add(CntUnicastXmitPkts, pkts)
+		c.Add(CntXmitData, words)
+		return
+	}
+	c.Add(CntRcvPkts, pkts)
+	c.Add(CntUnicastRcvPkts, pkts)
+	c.Add(CntRcvData, words)
+}

@@ -83,7 +83,8 @@ func Start(ctx context.Context, o Options) (*Fabric, error) {
 			d.Close()
 			return nil, fmt.Errorf("inproc: %w", err)
 		}
-		f.attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log}
+		f.attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log, Observed: d.Fabric.Observed}
+		d.Fabric.OnObserved = f.attach.Invalidate
 		go f.attach.Serve(ln)
 	}
 	return f, nil

@@ -161,7 +161,8 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			d.Close()
 			return fmt.Errorf("up: %w (choose another with daemon.attach, or \"none\")", err)
 		}
-		h.Attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log}
+		h.Attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log, Observed: d.Fabric.Observed}
+		d.Fabric.OnObserved = h.Attach.Invalidate
 		h.AttachPath = ap
 		go h.Attach.Serve(aln)
 		defer os.Remove(ap)

@@ -259,6 +259,7 @@ func (f *Fabric) SetLink(name string, up bool) (control.Cable, error) {
 		return control.Cable{}, err
 	}
 	c.SetUp(up)
+	f.observedChanged()
 	f.log.Info("cable", "name", name, "up", up)
 	f.capMu.Lock()
 	defer f.capMu.Unlock()
@@ -306,6 +307,7 @@ func (f *Fabric) SetFault(name string, ft control.Fault) (control.Cable, error) 
 		f.faults[c] = &cableFault{cfg: ft}
 	}
 	f.rewrapLocked()
+	defer f.observedChanged()
 	f.log.Info("cable fault", "name", name, "loss", ft.Loss, "duplicate", ft.Duplicate, "reorder", ft.Reorder,
 		"corrupt", ft.Corrupt, "delay", ft.Delay, "seed", ft.Seed)
 	return f.describeLocked(name, i, c), nil

@@ -11,10 +11,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pibgw/pibgw/attach"
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
@@ -195,6 +197,19 @@ func TestLinkAndFault(t *testing.T) {
 		t.Fatalf("cables %+v", cables)
 	}
 	port := d.Fabric.Device("pib_1").Port(1)
+	// Fabric.Observed (attached processes' direct rings) follows pulled cables and faults
+	// and says so through OnObserved.
+	var changes atomic.Int32
+	d.Fabric.OnObserved = func() { changes.Add(1) }
+	observed := func(when string, want bool) {
+		t.Helper()
+		if got := d.Fabric.Observed(); got != want || changes.Swap(0) == 0 {
+			t.Errorf("%s: Observed %v, want %v (or no OnObserved call)", when, got, want)
+		}
+	}
+	if d.Fabric.Observed() {
+		t.Error("a plain fabric is Observed")
+	}
 	var cb control.Cable
 	if err := cl.Do(ctx, control.Request{Verb: control.VerbLink, Cable: "pib_1/1", State: "down"}, &cb); err != nil {
 		t.Fatal(err)
@@ -202,12 +217,14 @@ func TestLinkAndFault(t *testing.T) {
 	if cb.Up || port.State() != hca.PortDown {
 		t.Fatalf("after link down: cable %+v, port %v", cb, port.State())
 	}
+	observed("cable down", true)
 	if err := cl.Do(ctx, control.Request{Verb: control.VerbLink, Cable: "pib_1/1", State: "up"}, &cb); err != nil {
 		t.Fatal(err)
 	}
 	if !cb.Up || port.State() == hca.PortDown {
 		t.Fatalf("after link up: cable %+v, port %v", cb, port.State())
 	}
+	observed("cable up", false)
 	<-d.Fabric.SM.Resweep()
 	if port.State() != hca.PortActive {
 		t.Fatalf("port %v after the SM's sweep, want Active", port.State())
@@ -221,6 +238,7 @@ func TestLinkAndFault(t *testing.T) {
 	if cb.Fault == nil || cb.Fault.Loss != 1 {
 		t.Fatalf("cable after fault %+v", cb)
 	}
+	observed("fault", true)
 	<-d.Fabric.SM.Resweep()
 	if err := cl.Do(ctx, control.Request{Verb: control.VerbLink, Cable: "pib_1/1"}, &cables); err != nil {
 		t.Fatal(err)
@@ -235,6 +253,11 @@ func TestLinkAndFault(t *testing.T) {
 	if cb.Fault != nil {
 		t.Fatalf("fault still on after clearing: %+v", cb)
 	}
+	observed("fault cleared", false)
+	cw := d.Fabric.StartCapture(io.Discard, fabric.CaptureOptions{})
+	observed("capture", true)
+	d.Fabric.StopCapture(cw)
+	observed("capture stopped", false)
 	for _, bad := range []struct {
 		req  control.Request
 		want string

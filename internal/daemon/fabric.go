@@ -23,6 +23,7 @@ import (
 	"github.com/pibgw/pibgw/internal/ibsim"
 	"github.com/pibgw/pibgw/rc"
 	"github.com/pibgw/pibgw/sa"
+	"github.com/pibgw/pibgw/trace"
 	"github.com/pibgw/pibgw/ud"
 )
 
@@ -64,6 +65,36 @@ type Fabric struct {
 	capMu    sync.Mutex // guards captures and faults, and the cables' wrappers
 	captures []*capture
 	faults   map[*fabric.Cable]*cableFault // pibgw fault (debug.go)
+
+	// OnObserved, if set, is called after Observed's answer may have changed (the attach
+	// server's Invalidate). Set it before the fabric is used.
+	OnObserved func()
+}
+
+// Observed reports whether something observes or alters packets on the fabric's cables
+// or ports: a capture, a cable fault, a trace, or a pulled cable (between two switches a
+// packet may then be dropped on the way, which a direct ring would not do). Attached
+// processes then send everything through the daemon rather than through direct rings
+// (attach.Server.Observed).
+func (f *Fabric) Observed() bool {
+	f.capMu.Lock()
+	defer f.capMu.Unlock()
+	if len(f.captures) > 0 || len(f.faults) > 0 || trace.On() {
+		return true
+	}
+	for _, c := range f.Cables {
+		if !c.Up() && !f.remoteSide[c] {
+			return true
+		}
+	}
+	return false
+}
+
+// observedChanged calls OnObserved.
+func (f *Fabric) observedChanged() {
+	if f.OnObserved != nil {
+		f.OnObserved()
+	}
 }
 
 // BuildFabric builds the fabric cfg describes and waits for the SM's first sweep, so that
@@ -487,6 +518,7 @@ func (f *Fabric) StartCapture(w io.Writer, opts fabric.CaptureOptions) *fabric.C
 		f.wrapCapture(cb, c)
 	}
 	f.capMu.Unlock()
+	f.observedChanged()
 	return c.cw
 }
 
@@ -505,6 +537,7 @@ func (f *Fabric) StopCapture(cw *fabric.CaptureWriter) {
 		f.rewrapLocked()
 	}
 	f.capMu.Unlock()
+	f.observedChanged()
 	if found != nil {
 		found.finish()
 	}

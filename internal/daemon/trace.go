@@ -46,6 +46,11 @@ func (h *Handler) traceStream(req *control.Request) (func(context.Context, io.Wr
 			}
 		}
 		if own {
+			// Recording on before Follow's own Enable: attached processes stop using
+			// direct rings, so that the daemon's ports see their packets.
+			defer h.D.Fabric.observedChanged()
+			defer trace.Enable()()
+			h.D.Fabric.observedChanged()
 			go trace.Follow(ctx, 0, f, "daemon", me, send)
 		}
 		if procs {

@@ -99,5 +99,6 @@
 // reads; Close may be called from any goroutine, except from inside a Read callback, and
 // wakes both (they return ErrClosed), in this process and, through the closed word and
 // the doorbells, in the other. Records published before the producer closed are still
-// delivered.
+// delivered. A consumer of several rings sleeps on all their doorbells with WaitAny; the
+// statistics words (AddStat, LoadStat) carry counts the ring itself never reads.
 package shmring

@@ -1,0 +1,122 @@
+package shmring
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// WaitAny returns the ring that has a record, or that was closed; a Wake from another
+// goroutine ends a sleep with (-1, nil); ctx's end ends it with ctx's error.
+func TestWaitAny(t *testing.T) {
+	rs := make([]*Ring, 3)
+	for i := range rs {
+		r, err := Create(MinSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		rs[i] = r
+	}
+	ctx := context.Background()
+	if _, err := rs[2].Write(ctx, [][]byte{[]byte("x")}, 1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if i, err := WaitAny(ctx, 0, rs); i != 2 || err != nil {
+		t.Fatalf("WaitAny = %d, %v; want 2, nil", i, err)
+	}
+	if _, err := rs[2].TryRead(8, func(uint16, uint16, [][]byte) {}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Asleep on all three: a record in the middle one wakes it.
+	done := make(chan [2]any, 1)
+	go func() {
+		i, err := WaitAny(ctx, 0, rs)
+		done <- [2]any{i, err}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	rs[1].Write(ctx, [][]byte{[]byte("y")}, 1, 0, false)
+	select {
+	case r := <-done:
+		if r[0] != 1 || r[1] != nil {
+			t.Fatalf("woken with %v; want 1, nil", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a record did not wake WaitAny")
+	}
+	rs[1].TryRead(8, func(uint16, uint16, [][]byte) {})
+
+	// Wake on the first ring: (-1, nil).
+	go func() {
+		i, err := WaitAny(ctx, 0, rs)
+		done <- [2]any{i, err}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	rs[0].Wake()
+	select {
+	case r := <-done:
+		if r[0] != -1 || r[1] != nil {
+			t.Fatalf("woken with %v; want -1, nil", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wake did not wake WaitAny")
+	}
+
+	// ctx's end.
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		i, err := WaitAny(cctx, 0, rs)
+		done <- [2]any{i, err}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case r := <-done:
+		if err, _ := r[1].(error); r[0] != -1 || !errors.Is(err, context.Canceled) {
+			t.Fatalf("after cancel: %v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancel did not wake WaitAny")
+	}
+
+	// A closed ring is reported with its index.
+	rs[1].Close()
+	if i, err := WaitAny(ctx, 0, rs[1:]); i != 0 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed ring: %d, %v", i, err)
+	}
+	if i, err := WaitAny(ctx, 0, []*Ring{rs[0], rs[2], rs[1]}); i != 2 || !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed ring last: %d, %v", i, err)
+	}
+}
+
+// Statistics words are shared with the other side and out of the ring's way.
+func TestStats(t *testing.T) {
+	r, err := Create(MinSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	o, err := Open(dupFds(t, r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for i := range NumStats {
+		r.AddStat(i, uint64(i+1))
+	}
+	if _, err := r.Write(context.Background(), [][]byte{[]byte("z")}, 1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	o.TryRead(8, func(_, _ uint16, p [][]byte) { n += len(p) })
+	for i := range NumStats {
+		if got := o.LoadStat(i); got != uint64(i+1) {
+			t.Fatalf("stat %d = %d", i, got)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d records", n)
+	}
+}
