@@ -41,6 +41,10 @@ type Session struct {
 	idlePolls int
 	// lastPoll is when the program last polled a CQ of this session (nanotime).
 	lastPoll atomic.Int64
+	// waiting counts the session's armed CQs (hca.Waiter); rxKick wakes the receive
+	// goroutine from its pollGrace wait when one is armed.
+	waiting atomic.Int32
+	rxKick  chan struct{}
 
 	nextReq atomic.Uint64
 	wmu     sync.Mutex
@@ -94,7 +98,7 @@ func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
 		return nil, fmt.Errorf("attach: %s: %w", path, err)
 	}
 	s := &Session{c: conn{nc.(*net.UnixConn)}, log: o.Logger, clk: o.Clock,
-		pending: make(map[uint64]chan *msg), done: make(chan struct{}), cms: make(map[*hca.Port]*ibcm.CM)}
+		pending: make(map[uint64]chan *msg), done: make(chan struct{}), rxKick: make(chan struct{}, 1), cms: make(map[*hca.Port]*ibcm.CM)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -338,6 +342,7 @@ func (s *Session) rxLoop() {
 			case <-s.ctx.Done():
 				return
 			case <-grace.C:
+			case <-s.rxKick:
 			}
 			continue
 		}
@@ -511,8 +516,26 @@ func (s *Session) CM(p *hca.Port) *ibcm.CM {
 	return cm
 }
 
-// polling reports whether the program polled a CQ within pollGrace.
-func (s *Session) polling() bool { return nanotime()-s.lastPoll.Load() < int64(pollGrace) }
+// polling reports whether the program polled a CQ within pollGrace and waits for no CQ
+// event: a program blocked on a completion channel depends on the receive goroutine.
+func (s *Session) polling() bool {
+	return s.waiting.Load() <= 0 && nanotime()-s.lastPoll.Load() < int64(pollGrace)
+}
+
+// Arm is hca.Waiter: a CQ was armed, its program is about to wait for the event. The
+// receive goroutine stops leaving the rings to the program's polls at once, rather than
+// after pollGrace: rping and every program built on completion channels wait for each
+// completion so.
+func (r remoteDev) Arm() {
+	r.s.waiting.Add(1)
+	select {
+	case r.s.rxKick <- struct{}{}:
+	default:
+	}
+}
+
+// Disarm is hca.Waiter: the CQ raised its event (or was destroyed armed).
+func (r remoteDev) Disarm() { r.s.waiting.Add(-1) }
 
 // pollGrace is how long after a program's last CQ poll the receive goroutine leaves the
 // ring to it.

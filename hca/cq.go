@@ -114,11 +114,16 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 		return errorf("req_notify_cq", EINVAL, "CQ %d has no completion channel", cq.id)
 	}
 	cq.mu.Lock()
-	defer cq.mu.Unlock()
 	if cq.armed && !cq.solOnly {
+		cq.mu.Unlock()
 		return nil // already armed for every completion
 	}
+	was := cq.armed
 	cq.armed, cq.solOnly = true, solicitedOnly
+	cq.mu.Unlock()
+	if w := cq.ctx.dev.waiter(); w != nil && !was {
+		w.Arm()
+	}
 	return nil
 }
 
@@ -175,6 +180,13 @@ func (cq *CQ) Destroy() error {
 	d.counts.cq--
 	d.mu.Unlock()
 	d.unregister(cq)
+	cq.mu.Lock()
+	armed := cq.armed
+	cq.armed = false
+	cq.mu.Unlock()
+	if w := d.waiter(); w != nil && armed {
+		w.Disarm()
+	}
 	return nil
 }
 
@@ -231,6 +243,9 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 	cq.mu.Unlock()
 	if notify {
 		cq.signal()
+		if w := cq.ctx.dev.waiter(); w != nil {
+			w.Disarm()
+		}
 	}
 	return true
 }
@@ -282,5 +297,8 @@ func (cq *CQ) moderationExpired() {
 	cq.mu.Unlock()
 	if notify {
 		cq.signal()
+		if w := cq.ctx.dev.waiter(); w != nil {
+			w.Disarm()
+		}
 	}
 }

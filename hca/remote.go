@@ -39,6 +39,21 @@ type Remote interface {
 	Poll() bool
 }
 
+// Waiter is implemented by a Remote that wants to know when its program waits for CQ
+// events instead of polling: whatever takes packets in for a program that polls (Poll)
+// must then not wait for it to. Arm runs when a CQ of the device is armed
+// (ibv_req_notify_cq), Disarm when the CQ raises its event or is destroyed armed.
+type Waiter interface {
+	Arm()
+	Disarm()
+}
+
+// waiter is the device's Remote as a Waiter, if it is one.
+func (d *Device) waiter() Waiter {
+	w, _ := d.cfg.Remote.(Waiter)
+	return w
+}
+
 // ReserveQPN allocates a QP number for a QP that lives elsewhere: packets to it go to f.
 // The number comes from the same space as the device's own QPs, so it is unique on every
 // port of the device.
