@@ -3,6 +3,7 @@ package attach
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -137,8 +138,9 @@ type direct struct {
 	id       uint64
 	from, to *session
 	ring     *shmring.Ring
-	fromHas  bool // the sender has its descriptors (s.mu)
-	toHas    bool // the receiver has them
+	fromHas  bool   // the sender has its descriptors (s.mu)
+	toHas    bool   // the receiver has them
+	ackedVer uint64 // the newest owner list of the sender the receiver acknowledged (s.mu)
 	// folded are the statistics already added to the counters (ring words, s.mu).
 	folded [shmring.NumStats]uint64
 }
@@ -190,6 +192,56 @@ func (s *Server) dropDirects(x *session) {
 	s.Invalidate()
 	for _, d := range gone {
 		d.ring.Close()
+		if d.from != x {
+			d.from.releaseQuarantined() // one receiver fewer to wait for
+		}
+	}
+}
+
+type quarKey struct {
+	dev int
+	qpn uint32
+}
+
+// sendsDirect reports whether a receiving process holds a direct ring from x, and with
+// it a list of x's QP numbers.
+func (s *Server) sendsDirect(x *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, d := range s.directs {
+		if k.from == x.id && d.toHas {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseQuarantined gives back the QP numbers x freed that every receiver of its direct
+// rings now knows are not x's: each acknowledged an owner list made after the free.
+func (x *session) releaseQuarantined() {
+	s := x.srv
+	acked := uint64(math.MaxUint64)
+	s.mu.Lock()
+	for k, d := range s.directs {
+		if k.from == x.id && d.toHas {
+			acked = min(acked, d.ackedVer)
+		}
+	}
+	s.mu.Unlock()
+	x.mu.Lock()
+	var free []quarKey
+	for k, v := range x.quarantine {
+		if acked > v {
+			free = append(free, k)
+			delete(x.quarantine, k)
+		}
+	}
+	x.mu.Unlock()
+	for _, k := range free {
+		s.Devices[k.dev].ReleaseQPN(k.qpn, x)
+	}
+	if len(free) > 0 {
+		s.Invalidate()
 	}
 }
 
@@ -251,7 +303,9 @@ func (x *session) routeOf(m *msg) (*msg, []int) {
 		return via, nil // a session ended meanwhile
 	}
 	dr.toHas = true
+	dr.ackedVer = max(dr.ackedVer, ver)
 	s.mu.Unlock()
+	x.releaseQuarantined()
 	r := &msg{OK: true, Gen: gen, Direct: true, Ring: dr.id, Session: y.id}
 	if !fromHas {
 		rm, rd, rs := dr.ring.Fds()

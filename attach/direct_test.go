@@ -167,3 +167,48 @@ func TestDirectPeerStalledThenKilled(t *testing.T) {
 		t.Errorf("100 sends after the kill took %v", d)
 	}
 }
+
+// A QP number a process frees while a receiver of its direct ring still counts it among
+// the process's stays reserved — no other process can get it, so the first cannot pass
+// off as someone else's QP by writing into the ring itself — until the receiver has been
+// told a list without it (here when the process next asks for a route).
+func TestDirectFreedQPNQuarantine(t *testing.T) {
+	f, path := startFabric(t)
+	sender, receiver := dial(t, path), dial(t, path)
+	a := newUDQP(t, sender.Device("pib_0"))
+	v := newUDQP(t, receiver.Device("pib_1"))
+	aLID := sender.Device("pib_0").Port(1).LID()
+	vLID := receiver.Device("pib_1").Port(1).LID()
+	send := func(sqp uint32) {
+		p := forged{slid: aLID, dlid: vLID, pkey: 0xFFFF, dqp: v.qp.Num(), sqp: sqp, qkey: testQKey, payload: []byte("12345678")}
+		sender.Device("pib_0").Port(1).Transmit([][]byte{p.bytes()})
+	}
+	send(a.qp.Num())
+	if got := received(v, 100*time.Millisecond); len(got) != 1 || got[0].SrcQP != a.qp.Num() {
+		t.Fatalf("first packet: %+v", got)
+	}
+	if counters(t, f, sender)["direct_tx_packets"] != 1 {
+		t.Fatal("the first packet did not take the direct ring")
+	}
+	q := a.qp.Num()
+	if err := a.qp.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	dev := f.Device("pib_0")
+	if dev.ForwarderOf(q) == nil {
+		t.Fatalf("QP %#x was released while the receiver still takes it for the sender's", q)
+	}
+	// A new QP of the sender sends: the route is asked again, the receiver gets the list
+	// without q, and q is given back.
+	b := newUDQP(t, sender.Device("pib_0"))
+	if b.qp.Num() == q {
+		t.Fatalf("QP %#x handed out again while quarantined", q)
+	}
+	send(b.qp.Num())
+	if got := received(v, 100*time.Millisecond); len(got) != 1 || got[0].SrcQP != b.qp.Num() {
+		t.Fatalf("packet from the new QP: %+v", got)
+	}
+	if dev.ForwarderOf(q) != nil {
+		t.Fatalf("QP %#x still reserved after the receiver was told it is not the sender's", q)
+	}
+}

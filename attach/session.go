@@ -44,8 +44,13 @@ type session struct {
 	mcast map[mcastKey]struct{}
 	joins map[joinKey]rdmacm.Device
 	conns map[uint32]*cmConn // CM connections by the process's comm ID (cmtrack.go)
-	dirty map[tagKey]struct{}
-	kick  chan struct{}
+	// quarantine holds QP numbers the process freed while receivers of its direct rings
+	// may still take them for its own, with the owner-list version current at the free:
+	// the number stays reserved until every such receiver acknowledged a newer list
+	// (releaseQuarantined), so that it cannot pass for another process's QP meanwhile.
+	quarantine map[quarKey]uint64
+	dirty      map[tagKey]struct{}
+	kick       chan struct{}
 
 	police policeCounters
 	dbg    debugCalls // the daemon's requests to the process (debug.go)
@@ -104,11 +109,16 @@ func (x *session) release() {
 	joins := x.joins
 	x.joins = map[joinKey]rdmacm.Device{}
 	x.mcast = map[mcastKey]struct{}{}
+	quarantined := x.quarantine
+	x.quarantine = nil
 	x.mu.Unlock()
 	for dev, set := range qpns {
 		for qpn := range set {
 			x.srv.Devices[dev].ReleaseQPN(qpn, x)
 		}
+	}
+	for k := range quarantined {
+		x.srv.Devices[k.dev].ReleaseQPN(k.qpn, x)
 	}
 	if h := x.srv.Host; h != nil {
 		for k, d := range joins {
@@ -384,7 +394,20 @@ func (x *session) fast(m *msg) *msg {
 		if !ok {
 			return fail(m.Op, syscall.EINVAL, "QP %#x is not this process's", m.QPN)
 		}
-		d.ReleaseQPN(m.QPN, x)
+		if s.sendsDirect(x) {
+			// Receivers of its direct rings police the process with the QP numbers they
+			// were last told it owns; until each has a list without this one, the number
+			// stays reserved, so the process can pass off as nobody else's QP. Packets
+			// to it still go to the process, which has no QP for them.
+			x.mu.Lock()
+			if x.quarantine == nil {
+				x.quarantine = make(map[quarKey]uint64)
+			}
+			x.quarantine[quarKey{m.Dev, m.QPN}] = s.ownersVer.Load()
+			x.mu.Unlock()
+		} else {
+			d.ReleaseQPN(m.QPN, x)
+		}
 		s.Invalidate()
 		return &msg{OK: true}
 	case opMcastAttach, opMcastDetach:
