@@ -22,11 +22,15 @@ type swqe struct {
 	npkts    uint32 // packets of the message (READ: response packets)
 	firstPSN uint32
 	sent     uint32 // packets sent (READ, atomic: npkts once the request is out)
-	recvd    uint32 // READ: response packets received in order
-	issued   bool   // READ/atomic counted in rdAtomicOut
-	reissue  bool   // READ/atomic whose responses were lost: send the request again
-	done     bool
-	status   hca.WCStatus
+	// hiSent is the most packets of a SEND or WRITE ever sent: a packet below it goes
+	// again (go-back-N) and carries its bytes, since an earlier copy of it may be
+	// acknowledged, the WR completed and its memory reused while this one is on its way.
+	hiSent  uint32
+	recvd   uint32 // READ: response packets received in order
+	issued  bool   // READ/atomic counted in rdAtomicOut
+	reissue bool   // READ/atomic whose responses were lost: send the request again
+	done    bool
+	status  hca.WCStatus
 }
 
 func (w *swqe) lastPSN() uint32 { return psnAdd(w.firstPSN, w.npkts-1) }
@@ -279,10 +283,11 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		switch {
 		case w.inline != nil || wr.SendFlags&hca.SendInline != 0:
 			copy(dst, w.inline[off:])
-		case n >= wire.PayloadRefMin && !c.uc && qp.Device().PayloadRefs():
+		case n >= wire.PayloadRefMin && !c.uc && i >= w.hiSent && qp.Device().PayloadRefs():
 			// RC in process: the receiver reads the bytes from here (wire.SetPayloadRef),
-			// which stay put until the message is acknowledged. UC completes a send as it
-			// goes out, so its packets carry their bytes.
+			// which stay put until the message is acknowledged — for a first sending; a
+			// resent packet carries its bytes (hiSent). UC completes a send as it goes
+			// out, so its packets carry their bytes.
 			if rdev, rkey, raddr, st, ref = qp.RefAt(wr.SGL, off, n); !ref {
 				st = qp.GatherAt(wr.SGL, off, dst)
 			}
@@ -308,6 +313,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		}
 	}
 	w.sent++
+	w.hiSent = max(w.hiSent, w.sent)
 	r.sentSinceNak++
 	return true
 }
