@@ -1,6 +1,7 @@
 package attach_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -162,6 +163,13 @@ func TestInspectWithSilentProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.cmd.Process.Signal(syscall.SIGCONT)
+	// kill(2) returns before the process stops: until /proc says it has (state T), it may
+	// still answer the daemon.
+	for deadline := time.Now().Add(5 * time.Second); !stopped(pid); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not stop", pid)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -178,4 +186,11 @@ func TestInspectWithSilentProcess(t *testing.T) {
 	if _, err := f.Inspect(ctx, pid, ""); err == nil || errors.As(err, &partial) {
 		t.Fatalf("Inspect of the stopped process %d alone: %v, want a plain error", pid, err)
 	}
+}
+
+// stopped reports whether process pid is stopped by a signal (state T in /proc/PID/stat).
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	i := bytes.LastIndexByte(b, ')')
+	return err == nil && i > 0 && i+2 < len(b) && b[i+2] == 'T'
 }
