@@ -185,74 +185,46 @@ func updateVCRC(crc uint16, p []byte) uint16 { return updateVCRCFast(crc, p) }
 // A_lo·x^d ≡ A_hi·(x^(d+63) mod P)·x + A_lo·(x^(d−1) mod P)·x, where the factor x is the
 // one-bit offset of a carry-less product of two bit-reflected 64-bit words; the lane's
 // first (low) word holds A_hi. d = 512 for four lanes at once, 128 for one.
-var vcrcK = [4]uint64{
-	vcrcReflect(vcrcXPowMod(512 + 63)), vcrcReflect(vcrcXPowMod(512 - 1)),
-	vcrcReflect(vcrcXPowMod(128 + 63)), vcrcReflect(vcrcXPowMod(128 - 1)),
-}
+var vcrcK = [4]uint64(foldConsts(vcrcPolyFull, 16, 512, 128))
 
 // vcrcK512 holds fold512's: d = 2048 for sixteen lanes, 512 for four, 128 for one.
-var vcrcK512 = [6]uint64{
-	vcrcReflect(vcrcXPowMod(2048 + 63)), vcrcReflect(vcrcXPowMod(2048 - 1)),
-	vcrcReflect(vcrcXPowMod(512 + 63)), vcrcReflect(vcrcXPowMod(512 - 1)),
-	vcrcReflect(vcrcXPowMod(128 + 63)), vcrcReflect(vcrcXPowMod(128 - 1)),
-}
+var vcrcK512 = [6]uint64(foldConsts(vcrcPolyFull, 16, 2048, 512, 128))
 
 // icrcK512 holds fold512's constants for the ICRC's CRC-32 (the reflected IEEE
 // polynomial), as vcrcK512 does for the VCRC's.
-var icrcK512 = [6]uint64{
-	reflect32(xPowMod32(2048 + 63)), reflect32(xPowMod32(2048 - 1)),
-	reflect32(xPowMod32(512 + 63)), reflect32(xPowMod32(512 - 1)),
-	reflect32(xPowMod32(128 + 63)), reflect32(xPowMod32(128 - 1)),
-}
+var icrcK512 = [6]uint64(foldConsts(0x104C11DB7, 32, 2048, 512, 128))
 
-// xPowMod32 returns x^n mod P for the CRC-32 polynomial 0x04C11DB7 (with x^32), in the
-// normal bit order.
-func xPowMod32(n int) uint64 {
-	r := uint64(1)
-	for range n {
-		r <<= 1
-		if r&(1<<32) != 0 {
-			r ^= 0x104C11DB7
-		}
-	}
-	return r
-}
+// vcrcPolyFull is P = x^16+x^12+x^3+x+1 (IBA 7.8.2's 0x100B) with its x^16 term.
+const vcrcPolyFull = 0x1100B
 
-// reflect32 puts a polynomial of degree < 32 into a bit-reflected 64-bit word: the
-// coefficient of x^d at bit 63−d.
-func reflect32(k uint64) uint64 {
-	var r uint64
-	for d := range 32 {
-		if k>>d&1 != 0 {
-			r |= 1 << (63 - d)
+// foldConsts returns, for each fold distance d (bits), x^(d+63) mod P and x^(d−1) mod P
+// for the polynomial poly of degree deg (given with its x^deg term), each bit-reflected
+// into a 64-bit word: the coefficient of x^i at bit 63−i.
+func foldConsts(poly uint64, deg int, ds ...int) []uint64 {
+	xPowMod := func(n int) uint64 {
+		r := uint64(1)
+		for range n {
+			r <<= 1
+			if r>>deg&1 != 0 {
+				r ^= poly
+			}
 		}
+		return r
 	}
-	return r
-}
-
-// vcrcXPowMod returns x^n mod P for P = x^16+x^12+x^3+x+1 (IBA 7.8.2's 0x100B), in the
-// normal bit order (bit d is the coefficient of x^d).
-func vcrcXPowMod(n int) uint32 {
-	r := uint32(1)
-	for range n {
-		r <<= 1
-		if r&0x10000 != 0 {
-			r ^= 0x1100B
+	reflect := func(k uint64) uint64 {
+		var r uint64
+		for i := range deg {
+			if k>>i&1 != 0 {
+				r |= 1 << (63 - i)
+			}
 		}
+		return r
 	}
-	return r
-}
-
-// vcrcReflect puts a polynomial of degree < 16 into a bit-reflected 64-bit word:
-// the coefficient of x^d at bit 63−d.
-func vcrcReflect(k uint32) uint64 {
-	var r uint64
-	for d := range 16 {
-		if k>>d&1 != 0 {
-			r |= 1 << (63 - d)
-		}
+	var out []uint64
+	for _, d := range ds {
+		out = append(out, reflect(xPowMod(d+63)), reflect(xPowMod(d-1)))
 	}
-	return r
+	return out
 }
 
 // updateVCRCTable advances the CRC-16 register over p with slicing-by-16 tables.
