@@ -9,6 +9,7 @@ import (
 	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/inproc"
 )
 
 // Packets between two attached sessions take the direct ring, counted on both rows of
@@ -16,18 +17,12 @@ import (
 // a fault on a cable) they go through the daemon, and switching paths back and forth
 // keeps them in order.
 func TestDirectPath(t *testing.T) {
-	f, path := startFabric(t)
-	sender, receiver := dial(t, path), dial(t, path)
-	a := newUDQP(t, sender.Device("pib_0"))
-	v := newUDQP(t, receiver.Device("pib_1"))
-	aLID := sender.Device("pib_0").Port(1).LID()
-	vLID := receiver.Device("pib_1").Port(1).LID()
-	msg := func(seq uint32) forged {
+	f, sender, receiver, a, v, sendFrom := directPair(t)
+	send := func(seq uint32) {
 		p := make([]byte, 8)
 		binary.BigEndian.PutUint32(p, seq)
-		return forged{slid: aLID, dlid: vLID, pkey: 0xFFFF, dqp: v.qp.Num(), sqp: a.qp.Num(), qkey: testQKey, payload: p}
+		sendFrom(a.qp.Num(), p)
 	}
-	send := func(seq uint32) { sender.Device("pib_0").Port(1).Transmit([][]byte{msg(seq).bytes()}) }
 	xmit := func() uint64 { return f.Device("pib_0").Port(1).Counters().Get(hca.CntUnicastXmitPkts) }
 	rcv := func() uint64 { return f.Device("pib_1").Port(1).Counters().Get(hca.CntUnicastRcvPkts) }
 	x0, r0 := xmit(), rcv()
@@ -173,16 +168,8 @@ func TestDirectPeerStalledThenKilled(t *testing.T) {
 // off as someone else's QP by writing into the ring itself — until the receiver has been
 // told a list without it (here when the process next asks for a route).
 func TestDirectFreedQPNQuarantine(t *testing.T) {
-	f, path := startFabric(t)
-	sender, receiver := dial(t, path), dial(t, path)
-	a := newUDQP(t, sender.Device("pib_0"))
-	v := newUDQP(t, receiver.Device("pib_1"))
-	aLID := sender.Device("pib_0").Port(1).LID()
-	vLID := receiver.Device("pib_1").Port(1).LID()
-	send := func(sqp uint32) {
-		p := forged{slid: aLID, dlid: vLID, pkey: 0xFFFF, dqp: v.qp.Num(), sqp: sqp, qkey: testQKey, payload: []byte("12345678")}
-		sender.Device("pib_0").Port(1).Transmit([][]byte{p.bytes()})
-	}
+	f, sender, _, a, v, sendFrom := directPair(t)
+	send := func(sqp uint32) { sendFrom(sqp, []byte("12345678")) }
 	send(a.qp.Num())
 	if got := received(v, 100*time.Millisecond); len(got) != 1 || got[0].SrcQP != a.qp.Num() {
 		t.Fatalf("first packet: %+v", got)
@@ -211,4 +198,21 @@ func TestDirectFreedQPNQuarantine(t *testing.T) {
 	if dev.ForwarderOf(q) != nil {
 		t.Fatalf("QP %#x still reserved after the receiver was told it is not the sender's", q)
 	}
+}
+
+// directPair is a daemon with two attached sessions, a UD QP in each (a on the sender's
+// pib_0, v on the receiver's pib_1), and send, which puts a packet with payload from
+// source QP sqp of the sender to v on the sender's port.
+func directPair(t *testing.T) (f *inproc.Fabric, sender, receiver *attach.Session, a, v *udQP, send func(sqp uint32, payload []byte)) {
+	f, path := startFabric(t)
+	sender, receiver = dial(t, path), dial(t, path)
+	a = newUDQP(t, sender.Device("pib_0"))
+	v = newUDQP(t, receiver.Device("pib_1"))
+	aLID := sender.Device("pib_0").Port(1).LID()
+	vLID := receiver.Device("pib_1").Port(1).LID()
+	send = func(sqp uint32, payload []byte) {
+		p := forged{slid: aLID, dlid: vLID, pkey: 0xFFFF, dqp: v.qp.Num(), sqp: sqp, qkey: testQKey, payload: payload}
+		sender.Device("pib_0").Port(1).Transmit([][]byte{p.bytes()})
+	}
+	return f, sender, receiver, a, v, send
 }
