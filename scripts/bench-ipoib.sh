@@ -21,7 +21,10 @@
 # setting (daemon.max_procs: half the CPUs), the relay with Go's (all CPUs);
 # RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, and PIBGW_MAXPROCS=N pibgw
 # with daemon.max_procs = N, to compare at equal settings. SETUPS="pibgw udp" measures only
-# the setups named (default: all seven); a ratio whose baseline was not measured prints "-". Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
+# the setups named (default: all seven); TCP_CC=cubic has iperf3 use that congestion
+# control (default: the system's, printed in the header — the figures depend on it: BBR
+# paces at its estimate, CUBIC fills the queues); a ratio whose baseline was not measured
+# prints "-". Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
 #
 #   sudo bash scripts/bench-ipoib.sh            # PINGS=200 DURATION=10 MTU=2044 ROUNDS=3
 #
@@ -37,6 +40,7 @@ ROUNDS=${ROUNDS:-3}
 RELAY_MAXPROCS=${RELAY_MAXPROCS:-}
 SETUPS=${SETUPS:-veth relay pibgw relay64k connected udp udpcm}
 PIBGW_MAXPROCS=${PIBGW_MAXPROCS:-0}
+TCP_CC=${TCP_CC:-}
 tag=$$
 work=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-bench.XXXXXX")
 pids=()
@@ -72,7 +76,7 @@ tcp_gbps() {
 	ip netns exec "$2" iperf3 -s -1 -p 5201 >/dev/null 2>&1 &
 	local srv=$!
 	sleep 0.5
-	ip netns exec "$1" iperf3 -c "$3" -p 5201 -t "$DURATION" -J >"$work/iperf.json"
+	ip netns exec "$1" iperf3 -c "$3" -p 5201 -t "$DURATION" ${TCP_CC:+-C "$TCP_CC"} -J >"$work/iperf.json"
 	wait "$srv" || true
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf.json"
 }
@@ -240,7 +244,7 @@ done
 # ratio X Y: X/Y as "N.NN×", or "-" when Y is not measured.
 ratio() { awk -v x="$1" -v y="$2" 'BEGIN{if (x == "" || y == "" || y + 0 == 0) print "-"; else printf "%.2f×", x/y}'; }
 echo
-echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default}, pibgw max_procs $PIBGW_MAXPROCS)"
+echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default}, pibgw max_procs $PIBGW_MAXPROCS; TCP ${TCP_CC:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)})"
 printf '%-10s %14s %12s %14s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "runs"
 for n in "${names[@]}"; do
 	printf '%-10s %14s %12s %14s %12s  %s\n' "$n" "${rtt[$n]}" "$(ratio "${rtt[$n]}" "${rtt[relay]:-}")" \

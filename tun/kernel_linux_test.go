@@ -667,3 +667,44 @@ func udpSum(p []byte) uint16 {
 	}
 	return uint16(s)
 }
+
+// TestKernelGSOClose: a ReadGSO waiting for a packet returns ErrClosed when the device
+// is closed, as Read does, and WriteGSO after Close fails with ErrClosed; both go
+// through raw system calls on the non-blocking TUN file, whose wait is the poller's.
+func TestKernelGSOClose(t *testing.T) {
+	needRoot(t)
+	ns := testNetNS(t)
+	k := testKernel(t, KernelConfig{Name: "ib0", MTU: 9000, NetNS: ns, Infiniband: true, Up: true,
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.98.0.1/24")}})
+	if !k.Offloads() {
+		t.Skip("skipping: the kernel TUN has no virtio-net header here")
+	}
+	if k.raw == nil {
+		t.Error("the TUN file is not non-blocking: ReadGSO and WriteGSO fall back to its Read and Write")
+	}
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, MinOffset+65535)
+		for {
+			if _, _, err := k.ReadGSO(buf, MinOffset); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := k.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("blocked ReadGSO after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReadGSO still blocked after Close")
+	}
+	if err := k.WriteGSO(make([]byte, MinOffset+20), MinOffset, GSO{}, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("WriteGSO after Close: %v, want ErrClosed", err)
+	}
+}
