@@ -22,11 +22,12 @@ var packetPool = sync.Pool{New: func() any { return &pktBuf{b: make([]byte, 0, m
 func copyPacket(p []byte) *pktBuf {
 	var pb *pktBuf
 	if len(p) > maxPooledPacket {
-		pb = &pktBuf{b: append([]byte(nil), p...)}
+		pb = &pktBuf{b: make([]byte, len(p))}
 	} else {
 		pb = packetPool.Get().(*pktBuf)
-		pb.b = append(pb.b[:0], p...)
+		pb.b = pb.b[:len(p)]
 	}
+	wire.CopyPacket(pb.b, p)
 	wire.Materialize(pb.b)
 	return pb
 }

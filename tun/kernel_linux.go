@@ -42,8 +42,8 @@ type Kernel struct {
 
 	mtu    atomic.Int32
 	closed atomic.Bool
-	vnet   bool     // the file carries virtio-net headers (offloads are on)
-	file   *os.File // wireguard's TUN file, for ReadGSO and WriteGSO
+	vnet   bool            // the file carries virtio-net headers (offloads are on)
+	file   *os.File        // wireguard's TUN file, for ReadGSO and WriteGSO
 	raw    syscall.RawConn // the file's, for ReadGSO and WriteGSO (rawIO); nil if the file blocks
 	// gbuf gathers a segment written with a tail (WriteGSO), under wmu.
 	gbuf []byte

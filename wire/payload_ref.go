@@ -188,6 +188,28 @@ func MsgCsum(pkt []byte) (field int, value uint16, ok bool) {
 	return field, v, true
 }
 
+// CopyPacket copies pkt into dst, which must hold len(pkt) bytes, and returns len(pkt).
+// Of a packet whose payload is a reference it copies only what bringing the bytes in
+// (Materialize, Finalize) does not overwrite: the headers, the reference and what
+// follows the payload (pad, ICRC slot). The rest of dst's payload is left as it was,
+// for Materialize or Finalize on dst to fill, which one of them must before dst is seen:
+// a copy that stands for the bytes costs one pass over them, not two.
+func CopyPacket(dst, pkt []byte) int {
+	dst = dst[:len(pkt)]
+	o := bthOffset(pkt)
+	if o < 0 || !isRefMark(pkt[o+4]) {
+		return copy(dst, pkt)
+	}
+	p, end := payloadOffset(pkt, o), payloadEnd(pkt, o)
+	keep := p + PayloadRefLen + 4 // the reference and a message checksum's length
+	if p < 0 || keep > end {
+		return copy(dst, pkt) // not what SetPayloadRef writes: Materialize clears it
+	}
+	copy(dst[:keep], pkt)
+	copy(dst[end:], pkt[end:])
+	return len(pkt)
+}
+
 // Materialize copies the bytes of a payload reference into the packet, with a pending
 // message checksum computed (SetMsgCsumPending); the packet stays ICRC pending. A reference that does not resolve leaves a zero payload and a wrong ICRC (the
 // packet is no longer pending), so that every receiver drops it. Other packets are left

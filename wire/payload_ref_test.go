@@ -107,6 +107,73 @@ func FuzzPayloadRef(f *testing.F) {
 		}
 		c := append([]byte(nil), b...)
 		Materialize(c)
+		d := bytes.Repeat([]byte{0xAA}, len(b)) // CopyPacket leaves a reference's bytes to Finalize
+		CopyPacket(d, b)
+		Finalize(d)
 		Finalize(b)
+		if !bytes.Equal(d, b) {
+			t.Fatal("a copy finalized differs from the packet finalized in place")
+		}
 	})
+}
+
+// TestCopyPacket: a copy of a packet whose payload is a reference leaves the payload's
+// bytes past the reference alone (Materialize or Finalize brings them in, one pass over
+// them), and finalized it is exactly the packet finalized in place; other packets are
+// copied whole; an unresolvable reference still yields a packet every receiver drops.
+func TestCopyPacket(t *testing.T) {
+	mem := make([]byte, 8192)
+	for i := range mem {
+		mem[i] = byte(i*5 + 1)
+	}
+	defer SetPayloadSource(nil)
+	SetPayloadSource(fakeSource(mem))
+	for _, global := range []bool{false, true} {
+		for _, msgCsum := range []bool{false, true} {
+			pkt := buildPacket(RCSendFirst, global, 4096)
+			SetICRCPending(pkt)
+			if !SetPayloadRef(pkt, 7, 0x1234, 0x10000+64) {
+				t.Fatal("reference not set")
+			}
+			if msgCsum && !SetMsgCsumPending(pkt, 6000, 20, 16, false) {
+				t.Fatal("message checksum not set")
+			}
+			o := bthOffset(pkt)
+			p, end := payloadOffset(pkt, o), payloadEnd(pkt, o)
+			dst := bytes.Repeat([]byte{0xAA}, len(pkt)+100)
+			if n := CopyPacket(dst, pkt); n != len(pkt) {
+				t.Fatalf("CopyPacket returned %d, want %d", n, len(pkt))
+			}
+			c := dst[:len(pkt)]
+			if !bytes.Equal(c[:p+PayloadRefLen], pkt[:p+PayloadRefLen]) || !bytes.Equal(c[end:], pkt[end:]) {
+				t.Fatal("headers, reference or trailer not copied")
+			}
+			if !bytes.Equal(c[p+PayloadRefLen+4:end], bytes.Repeat([]byte{0xAA}, end-p-PayloadRefLen-4)) {
+				t.Fatal("the referenced payload's bytes were copied too")
+			}
+			Finalize(c)
+			want := append([]byte(nil), pkt...)
+			Finalize(want)
+			if !bytes.Equal(c, want) || !CheckICRC(c) {
+				t.Fatalf("global=%v msgCsum=%v: finalized copy differs from the packet finalized in place", global, msgCsum)
+			}
+		}
+		plain := buildPacket(RCSendMiddle, global, 300)
+		for i := range plain {
+			plain[i] ^= byte(i)
+		}
+		dst := make([]byte, len(plain))
+		if CopyPacket(dst, plain); !bytes.Equal(dst, plain) {
+			t.Fatal("a packet without a reference was not copied whole")
+		}
+		bad := buildPacket(RCSendMiddle, global, 4096)
+		SetICRCPending(bad)
+		SetPayloadRef(bad, 7, 0x9999, 0x10000) // unknown key
+		dst = bytes.Repeat([]byte{0xAA}, len(bad))
+		CopyPacket(dst, bad)
+		Finalize(dst)
+		if CheckReceivedICRC(dst) {
+			t.Fatal("an unresolvable reference copied and finalized passes a receiver's check")
+		}
+	}
 }

@@ -401,7 +401,7 @@ func (e *endpoint) sendData(p *peer, pkts [][]byte) {
 // encodeData writes the data message carrying pkt into buf and returns its length.
 func (p *peer) encodeData(buf, pkt []byte, n *nonce) int {
 	Header(buf).put(MsgData, p.session, p.txSeq.Add(1))
-	end := HeaderLen + copy(buf[HeaderLen:], pkt)
+	end := HeaderLen + wire.CopyPacket(buf[HeaderLen:], pkt) // Finalize brings a reference's bytes in
 	ib := buf[HeaderLen:end]
 	wire.Finalize(ib)
 	binary.LittleEndian.PutUint16(buf[end:], wire.VCRC(ib))
