@@ -52,6 +52,29 @@ func (f *fakeTUN) recvAdvancing(t testing.TB, clk *clock.Fake, step time.Duratio
 	return nil
 }
 
+// resendAdvancing injects p into src until dst delivers a packet, advancing clk by
+// step every 5 ms meanwhile, and returns what dst delivered: what a user's ping does
+// when the first attempt's ARP ran out of retries — on the fake clock, which runs far
+// faster than the real-time SM that programs a rejoined group's forwarding (under
+// -race load that took longer than an ARP's three tries, once in about 30 CI runs).
+func resendAdvancing(t testing.TB, src, dst *fakeTUN, p []byte, clk *clock.Fake, step time.Duration) []byte {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		src.Inject(p)
+		for k := 0; k < 100; k++ { // 0.5 s of real time, 10 s of fake time at step 100 ms
+			select {
+			case got := <-dst.out:
+				return got
+			case <-time.After(5 * time.Millisecond):
+				clk.Advance(step)
+			}
+		}
+	}
+	t.Fatalf("%s: nothing delivered", dst.name)
+	return nil
+}
+
 func (f *fakeTUN) recv(t testing.TB) []byte {
 	t.Helper()
 	select {
