@@ -39,17 +39,25 @@ func (f *fakeTUN) pending() int    { return len(f.out) }
 // on by step every few milliseconds while it waits, so the interface's timers fire.
 func (f *fakeTUN) recvAdvancing(t testing.TB, clk *clock.Fake, step time.Duration) []byte {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	if p, ok := f.awaitAdvancing(clk, step, 10*time.Second); ok {
+		return p
+	}
+	t.Fatalf("%s: nothing delivered", f.name)
+	return nil
+}
+
+// awaitAdvancing waits up to d (real time) for a packet, moving the fake clock on by step
+// every 5 ms meanwhile.
+func (f *fakeTUN) awaitAdvancing(clk *clock.Fake, step, d time.Duration) ([]byte, bool) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
 		select {
 		case p := <-f.out:
-			return p
+			return p, true
 		case <-time.After(5 * time.Millisecond):
 			clk.Advance(step)
 		}
 	}
-	t.Fatalf("%s: nothing delivered", f.name)
-	return nil
+	return nil, false
 }
 
 // resendAdvancing injects p into src until dst delivers a packet, advancing clk by
@@ -59,16 +67,10 @@ func (f *fakeTUN) recvAdvancing(t testing.TB, clk *clock.Fake, step time.Duratio
 // -race load that took longer than an ARP's three tries, once in about 30 CI runs).
 func resendAdvancing(t testing.TB, src, dst *fakeTUN, p []byte, clk *clock.Fake, step time.Duration) []byte {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		src.Inject(p)
-		for k := 0; k < 100; k++ { // 0.5 s of real time, 10 s of fake time at step 100 ms
-			select {
-			case got := <-dst.out:
-				return got
-			case <-time.After(5 * time.Millisecond):
-				clk.Advance(step)
-			}
+		if got, ok := dst.awaitAdvancing(clk, step, 500*time.Millisecond); ok {
+			return got
 		}
 	}
 	t.Fatalf("%s: nothing delivered", dst.name)

@@ -275,28 +275,11 @@ func TestKernelInfinibandInNetNS(t *testing.T) {
 	})
 
 	// Close removes the device and leaves the namespace.
-	done := make(chan error, 1)
-	go func() {
-		bufs, sizes := [][]byte{make([]byte, MinOffset+4096)}, []int{0}
-		for {
-			if _, err := k.Read(bufs, sizes, MinOffset); err != nil {
-				done <- err
-				return
-			}
-		}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	if err := k.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
-			t.Errorf("blocked Read after Close: %v, want ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Read still blocked after Close")
-	}
+	bufs, sizes := [][]byte{make([]byte, MinOffset+4096)}, []int{0}
+	closeWhileReading(t, "Read", func() error {
+		_, err := k.Read(bufs, sizes, MinOffset)
+		return err
+	}, k.Close)
 	if _, err := k.Write([][]byte{make([]byte, MinOffset+20)}, MinOffset); !errors.Is(err, ErrClosed) {
 		t.Errorf("Write after Close: %v, want ErrClosed", err)
 	}
@@ -682,28 +665,11 @@ func TestKernelGSOClose(t *testing.T) {
 	if k.raw == nil {
 		t.Error("the TUN file is not non-blocking: ReadGSO and WriteGSO fall back to its Read and Write")
 	}
-	done := make(chan error, 1)
-	go func() {
-		buf := make([]byte, MinOffset+65535)
-		for {
-			if _, _, err := k.ReadGSO(buf, MinOffset); err != nil {
-				done <- err
-				return
-			}
-		}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	if err := k.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
-			t.Errorf("blocked ReadGSO after Close: %v, want ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("ReadGSO still blocked after Close")
-	}
+	buf := make([]byte, MinOffset+65535)
+	closeWhileReading(t, "ReadGSO", func() error {
+		_, _, err := k.ReadGSO(buf, MinOffset)
+		return err
+	}, k.Close)
 	if err := k.WriteGSO(make([]byte, MinOffset+20), MinOffset, GSO{}, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("WriteGSO after Close: %v, want ErrClosed", err)
 	}

@@ -217,21 +217,10 @@ func TestNetstackDevice(t *testing.T) {
 	if _, err := ns.Listen("udp", ":1"); err == nil {
 		t.Errorf("Listen udp accepted")
 	}
-	done := make(chan error, 1)
-	go func() {
+	closeWhileReading(t, "Read", func() error {
 		_, err := ns.Read([][]byte{make([]byte, 2000)}, []int{0}, 0)
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	ns.Close()
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("Read after Close: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Read blocked after Close")
-	}
+		return err
+	}, func() error { ns.Close(); return nil })
 	if _, err := ns.Write([][]byte{make([]byte, 40)}, 0); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Write after Close: %v", err)
 	}

@@ -16,16 +16,23 @@ func fakeSource(mem []byte) PayloadSource {
 	}
 }
 
+// refMemory is 8 KiB of patterned bytes (byte i is i*mul+add) that fakeSource resolves
+// references to, for the test's duration.
+func refMemory(t *testing.T, mul, add int) []byte {
+	mem := make([]byte, 8192)
+	for i := range mem {
+		mem[i] = byte(i*mul + add)
+	}
+	SetPayloadSource(fakeSource(mem))
+	t.Cleanup(func() { SetPayloadSource(nil) })
+	return mem
+}
+
 // TestPayloadRef: a reference resolves to the sender's bytes without a copy; Finalize
 // makes the packet exactly what one built by copying would be; a reference that does
 // not resolve (unknown region, wrong secret) leaves a packet every receiver drops.
 func TestPayloadRef(t *testing.T) {
-	mem := make([]byte, 8192)
-	for i := range mem {
-		mem[i] = byte(i*7 + 3)
-	}
-	defer SetPayloadSource(nil)
-	SetPayloadSource(fakeSource(mem))
+	mem := refMemory(t, 7, 3)
 	for _, global := range []bool{false, true} {
 		want := buildPacket(RCSendMiddle, global, 4096)
 		o := bthOffset(want)
@@ -122,12 +129,7 @@ func FuzzPayloadRef(f *testing.F) {
 // them), and finalized it is exactly the packet finalized in place; other packets are
 // copied whole; an unresolvable reference still yields a packet every receiver drops.
 func TestCopyPacket(t *testing.T) {
-	mem := make([]byte, 8192)
-	for i := range mem {
-		mem[i] = byte(i*5 + 1)
-	}
-	defer SetPayloadSource(nil)
-	SetPayloadSource(fakeSource(mem))
+	refMemory(t, 5, 1)
 	for _, global := range []bool{false, true} {
 		for _, msgCsum := range []bool{false, true} {
 			pkt := buildPacket(RCSendFirst, global, 4096)
