@@ -58,6 +58,7 @@ FUZZ=(
 	"./internal/ibsim FuzzDatagrams"
 	"./fabric/udplink FuzzReceive"
 	"./fabric/topology FuzzParse"
+	"./internal/csum FuzzSum"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")

@@ -11,6 +11,33 @@ import (
 // Sum adds b to the running one's-complement sum (RFC 1071) as big-endian 16-bit words;
 // b may have odd length only as the last piece of a sum. Fold the result with Fold.
 func Sum(b []byte, sum uint64) uint64 {
+	if vecSum && len(b) >= vecMin {
+		for len(b) >= 64 {
+			n := min(len(b), maxVecLen) &^ 63
+			sum = addSwapped(sum, sumWords(b[:n]))
+			b = b[n:]
+		}
+	}
+	return sumScalar(b, sum)
+}
+
+// maxVecLen bounds one sumWords call so that its 64-bit total cannot overflow: it adds
+// len/4 words below 2^32.
+const maxVecLen = 1 << 30
+
+// addSwapped adds w, a sum of little-endian 32-bit words, to the running sum of
+// big-endian 16-bit words. Folded to 16 bits w is the one's-complement sum of the same
+// bytes as little-endian 16-bit words (2^16 ≡ 1 modulo 2^16−1), and that is the
+// big-endian sum with its bytes swapped (RFC 1071 §2 (B), byte order independence).
+// Fold keeps a non-zero sum non-zero, so the result folds to what the big-endian
+// loop gives, not just to an equivalent value.
+func addSwapped(sum, w uint64) uint64 {
+	s, c := bits.Add64(sum, uint64(bits.ReverseBytes16(Fold(w))), 0)
+	return s + c
+}
+
+// sumScalar is Sum one 64-bit word at a time.
+func sumScalar(b []byte, sum uint64) uint64 {
 	var c uint64
 	for len(b) >= 32 {
 		sum, c = bits.Add64(sum, binary.BigEndian.Uint64(b), 0)
