@@ -62,6 +62,19 @@ func Finalize(pkt []byte) {
 	}
 }
 
+// ClearMarks zeroes BTH.Resv8a of a packet that came from outside the process, for which it
+// is a reserved field, sent as zero (IBA 9.2) and masked out of the ICRC (7.8.1), but
+// which inside a process holds the marks of deferred work (SetICRCPending,
+// SetCsumPending, SetPayloadRef): a packet from elsewhere carrying one must be checked
+// as any other, not taken for one of this process's. It reports whether pkt changed.
+func ClearMarks(pkt []byte) bool {
+	if o := bthOffset(pkt); o >= 0 && pkt[o+4] != 0 {
+		pkt[o+4] = 0
+		return true
+	}
+	return false
+}
+
 // CheckReceivedICRC is a receiver's check: a pending packet never left the process and
 // passes; any other must carry a correct ICRC.
 func CheckReceivedICRC(pkt []byte) bool {

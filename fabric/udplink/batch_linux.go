@@ -30,6 +30,7 @@ type batch struct {
 	names []unix.RawSockaddrInet6 // big enough for sockaddr_in too
 	nlens []uint32                // send: each slot's address length
 	bufs  [][]byte
+	mem   []byte   // the memory of bufs
 	lens  []int    // payload length of each slot (send) or received length (receive)
 	nonce nonce    // AEAD scratch of the sender that holds the batch
 	run   [][]byte // received packets being collected for one Receive call
@@ -39,6 +40,7 @@ type batch struct {
 	sent  int                   // messages sent
 	rfn   func(fd uintptr) bool // method values, made once
 	wfn   func(fd uintptr) bool
+	lent  bool // send: some slots' iovecs point at received datagrams (endpoint.forwarded)
 
 	// UDP segmentation offload (Linux 4.18+ UDP_SEGMENT, 5.0+ UDP_GRO): a message may
 	// carry several datagrams of one size (the last may be shorter), which the kernel
@@ -74,6 +76,7 @@ func newBatch(n, bufSize int) *batch {
 		slots: make([]int, n),
 	}
 	mem := make([]byte, n*bufSize)
+	b.mem = mem
 	for i := range b.msgs {
 		b.bufs[i] = mem[i*bufSize : (i+1)*bufSize : (i+1)*bufSize]
 		b.iovs[i].Base = &b.bufs[i][0]

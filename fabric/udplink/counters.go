@@ -51,6 +51,7 @@ func DropReasons() []DropReason {
 type Counters struct {
 	RxDatagrams, RxPackets, RxBytes uint64 // every datagram; data packets delivered and their bytes
 	TxDatagrams, TxPackets, TxBytes uint64
+	TxForwarded                     uint64 // data packets sent from the datagram they arrived in (a switch forwarding, no copy)
 	Connects, Refused, Deaths       uint64 // sessions opened, refusals (sent or received), peers declared dead
 	StaleHints                      uint64 // disconnects sent for sessions the listener does not have
 	Drops                           [numDropReasons]uint64
@@ -63,7 +64,7 @@ func (c Counters) Dropped(r DropReason) uint64 { return c.Drops[r] }
 func (c Counters) Map() map[string]uint64 {
 	m := map[string]uint64{
 		"rx_datagrams": c.RxDatagrams, "rx_packets": c.RxPackets, "rx_bytes": c.RxBytes,
-		"tx_datagrams": c.TxDatagrams, "tx_packets": c.TxPackets, "tx_bytes": c.TxBytes,
+		"tx_datagrams": c.TxDatagrams, "tx_packets": c.TxPackets, "tx_bytes": c.TxBytes, "tx_forwarded": c.TxForwarded,
 		"connects": c.Connects, "refused": c.Refused, "deaths": c.Deaths, "stale_hints": c.StaleHints,
 	}
 	for i, v := range c.Drops {
@@ -75,6 +76,7 @@ func (c Counters) Map() map[string]uint64 {
 type counters struct {
 	rxDgrams, rxPkts, rxBytes atomic.Uint64
 	txDgrams, txPkts, txBytes atomic.Uint64
+	txForwarded               atomic.Uint64
 	connects, refused, deaths atomic.Uint64
 	hints                     atomic.Uint64
 	drops                     [numDropReasons]atomic.Uint64
@@ -86,7 +88,8 @@ func (c *counters) snapshot() Counters {
 	s := Counters{
 		RxDatagrams: c.rxDgrams.Load(), RxPackets: c.rxPkts.Load(), RxBytes: c.rxBytes.Load(),
 		TxDatagrams: c.txDgrams.Load(), TxPackets: c.txPkts.Load(), TxBytes: c.txBytes.Load(),
-		Connects: c.connects.Load(), Refused: c.refused.Load(), Deaths: c.deaths.Load(),
+		TxForwarded: c.txForwarded.Load(),
+		Connects:    c.connects.Load(), Refused: c.refused.Load(), Deaths: c.deaths.Load(),
 		StaleHints: c.hints.Load(),
 	}
 	for i := range s.Drops {

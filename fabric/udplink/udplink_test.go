@@ -3,6 +3,7 @@ package udplink
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"flag"
 	"log/slog"
 	"net/netip"
@@ -145,6 +146,10 @@ func TestHostsThroughSwitch(t *testing.T) {
 			if c.RxPackets != 4 || c.TxPackets != 4 || c.Connects != 2 {
 				t.Fatalf("switch counters %+v", c)
 			}
+			// The switch sent each on from the buffer it arrived in; hosts copy theirs.
+			if c.TxForwarded != 4 || da.Counters().TxForwarded != 0 {
+				t.Fatalf("forwarded in place: switch %d of 4, host %d", c.TxForwarded, da.Counters().TxForwarded)
+			}
 			for _, r := range DropReasons() {
 				if c.Dropped(r) != 0 {
 					t.Fatalf("switch dropped %d for %v", c.Dropped(r), r)
@@ -153,6 +158,97 @@ func TestHostsThroughSwitch(t *testing.T) {
 			if len(s.l.Peers()) != 2 || s.l.Peers()[0].SessionKey != (psk != nil) {
 				t.Fatalf("peers %+v", s.l.Peers())
 			}
+		})
+	}
+}
+
+// A switch sends packets on from the datagrams they arrived in (forwarded): a multicast
+// packet to two hosts, unicast packets to each in between, one Send from the first host,
+// with and without a PSK — every host gets exactly what was sent, each datagram with its
+// own session's header, tag and a VCRC that checks (or the host would drop it).
+func TestForwardInPlace(t *testing.T) {
+	for _, psk := range [][]byte{nil, testPSK} {
+		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
+			cfg := Config{PSK: psk}
+			s := newTestSwitch(t, 4, cfg)
+			_, a := dial(t, s, 0xA1, cfg)
+			db, b := dial(t, s, 0xB1, cfg)
+			dc, c := dial(t, s, 0xC1, cfg)
+			for _, h := range []*hostPort{a, b, c} {
+				h.waitLink(t, true)
+			}
+			pb, pc := uint16(db.Status().SwitchPort), uint16(dc.Status().SwitchPort)
+			const mlid = 0xC001
+			var m fabric.PortMask
+			m.Set(int(pb))
+			m.Set(int(pc))
+			s.sw.SetMFT(mlid, m)
+			mc1, mc2 := pkt(mlid, 1, 300), pkt(mlid, 1, 4000)
+			ub, uc := pkt(pb, 1, 4000), pkt(pc, 1, 17)
+			a.Send(mc1, ub, uc, mc2)
+			for _, w := range []struct {
+				h    *hostPort
+				want [][]byte
+			}{{b, [][]byte{mc1, ub, mc2}}, {c, [][]byte{mc1, uc, mc2}}} {
+				got := recv(t, w.h, len(w.want))
+				for i := range w.want {
+					if !bytes.Equal(got[i], w.want[i]) {
+						t.Fatalf("packet %d differs:\n got %x\nwant %x", i, got[i], w.want[i])
+					}
+				}
+			}
+			waitFor(t, func() bool { return s.l.Counters().TxPackets == 6 })
+			if n := s.l.Counters().TxForwarded; n != 6 {
+				t.Fatalf("%d of 6 packets forwarded in place", n)
+			}
+		})
+	}
+}
+
+// A packet from another process whose BTH.Resv8a holds what inside a process marks
+// deferred work (here "ICRC pending") is not taken for one of ours: the mark is cleared
+// where it enters, so the receiving HCA checks its ICRC, which here is wrong — and the
+// switch that forwarded it from its receive buffer gave it a VCRC matching the cleared
+// byte, or the host would have dropped it.
+func TestForeignMarks(t *testing.T) {
+	for _, psk := range [][]byte{nil, testPSK} {
+		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
+			cfg := Config{PSK: psk}
+			s := newTestSwitch(t, 2, cfg)
+			da, a := dial(t, s, 0x41, cfg)
+			_, b := dial(t, s, 0x42, cfg)
+			a.waitLink(t, true)
+			b.waitLink(t, true)
+			p := pkt(uint16(3-da.Status().SwitchPort), 1, 64)
+			p[len(p)-1] ^= 0xff // a wrong ICRC
+			wire.SetICRCPending(p)
+			// As a host that does not finalize would send it: header, packet, VCRC, tag.
+			hp := da.cur.Load()
+			dg := make([]byte, maxDatagram)
+			Header(dg).put(MsgData, hp.session, hp.txSeq.Add(1))
+			n := HeaderLen + copy(dg[HeaderLen:], p)
+			binary.LittleEndian.PutUint16(dg[n:], wire.VCRC(p))
+			n += wire.VCRCLen
+			if hp.tx != nil {
+				var no nonce
+				n = len(seal(hp.tx, &no, dg[:n]))
+			}
+			if _, err := da.e.uc.WriteToUDPAddrPort(dg[:n], s.l.Addr()); err != nil {
+				t.Fatal(err)
+			}
+			got := recv(t, b, 1)[0]
+			if wire.ICRCPending(got) || wire.CheckReceivedICRC(got) {
+				t.Fatalf("a foreign packet passes as ICRC pending: %x", got)
+			}
+			want := append([]byte(nil), p...)
+			wire.ClearMarks(want)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("got %x\nwant %x", got, want)
+			}
+			if s.l.Counters().TxForwarded != 1 {
+				t.Fatalf("not forwarded in place")
+			}
+			_ = a
 		})
 	}
 }
