@@ -25,6 +25,41 @@ type Packet struct {
 	// the current batch; their handlers run once the batch is delivered.
 	touched  [4]*CQ
 	ntouched int
+	// kicks are the connections the batch gave responses to send (DeferKick).
+	kicks  [4]Kicker
+	nkicks int
+}
+
+// A Kicker is a transport's connection that has responses queued — rc's ACKs — and
+// sends them when kicked.
+type Kicker interface{ Kick() }
+
+// DeferKick has the port kick k once it has taken in the whole batch, before the
+// completion handlers run. rc queues an ACK at the end of each message but sends from
+// here, so that a batch carrying several messages of one connection is answered by one
+// ACK — ACKs are cumulative, and the responder's queue lets a newer ACK replace one not
+// yet sent (IBA 9.7.5.1) — as hfi1 and qib keep a QP's ACK until the end of the receive
+// interrupt (rc_defer_ack). Every batch ends in runHandlers, which kicks first.
+func (pk *Packet) DeferKick(k Kicker) {
+	for _, x := range pk.kicks[:pk.nkicks] {
+		if x == k {
+			return
+		}
+	}
+	if pk.nkicks == len(pk.kicks) {
+		pk.runKicks()
+	}
+	pk.kicks[pk.nkicks] = k
+	pk.nkicks++
+}
+
+func (pk *Packet) runKicks() {
+	for i := range pk.kicks[:pk.nkicks] {
+		k := pk.kicks[i]
+		pk.kicks[i] = nil
+		k.Kick()
+	}
+	pk.nkicks = 0
 }
 
 // noteCQ records a CQ whose handler should run after the batch.
@@ -44,8 +79,10 @@ func (pk *Packet) noteCQ(cq *CQ) {
 	pk.ntouched++
 }
 
-// runHandlers calls the completion handlers of the CQs the batch touched.
+// runHandlers kicks the connections the batch gave work (DeferKick), then calls the
+// completion handlers of the CQs it touched.
 func (pk *Packet) runHandlers() {
+	pk.runKicks()
 	for k, cq := range pk.touched[:pk.ntouched] {
 		pk.touched[k] = nil
 		if h := cq.handler.Load(); h != nil {

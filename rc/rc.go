@@ -220,6 +220,11 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 		c.resp.request(c, pk)
 		c.rmu.Unlock()
 	}
+	pk.DeferKick(c) // once per received batch: one ACK for its messages
+}
+
+// Kick sends what the packets of a received batch queued (hca.Kicker).
+func (c *conn) Kick() {
 	c.kick()
 	c.runFail()
 }
