@@ -23,11 +23,42 @@ type Packet struct {
 
 	// touched are the receive CQs with a completion handler that got completions from
 	// the current batch; their handlers run once the batch is delivered.
-	touched  [4]*CQ
-	ntouched int
+	touched batchSet[*CQ]
 	// kicks are the connections the batch gave responses to send (DeferKick).
-	kicks  [4]Kicker
-	nkicks int
+	kicks batchSet[Kicker]
+}
+
+// batchSet holds the distinct things a batch touched (up to four: one more runs the
+// batch's end early).
+type batchSet[T comparable] struct {
+	v [4]T
+	n int
+}
+
+// add adds x unless it is in s already; when s is full it first calls flush, which
+// must empty it.
+func (s *batchSet[T]) add(x T, flush func()) {
+	for _, y := range s.v[:s.n] {
+		if y == x {
+			return
+		}
+	}
+	if s.n == len(s.v) {
+		flush()
+	}
+	s.v[s.n] = x
+	s.n++
+}
+
+// drain empties s, calling f on each value in the order added.
+func (s *batchSet[T]) drain(f func(T)) {
+	var zero T
+	for i := range s.v[:s.n] {
+		x := s.v[i]
+		s.v[i] = zero
+		f(x)
+	}
+	s.n = 0
 }
 
 // A Kicker is a transport's connection that has responses queued — rc's ACKs — and
@@ -40,56 +71,29 @@ type Kicker interface{ Kick() }
 // ACK — ACKs are cumulative, and the responder's queue lets a newer ACK replace one not
 // yet sent (IBA 9.7.5.1) — as hfi1 and qib keep a QP's ACK until the end of the receive
 // interrupt (rc_defer_ack). Every batch ends in runHandlers, which kicks first.
-func (pk *Packet) DeferKick(k Kicker) {
-	for _, x := range pk.kicks[:pk.nkicks] {
-		if x == k {
-			return
-		}
-	}
-	if pk.nkicks == len(pk.kicks) {
-		pk.runKicks()
-	}
-	pk.kicks[pk.nkicks] = k
-	pk.nkicks++
-}
+func (pk *Packet) DeferKick(k Kicker) { pk.kicks.add(k, pk.runKicks) }
 
-func (pk *Packet) runKicks() {
-	for i := range pk.kicks[:pk.nkicks] {
-		k := pk.kicks[i]
-		pk.kicks[i] = nil
-		k.Kick()
-	}
-	pk.nkicks = 0
-}
+func (pk *Packet) runKicks() { pk.kicks.drain(Kicker.Kick) }
 
 // noteCQ records a CQ whose handler should run after the batch.
 func (pk *Packet) noteCQ(cq *CQ) {
 	if cq.handler.Load() == nil {
 		return
 	}
-	for _, c := range pk.touched[:pk.ntouched] {
-		if c == cq {
-			return
-		}
-	}
-	if pk.ntouched == len(pk.touched) {
-		pk.runHandlers()
-	}
-	pk.touched[pk.ntouched] = cq
-	pk.ntouched++
+	pk.touched.add(cq, pk.runHandlers)
 }
 
 // runHandlers kicks the connections the batch gave work (DeferKick), then calls the
 // completion handlers of the CQs it touched.
 func (pk *Packet) runHandlers() {
 	pk.runKicks()
-	for k, cq := range pk.touched[:pk.ntouched] {
-		pk.touched[k] = nil
-		if h := cq.handler.Load(); h != nil {
-			(*h)(cq)
-		}
+	pk.touched.drain(runHandler)
+}
+
+func runHandler(cq *CQ) {
+	if h := cq.handler.Load(); h != nil {
+		(*h)(cq)
 	}
-	pk.ntouched = 0
 }
 
 var packetPool = sync.Pool{New: func() any { return new(Packet) }}

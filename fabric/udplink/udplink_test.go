@@ -114,52 +114,46 @@ func recv(t *testing.T, hp *hostPort, n int) [][]byte {
 // Two hosts exchange packets through the switch, with and without a PSK; what arrives
 // is exactly what was sent, and each host has the port its GUID got.
 func TestHostsThroughSwitch(t *testing.T) {
-	for _, psk := range [][]byte{nil, testPSK} {
-		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
-			cfg := Config{PSK: psk}
-			s := newTestSwitch(t, 4, cfg)
-			da, a := dial(t, s, 0xA1, cfg)
-			db, b := dial(t, s, 0xB1, cfg)
-			a.waitLink(t, true)
-			b.waitLink(t, true)
-			pa, pb := da.Status().SwitchPort, db.Status().SwitchPort
-			if pa == pb || pa == 0 || pb == 0 {
-				t.Fatalf("switch ports %d and %d", pa, pb)
+	eachAuth(t, func(t *testing.T, psk []byte) {
+		s, ds, hs := withHosts(t, 4, Config{PSK: psk}, 0xA1, 0xB1)
+		da, a, db, b := ds[0], hs[0], ds[1], hs[1]
+		pa, pb := da.Status().SwitchPort, db.Status().SwitchPort
+		if pa == pb || pa == 0 || pb == 0 {
+			t.Fatalf("switch ports %d and %d", pa, pb)
+		}
+		want := [][]byte{pkt(uint16(pb), uint16(pa), 10), pkt(uint16(pb), uint16(pa), 4000), pkt(uint16(pb), uint16(pa), 0)}
+		a.Send(want...)
+		got := recv(t, b, len(want))
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("packet %d differs:\n got %x\nwant %x", i, got[i], want[i])
 			}
-			want := [][]byte{pkt(uint16(pb), uint16(pa), 10), pkt(uint16(pb), uint16(pa), 4000), pkt(uint16(pb), uint16(pa), 0)}
-			a.Send(want...)
-			got := recv(t, b, len(want))
-			for i := range want {
-				if !bytes.Equal(got[i], want[i]) {
-					t.Fatalf("packet %d differs:\n got %x\nwant %x", i, got[i], want[i])
-				}
+		}
+		back := pkt(uint16(pa), uint16(pb), 33)
+		b.Send(back)
+		if got := recv(t, a, 1); !bytes.Equal(got[0], back) {
+			t.Fatalf("reply differs")
+		}
+		// The switch counts a packet sent once sendmmsg returned, which may be after
+		// the host received it.
+		waitFor(t, func() bool { return s.l.Counters().TxPackets == 4 })
+		c := s.l.Counters()
+		if c.RxPackets != 4 || c.TxPackets != 4 || c.Connects != 2 {
+			t.Fatalf("switch counters %+v", c)
+		}
+		// The switch sent each on from the buffer it arrived in; hosts copy theirs.
+		if c.TxForwarded != 4 || da.Counters().TxForwarded != 0 {
+			t.Fatalf("forwarded in place: switch %d of 4, host %d", c.TxForwarded, da.Counters().TxForwarded)
+		}
+		for _, r := range DropReasons() {
+			if c.Dropped(r) != 0 {
+				t.Fatalf("switch dropped %d for %v", c.Dropped(r), r)
 			}
-			back := pkt(uint16(pa), uint16(pb), 33)
-			b.Send(back)
-			if got := recv(t, a, 1); !bytes.Equal(got[0], back) {
-				t.Fatalf("reply differs")
-			}
-			// The switch counts a packet sent once sendmmsg returned, which may be after
-			// the host received it.
-			waitFor(t, func() bool { return s.l.Counters().TxPackets == 4 })
-			c := s.l.Counters()
-			if c.RxPackets != 4 || c.TxPackets != 4 || c.Connects != 2 {
-				t.Fatalf("switch counters %+v", c)
-			}
-			// The switch sent each on from the buffer it arrived in; hosts copy theirs.
-			if c.TxForwarded != 4 || da.Counters().TxForwarded != 0 {
-				t.Fatalf("forwarded in place: switch %d of 4, host %d", c.TxForwarded, da.Counters().TxForwarded)
-			}
-			for _, r := range DropReasons() {
-				if c.Dropped(r) != 0 {
-					t.Fatalf("switch dropped %d for %v", c.Dropped(r), r)
-				}
-			}
-			if len(s.l.Peers()) != 2 || s.l.Peers()[0].SessionKey != (psk != nil) {
-				t.Fatalf("peers %+v", s.l.Peers())
-			}
-		})
-	}
+		}
+		if len(s.l.Peers()) != 2 || s.l.Peers()[0].SessionKey != (psk != nil) {
+			t.Fatalf("peers %+v", s.l.Peers())
+		}
+	})
 }
 
 // A switch sends packets on from the datagrams they arrived in (forwarded): a multicast
@@ -167,42 +161,34 @@ func TestHostsThroughSwitch(t *testing.T) {
 // with and without a PSK — every host gets exactly what was sent, each datagram with its
 // own session's header, tag and a VCRC that checks (or the host would drop it).
 func TestForwardInPlace(t *testing.T) {
-	for _, psk := range [][]byte{nil, testPSK} {
-		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
-			cfg := Config{PSK: psk}
-			s := newTestSwitch(t, 4, cfg)
-			_, a := dial(t, s, 0xA1, cfg)
-			db, b := dial(t, s, 0xB1, cfg)
-			dc, c := dial(t, s, 0xC1, cfg)
-			for _, h := range []*hostPort{a, b, c} {
-				h.waitLink(t, true)
-			}
-			pb, pc := uint16(db.Status().SwitchPort), uint16(dc.Status().SwitchPort)
-			const mlid = 0xC001
-			var m fabric.PortMask
-			m.Set(int(pb))
-			m.Set(int(pc))
-			s.sw.SetMFT(mlid, m)
-			mc1, mc2 := pkt(mlid, 1, 300), pkt(mlid, 1, 4000)
-			ub, uc := pkt(pb, 1, 4000), pkt(pc, 1, 17)
-			a.Send(mc1, ub, uc, mc2)
-			for _, w := range []struct {
-				h    *hostPort
-				want [][]byte
-			}{{b, [][]byte{mc1, ub, mc2}}, {c, [][]byte{mc1, uc, mc2}}} {
-				got := recv(t, w.h, len(w.want))
-				for i := range w.want {
-					if !bytes.Equal(got[i], w.want[i]) {
-						t.Fatalf("packet %d differs:\n got %x\nwant %x", i, got[i], w.want[i])
-					}
+	eachAuth(t, func(t *testing.T, psk []byte) {
+		s, ds, hs := withHosts(t, 4, Config{PSK: psk}, 0xA1, 0xB1, 0xC1)
+		a, db, b, dc, c := hs[0], ds[1], hs[1], ds[2], hs[2]
+		pb, pc := uint16(db.Status().SwitchPort), uint16(dc.Status().SwitchPort)
+		const mlid = 0xC001
+		var m fabric.PortMask
+		m.Set(int(pb))
+		m.Set(int(pc))
+		s.sw.SetMFT(mlid, m)
+		mc1, mc2 := pkt(mlid, 1, 300), pkt(mlid, 1, 4000)
+		ub, uc := pkt(pb, 1, 4000), pkt(pc, 1, 17)
+		a.Send(mc1, ub, uc, mc2)
+		for _, w := range []struct {
+			h    *hostPort
+			want [][]byte
+		}{{b, [][]byte{mc1, ub, mc2}}, {c, [][]byte{mc1, uc, mc2}}} {
+			got := recv(t, w.h, len(w.want))
+			for i := range w.want {
+				if !bytes.Equal(got[i], w.want[i]) {
+					t.Fatalf("packet %d differs:\n got %x\nwant %x", i, got[i], w.want[i])
 				}
 			}
-			waitFor(t, func() bool { return s.l.Counters().TxPackets == 6 })
-			if n := s.l.Counters().TxForwarded; n != 6 {
-				t.Fatalf("%d of 6 packets forwarded in place", n)
-			}
-		})
-	}
+		}
+		waitFor(t, func() bool { return s.l.Counters().TxPackets == 6 })
+		if n := s.l.Counters().TxForwarded; n != 6 {
+			t.Fatalf("%d of 6 packets forwarded in place", n)
+		}
+	})
 }
 
 // A packet from another process whose BTH.Resv8a holds what inside a process marks
@@ -211,46 +197,39 @@ func TestForwardInPlace(t *testing.T) {
 // switch that forwarded it from its receive buffer gave it a VCRC matching the cleared
 // byte, or the host would have dropped it.
 func TestForeignMarks(t *testing.T) {
-	for _, psk := range [][]byte{nil, testPSK} {
-		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
-			cfg := Config{PSK: psk}
-			s := newTestSwitch(t, 2, cfg)
-			da, a := dial(t, s, 0x41, cfg)
-			_, b := dial(t, s, 0x42, cfg)
-			a.waitLink(t, true)
-			b.waitLink(t, true)
-			p := pkt(uint16(3-da.Status().SwitchPort), 1, 64)
-			p[len(p)-1] ^= 0xff // a wrong ICRC
-			wire.SetICRCPending(p)
-			// As a host that does not finalize would send it: header, packet, VCRC, tag.
-			hp := da.cur.Load()
-			dg := make([]byte, maxDatagram)
-			Header(dg).put(MsgData, hp.session, hp.txSeq.Add(1))
-			n := HeaderLen + copy(dg[HeaderLen:], p)
-			binary.LittleEndian.PutUint16(dg[n:], wire.VCRC(p))
-			n += wire.VCRCLen
-			if hp.tx != nil {
-				var no nonce
-				n = len(seal(hp.tx, &no, dg[:n]))
-			}
-			if _, err := da.e.uc.WriteToUDPAddrPort(dg[:n], s.l.Addr()); err != nil {
-				t.Fatal(err)
-			}
-			got := recv(t, b, 1)[0]
-			if wire.ICRCPending(got) || wire.CheckReceivedICRC(got) {
-				t.Fatalf("a foreign packet passes as ICRC pending: %x", got)
-			}
-			want := append([]byte(nil), p...)
-			wire.ClearMarks(want)
-			if !bytes.Equal(got, want) {
-				t.Fatalf("got %x\nwant %x", got, want)
-			}
-			if s.l.Counters().TxForwarded != 1 {
-				t.Fatalf("not forwarded in place")
-			}
-			_ = a
-		})
-	}
+	eachAuth(t, func(t *testing.T, psk []byte) {
+		s, ds, hs := withHosts(t, 2, Config{PSK: psk}, 0x41, 0x42)
+		da, b := ds[0], hs[1]
+		p := pkt(uint16(3-da.Status().SwitchPort), 1, 64)
+		p[len(p)-1] ^= 0xff // a wrong ICRC
+		wire.SetICRCPending(p)
+		// As a host that does not finalize would send it: header, packet, VCRC, tag.
+		hp := da.cur.Load()
+		dg := make([]byte, maxDatagram)
+		Header(dg).put(MsgData, hp.session, hp.txSeq.Add(1))
+		n := HeaderLen + copy(dg[HeaderLen:], p)
+		binary.LittleEndian.PutUint16(dg[n:], wire.VCRC(p))
+		n += wire.VCRCLen
+		if hp.tx != nil {
+			var no nonce
+			n = len(seal(hp.tx, &no, dg[:n]))
+		}
+		if _, err := da.e.uc.WriteToUDPAddrPort(dg[:n], s.l.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		got := recv(t, b, 1)[0]
+		if wire.ICRCPending(got) || wire.CheckReceivedICRC(got) {
+			t.Fatalf("a foreign packet passes as ICRC pending: %x", got)
+		}
+		want := append([]byte(nil), p...)
+		wire.ClearMarks(want)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("got %x\nwant %x", got, want)
+		}
+		if s.l.Counters().TxForwarded != 1 {
+			t.Fatalf("not forwarded in place")
+		}
+	})
 }
 
 // Packets an in-process sender left with a pending ICRC leave finalized (wire.Finalize).
@@ -395,55 +374,77 @@ func TestSwitchRestart(t *testing.T) {
 // A datagram replayed from the wire is dropped; so are short, truncated, unknown-version
 // and unknown-session datagrams, each counted under its reason.
 func TestBadDatagrams(t *testing.T) {
+	eachAuth(t, func(t *testing.T, psk []byte) {
+		cfg := Config{PSK: psk}
+		s := newTestSwitch(t, 2, cfg)
+		d, a := dial(t, s, 0x41, cfg)
+		a.waitLink(t, true)
+		p := d.cur.Load()
+		// A valid data datagram as the host would send it, then replayed.
+		dg := encode(p, pkt(1, 2, 16))
+		sendFrom := func(b []byte) {
+			// From the host's own socket address, so the session lookup matches.
+			if _, err := d.e.uc.WriteToUDPAddrPort(b, s.l.Addr()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := s.l.Counters()
+		sendFrom(dg) // first copy: accepted
+		sendFrom(dg) // replay
+		waitFor(t, func() bool { return s.l.Counters().Dropped(DropReplay) == before.Dropped(DropReplay)+1 })
+		sendFrom([]byte{1, 2, 3})
+		waitFor(t, func() bool { return s.l.Counters().Dropped(DropShort) > before.Dropped(DropShort) })
+		sendFrom(make([]byte, 9000))
+		waitFor(t, func() bool { return s.l.Counters().Dropped(DropTruncated) > before.Dropped(DropTruncated) })
+		if psk == nil {
+			bad := append([]byte(nil), dg...)
+			bad[0] = 9
+			sendFrom(bad)
+			waitFor(t, func() bool { return s.l.Counters().Dropped(DropVersion) > before.Dropped(DropVersion) })
+			bad = append([]byte(nil), dg...)
+			Header(bad).put(MsgData, p.session+1, 1<<40)
+			sendFrom(bad)
+			waitFor(t, func() bool { return s.l.Counters().Dropped(DropUnknownSession) > before.Dropped(DropUnknownSession) })
+			bad = append([]byte(nil), dg...)
+			Header(bad).put(MsgData, p.session, 1<<41)
+			bad[len(bad)-1] ^= 1
+			sendFrom(bad)
+			waitFor(t, func() bool { return s.l.Counters().Dropped(DropVCRC) > before.Dropped(DropVCRC) })
+		} else {
+			bad := append([]byte(nil), dg...)
+			bad[20] ^= 1
+			sendFrom(bad)
+			waitFor(t, func() bool { return s.l.Counters().Dropped(DropAuth) > before.Dropped(DropAuth) })
+		}
+		// The session still works.
+		a.Reset()
+		s.sw.SetLFT(9, uint8(p.num))
+		a.Send(pkt(9, 2, 4))
+		recv(t, a, 1)
+	})
+}
+
+// withHosts starts a switch of nports ports and a host dialing it for each GUID, and
+// waits until every host is plugged in.
+func withHosts(t *testing.T, nports int, cfg Config, guids ...uint64) (*testSwitch, []*Dialer, []*hostPort) {
+	t.Helper()
+	s := newTestSwitch(t, nports, cfg)
+	var ds []*Dialer
+	var hs []*hostPort
+	for _, g := range guids {
+		d, h := dial(t, s, g, cfg)
+		ds, hs = append(ds, d), append(hs, h)
+	}
+	for _, h := range hs {
+		h.waitLink(t, true)
+	}
+	return s, ds, hs
+}
+
+// eachAuth runs f as two subtests: links with an allow-list (psk nil) and with a PSK.
+func eachAuth(t *testing.T, f func(t *testing.T, psk []byte)) {
 	for _, psk := range [][]byte{nil, testPSK} {
-		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
-			cfg := Config{PSK: psk}
-			s := newTestSwitch(t, 2, cfg)
-			d, a := dial(t, s, 0x41, cfg)
-			a.waitLink(t, true)
-			p := d.cur.Load()
-			// A valid data datagram as the host would send it, then replayed.
-			dg := encode(p, pkt(1, 2, 16))
-			sendFrom := func(b []byte) {
-				// From the host's own socket address, so the session lookup matches.
-				if _, err := d.e.uc.WriteToUDPAddrPort(b, s.l.Addr()); err != nil {
-					t.Fatal(err)
-				}
-			}
-			before := s.l.Counters()
-			sendFrom(dg) // first copy: accepted
-			sendFrom(dg) // replay
-			waitFor(t, func() bool { return s.l.Counters().Dropped(DropReplay) == before.Dropped(DropReplay)+1 })
-			sendFrom([]byte{1, 2, 3})
-			waitFor(t, func() bool { return s.l.Counters().Dropped(DropShort) > before.Dropped(DropShort) })
-			sendFrom(make([]byte, 9000))
-			waitFor(t, func() bool { return s.l.Counters().Dropped(DropTruncated) > before.Dropped(DropTruncated) })
-			if psk == nil {
-				bad := append([]byte(nil), dg...)
-				bad[0] = 9
-				sendFrom(bad)
-				waitFor(t, func() bool { return s.l.Counters().Dropped(DropVersion) > before.Dropped(DropVersion) })
-				bad = append([]byte(nil), dg...)
-				Header(bad).put(MsgData, p.session+1, 1<<40)
-				sendFrom(bad)
-				waitFor(t, func() bool { return s.l.Counters().Dropped(DropUnknownSession) > before.Dropped(DropUnknownSession) })
-				bad = append([]byte(nil), dg...)
-				Header(bad).put(MsgData, p.session, 1<<41)
-				bad[len(bad)-1] ^= 1
-				sendFrom(bad)
-				waitFor(t, func() bool { return s.l.Counters().Dropped(DropVCRC) > before.Dropped(DropVCRC) })
-			} else {
-				bad := append([]byte(nil), dg...)
-				bad[20] ^= 1
-				sendFrom(bad)
-				waitFor(t, func() bool { return s.l.Counters().Dropped(DropAuth) > before.Dropped(DropAuth) })
-			}
-			// The session still works.
-			a.Reset()
-			s.sw.SetLFT(9, uint8(p.num))
-			a.Send(pkt(9, 2, 4))
-			recv(t, a, 1)
-		})
+		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) { f(t, psk) })
 	}
 }
 
@@ -535,28 +536,26 @@ func (w *jackWatch) Attach(l fabric.Link) {
 // A restarted switch answers the old session's keepalives with a disconnect, and the
 // host reconnects at once, long before its link timeout.
 func TestSwitchRestartHint(t *testing.T) {
-	for _, psk := range [][]byte{nil, testPSK} {
-		t.Run(map[bool]string{false: "allowlist", true: "psk"}[psk != nil], func(t *testing.T) {
-			fc := clock.NewFake(time.Unix(1e9, 0))
-			cfg := Config{Clock: fc, Keepalive: 100 * time.Millisecond, DeadAfter: 10 * time.Second, PSK: psk}
-			s := newTestSwitch(t, 2, cfg)
-			addr := s.l.Addr().String()
-			d, a := dial(t, s, 0x61, cfg)
-			a.waitLink(t, true)
-			s.l.e.close()
-			l2, err := Listen(addr, AllPorts(fabric.NewSwitch(fabric.SwitchConfig{Ports: 2})), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(l2.Close)
-			fc.Advance(100 * time.Millisecond) // the host's next keepalive
-			waitFor(t, func() bool { return l2.Counters().Connects == 1 })
-			if l2.Counters().StaleHints != 1 || d.Counters().Deaths != 0 {
-				t.Fatalf("switch %+v host %+v", l2.Counters(), d.Counters())
-			}
-			waitFor(t, func() bool { return d.Status().Up })
-		})
-	}
+	eachAuth(t, func(t *testing.T, psk []byte) {
+		fc := clock.NewFake(time.Unix(1e9, 0))
+		cfg := Config{Clock: fc, Keepalive: 100 * time.Millisecond, DeadAfter: 10 * time.Second, PSK: psk}
+		s := newTestSwitch(t, 2, cfg)
+		addr := s.l.Addr().String()
+		d, a := dial(t, s, 0x61, cfg)
+		a.waitLink(t, true)
+		s.l.e.close()
+		l2, err := Listen(addr, AllPorts(fabric.NewSwitch(fabric.SwitchConfig{Ports: 2})), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(l2.Close)
+		fc.Advance(100 * time.Millisecond) // the host's next keepalive
+		waitFor(t, func() bool { return l2.Counters().Connects == 1 })
+		if l2.Counters().StaleHints != 1 || d.Counters().Deaths != 0 {
+			t.Fatalf("switch %+v host %+v", l2.Counters(), d.Counters())
+		}
+		waitFor(t, func() bool { return d.Status().Up })
+	})
 }
 
 // A switch of 254 ports (IBA's most) takes 254 hosts, each on its own port, refuses the
