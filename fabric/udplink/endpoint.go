@@ -414,11 +414,11 @@ func (e *endpoint) sendData(p *peer, pkts [][]byte) {
 	}
 	e.flush(b, p)
 	e.putBatch(b)
+	if fwd > 0 {
+		e.ctr.txForwarded.Add(fwd) // before txPkts: whoever sees the packets counted sees these
+	}
 	e.ctr.txPkts.Add(n)
 	e.ctr.txBytes.Add(bytes)
-	if fwd > 0 {
-		e.ctr.txForwarded.Add(fwd)
-	}
 	p.txPkts.Add(n)
 }
 

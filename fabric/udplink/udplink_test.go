@@ -226,6 +226,8 @@ func TestForeignMarks(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("got %x\nwant %x", got, want)
 		}
+		// Counted once sendmmsg returned, which may be after the host received it.
+		waitFor(t, func() bool { return s.l.Counters().TxPackets == 1 })
 		if s.l.Counters().TxForwarded != 1 {
 			t.Fatalf("not forwarded in place")
 		}
