@@ -40,7 +40,6 @@ type batch struct {
 	sent  int                   // messages sent
 	rfn   func(fd uintptr) bool // method values, made once
 	wfn   func(fd uintptr) bool
-	lent  bool // send: some slots' iovecs point at received datagrams (endpoint.forwarded)
 
 	// UDP segmentation offload (Linux 4.18+ UDP_SEGMENT, 5.0+ UDP_GRO): a message may
 	// carry several datagrams of one size (the last may be shorter), which the kernel

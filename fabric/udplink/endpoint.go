@@ -372,12 +372,6 @@ func (e *endpoint) flush(b *batch, p *peer) {
 		e.ctr.drop(DropTxError)
 	}
 	e.ctr.txDgrams.Add(uint64(b.datagram))
-	if b.lent {
-		for i := range b.count {
-			b.iovs[i].Base = &b.bufs[i][0]
-		}
-		b.lent = false
-	}
 	b.count = 0
 }
 
@@ -396,14 +390,15 @@ func (e *endpoint) sendData(p *peer, pkts [][]byte) {
 			e.ctr.drop(DropTxOversize)
 			continue
 		}
-		if d := e.forwarded(pkt); d != nil {
+		d := b.bufs[b.count]
+		if f := e.forwarded(pkt); f != nil {
+			d = f
 			b.lens[b.count] = p.encodeForward(d, len(pkt), &b.nonce)
-			b.iovs[b.count].Base = &d[0]
-			b.lent = true
 			fwd++
 		} else {
-			b.lens[b.count] = p.encodeData(b.bufs[b.count], pkt, &b.nonce)
+			b.lens[b.count] = p.encodeData(d, pkt, &b.nonce)
 		}
+		b.iovs[b.count].Base = &d[0]
 		b.setTo(b.count, &p.raw)
 		b.count++
 		n++
@@ -475,6 +470,7 @@ func (p *peer) encodeData(buf, pkt []byte, n *nonce) int {
 func (e *endpoint) sendControl(to *rawAddr, a cipher.AEAD, t MsgType, session uint32, seq uint64, body []byte) {
 	b := e.getBatch()
 	buf := b.bufs[0]
+	b.iovs[0].Base = &buf[0] // a data send may have pointed it at a received datagram
 	Header(buf).put(t, session, seq)
 	end := HeaderLen + copy(buf[HeaderLen:], body)
 	if a != nil {
