@@ -1,6 +1,7 @@
 package rdmacm
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -137,11 +138,8 @@ func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 		}
 	case ibcm.EventDReqReceived:
 		id.mu.Lock()
-		ok := id.state == stConnected
 		id.dreqRcvd = true
-		if ok {
-			id.state = stDisconnect
-		}
+		ok := id.endConnection()
 		id.mu.Unlock()
 		id.qpToError()
 		if ok {
@@ -149,8 +147,7 @@ func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 		}
 	case ibcm.EventDRepReceived, ibcm.EventDReqError:
 		id.mu.Lock()
-		ok := id.state == stConnected || id.state == stDisconnect
-		id.state = stDisconnect
+		ok := id.endConnection()
 		id.mu.Unlock()
 		if ok {
 			id.emit(&Event{Type: EventDisconnected})
@@ -339,6 +336,20 @@ func (id *ID) Accept(p ConnParam) error {
 		FlowControl: p.FlowControl, RNRRetryCount: min(p.RNRRetryCount, 7), SRQ: p.SRQ, Private: p.Private})
 }
 
+// endConnection moves a connected ID to stDisconnect at the CM event that ends its
+// connection and reports whether DISCONNECTED is due: once per connection, also when the
+// user's rdma_disconnect came first — DREQs that crossed, or a peer's DREQ that arrived as
+// the user disconnected — as in Linux, where rdma_disconnect leaves the state to the CM
+// event; mu held.
+func (id *ID) endConnection() bool {
+	if (id.state != stConnected && id.state != stDisconnect) || id.disconnected {
+		return false
+	}
+	id.state = stDisconnect
+	id.disconnected = true
+	return true
+}
+
 // Reject is rdma_reject: REJ with reason 28 (consumer reject) and private data, or a
 // SIDR_REP "rejected".
 func (id *ID) Reject(private []byte) error {
@@ -375,8 +386,16 @@ func (id *ID) Disconnect() error {
 	if st == stConnect {
 		return c.SendRej(wire.RejConsumerReject, nil, nil)
 	}
-	if err := c.SendDReq(nil); err != nil && st == stConnected {
-		return err
+	if err := c.SendDReq(nil); err != nil {
+		// The peer's DREQ reached the CM before its event reached this ID: answer it,
+		// as rdma_disconnect does when ib_send_cm_dreq fails (the event, on its way,
+		// reports DISCONNECTED).
+		if errors.Is(err, ibcm.ErrState) && c.SendDRep(nil) == nil {
+			return nil
+		}
+		if st == stConnected {
+			return err
+		}
 	}
 	return nil
 }

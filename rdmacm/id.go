@@ -62,10 +62,14 @@ type ID struct {
 	psn      uint32
 	param    ConnParam
 	dreqRcvd bool
-	groups   map[netip.Addr]sa.MCGroup // joined multicast groups
-	pending  int                       // events not yet acknowledged
-	acked    *sync.Cond
-	cancel   context.CancelFunc
+	// disconnected: DISCONNECTED was reported. Linux's rdma_cm reports it once, at the
+	// first DREQ, DREP or DREQ timeout (cma_ib_handler's CONNECT → DISCONNECT exchange),
+	// whether or not the user had called rdma_disconnect before.
+	disconnected bool
+	groups       map[netip.Addr]sa.MCGroup // joined multicast groups
+	pending      int                       // events not yet acknowledged
+	acked        *sync.Cond
+	cancel       context.CancelFunc
 }
 
 // CreateID is rdma_create_id: an ID in port space ps whose events go to ch. qpType is
