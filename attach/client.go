@@ -41,6 +41,10 @@ type Session struct {
 	idlePolls int
 	// lastPoll is when the program last polled a CQ of this session (nanotime).
 	lastPoll atomic.Int64
+	// grace is how long after the program's last poll the receive goroutine leaves the
+	// rings to it (ns): pollGrace while the program keeps polling, less, down to none,
+	// when it stops polling without waiting on an event (adaptGrace).
+	grace atomic.Int64
 	// waiting counts the session's armed CQs (hca.Waiter); rxKick wakes the receive
 	// goroutine from its pollGrace wait when one is armed.
 	waiting atomic.Int32
@@ -99,6 +103,7 @@ func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
 	}
 	s := &Session{c: conn{nc.(*net.UnixConn)}, log: o.Logger, clk: o.Clock,
 		pending: make(map[uint64]chan *msg), done: make(chan struct{}), rxKick: make(chan struct{}, 1), cms: make(map[*hca.Port]*ibcm.CM)}
+	s.grace.Store(int64(pollGrace))
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -333,15 +338,18 @@ func (s *Session) rxLoop() {
 			// CPUs it and the daemon need, and look again in a while. Not waiting on the
 			// ring keeps its doorbell quiet: the daemon rings it only for a sleeper, and
 			// each ring would wake this goroutine's thread for nothing.
+			g := time.Duration(s.grace.Load())
 			if grace == nil {
-				grace = time.NewTimer(pollGrace)
+				grace = time.NewTimer(g)
 			} else {
-				grace.Reset(pollGrace)
+				grace.Reset(g)
 			}
+			start := nanotime()
 			select {
 			case <-s.ctx.Done():
 				return
 			case <-grace.C:
+				s.adaptGrace(start, g)
 			case <-s.rxKick:
 			}
 			continue
@@ -376,6 +384,9 @@ func (s *Session) pollRx() bool {
 	}
 	s.idlePolls = idle
 	s.rxMu.Unlock()
+	if idle == regainPolls && s.grace.Load() < int64(minGrace) {
+		s.grace.Store(int64(minGrace)) // polling in a loop again: adaptGrace takes it from here
+	}
 	if idle&pollOSYield == 0 && idle != 0 {
 		// A program that polls an empty CQ in a loop (perftest, the pingpongs) holds its
 		// processor; on a machine with fewer processors than busy processes the daemon,
@@ -516,10 +527,10 @@ func (s *Session) CM(p *hca.Port) *ibcm.CM {
 	return cm
 }
 
-// polling reports whether the program polled a CQ within pollGrace and waits for no CQ
+// polling reports whether the program polled a CQ within its grace and waits for no CQ
 // event: a program blocked on a completion channel depends on the receive goroutine.
 func (s *Session) polling() bool {
-	return s.waiting.Load() <= 0 && nanotime()-s.lastPoll.Load() < int64(pollGrace)
+	return s.waiting.Load() <= 0 && nanotime()-s.lastPoll.Load() < s.grace.Load()
 }
 
 // Arm is hca.Waiter: a CQ was armed, its program is about to wait for the event. The
@@ -537,9 +548,34 @@ func (r remoteDev) Arm() {
 // Disarm is hca.Waiter: the CQ raised its event (or was destroyed armed).
 func (r remoteDev) Disarm() { r.s.waiting.Add(-1) }
 
-// pollGrace is how long after a program's last CQ poll the receive goroutine leaves the
-// ring to it.
+// pollGrace is the longest a receive goroutine leaves the rings to a program after its
+// last CQ poll (the grace of a program that keeps polling).
 const pollGrace = 200 * time.Microsecond
+
+// adaptGrace adjusts the grace after a wait of g that started at start ran out. A program
+// that polled meanwhile is in a poll loop: the grace doubles back towards pollGrace. One
+// that did not poll at all stopped polling without arming a CQ — it waits for something
+// else, typically a flag in its memory that the peer's RDMA WRITE sets (ib_write_lat,
+// and RDMA programs that spin on a buffer): packets for it would wait out the grace (the
+// two waits of a round trip took ib_write_lat from 5 to 540 µs), so the grace halves,
+// and below minGrace it is none, the receive goroutine then waiting on the rings as for a
+// program that polls nothing. regainPolls empty polls in a row bring back minGrace.
+func (s *Session) adaptGrace(start int64, g time.Duration) {
+	if s.lastPoll.Load() > start {
+		s.grace.Store(int64(min(2*max(g, minGrace), pollGrace)))
+		return
+	}
+	if g /= 2; g < minGrace {
+		g = 0
+	}
+	s.grace.Store(int64(g))
+}
+
+// minGrace is the shortest grace; regainPolls the empty polls in a row that restore it.
+const (
+	minGrace    = 10 * time.Microsecond
+	regainPolls = 32
+)
 
 var epoch = time.Now()
 
