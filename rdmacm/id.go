@@ -220,6 +220,21 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		id.src, id.dev = netip.AddrPortFrom(s, id.src.Port()), dev
 	}
 	id.dst = dst
+	if dst.Addr().IsMulticast() {
+		// A group: no neighbour to ask. Its address maps to its MGID (RFC 4391 §4), as
+		// Linux's IPoIB neighbour for a multicast address needs no ARP (NUD_NOARP), and
+		// rdma_join_multicast follows (mckey).
+		mgid, err := mcMGID(dst.Addr(), id.dev.PKey, id.ps)
+		if err != nil {
+			id.mu.Unlock()
+			return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)
+		}
+		id.dgid = mgid
+		id.state = stAddrResolved
+		id.mu.Unlock()
+		go id.emit(&Event{Type: EventAddrResolved})
+		return nil
+	}
 	id.state = stAddrQuery
 	ctx, cancel := context.WithTimeout(context.Background(), max(timeout, time.Millisecond))
 	id.cancel = cancel

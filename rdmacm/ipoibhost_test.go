@@ -107,7 +107,8 @@ func TestStreamOverIPoIB(t *testing.T) {
 
 // TestMulticastJoin: rdma_join_multicast on two hosts (the SA creates the group with
 // the UDP Q_Key, MGID with the RDMA CM signature), a datagram to the group reaches the
-// other member's QP.
+// other member's QP. The first member resolves the group's address first, as mckey does
+// (rdma_resolve_addr to a multicast address: resolved at once, no ARP), the second binds.
 func TestMulticastJoin(t *testing.T) {
 	hosts := ipoibHosts(t, 2)
 	group := netip.MustParseAddr("224.1.2.3")
@@ -124,7 +125,13 @@ func TestMulticastJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := id.BindAddr(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 10, 0, byte(i + 1)}), 0)); err != nil {
+		src := netip.AddrFrom4([4]byte{10, 10, 0, byte(i + 1)})
+		if i == 0 {
+			if err := id.ResolveAddr(src, netip.AddrPortFrom(group, 0), 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			getEvent(t, ch, rdmacm.EventAddrResolved).Ack()
+		} else if err := id.BindAddr(netip.AddrPortFrom(src, 0)); err != nil {
 			t.Fatal(err)
 		}
 		e := newEndpoint(t, id.Device())
