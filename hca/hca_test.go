@@ -242,3 +242,27 @@ func TestInjectQPFatal(t *testing.T) {
 		t.Fatal("destroyed QP still found")
 	}
 }
+
+// TestCreateQPInlineCap: a send queue takes inline data up to its scatter/gather space
+// (max_send_sge × 16 bytes) even when asked for less, as rxe's and mlx5's do, and
+// ibv_create_qp reports what it got; a larger request is kept; a QP without a send
+// queue has no inline capacity.
+func TestCreateQPInlineCap(t *testing.T) {
+	d := newTestDevice(t, 1)
+	c := d.Open()
+	pd, _ := c.AllocPD()
+	cq, _ := c.CreateCQ(8, nil)
+	for _, tc := range []struct {
+		sge, inline, want uint32
+	}{{0, 0, 16}, {1, 0, 16}, {4, 0, 64}, {4, 100, 100}, {2, 32, 32}, {MaxSGE, 0, min(MaxSGE*16, MaxInline)}} {
+		qp, err := pd.CreateQP(QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: QPTypeUD,
+			Cap: QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: tc.sge, MaxInlineData: tc.inline}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := qp.Cap().MaxInlineData; got != tc.want {
+			t.Errorf("max_send_sge %d, max_inline_data %d asked: got %d inline, want %d", tc.sge, tc.inline, got, tc.want)
+		}
+		qp.Destroy()
+	}
+}

@@ -55,6 +55,9 @@ type QP struct {
 	SendMu sync.Mutex
 }
 
+// sgeLen is sizeof(struct ibv_sge): address, length, lkey.
+const sgeLen = 16
+
 // CreateQP creates a queue pair (ibv_create_qp). SMI and GSI types create the port's QP0
 // and QP1.
 func (pd *PD) CreateQP(init QPInitAttr) (*QP, error) {
@@ -103,6 +106,14 @@ func (pd *PD) createQP(init QPInitAttr, xrcd *XRCD) (*QP, error) {
 	}
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
+	}
+	if needSend && c.MaxInlineData < c.MaxSendSGE*sgeLen {
+		// A send WQE holds its inline data where its scatter/gather list would be, as
+		// rxe's do (rxe_qp_init_req: max(max_inline_data, max_send_sge × sizeof(struct
+		// ib_sge))) and mlx5's: ibv_create_qp(3) returns the capabilities the QP has,
+		// which may exceed those asked for, and programs rely on it (rdma_xclient posts
+		// 16 bytes inline from a QP created with max_inline_data 0).
+		c.MaxInlineData = min(c.MaxSendSGE*sgeLen, MaxInline)
 	}
 	if pd.dead.Load() {
 		return nil, errorf(op, EINVAL, "PD %d is freed", pd.id)

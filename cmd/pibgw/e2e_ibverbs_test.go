@@ -148,6 +148,9 @@ func TestE2EIbverbs(t *testing.T) {
 			{{"ucmatose", "-c", "16", "-C", "100"}, {"ucmatose", "-s", "10.10.0.2", "-c", "16", "-C", "100"}},
 			{{"udaddy"}, {"udaddy", "-s", "10.10.0.2"}},
 			{{"rdma_server"}, {"rdma_client", "-s", "10.10.0.2"}},
+			// rdma_xclient posts 16 bytes inline from a QP made with max_inline_data 0:
+			// the QP's inline capacity is its SGE space, as rxe's and mlx5's.
+			{{"rdma_xserver"}, {"rdma_xclient", "-s", "10.10.0.2"}},
 			// Multicast over rdma_cm: both resolve the group's address (no ARP for a
 			// group), join, and the receiver exits 0 once it has the sender's 10 messages.
 			{{"mckey", "-m", "239.1.1.1", "-b", "10.10.0.2"}, {"mckey", "-m", "239.1.1.1", "-s", "-b", "10.10.0.1", "-C", "10"}},
