@@ -821,6 +821,10 @@ EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res, st
 	struct rdma_cm_id *id;
 	if (!res)
 		return fail(EINVAL);
+	// XRC through rdma_cm (rdma_xserver/rdma_xclient -c x) is not implemented: say so
+	// rather than make an RC QP the program does not expect.
+	if (res->ai_qp_type == IBV_QPT_XRC_SEND || res->ai_qp_type == IBV_QPT_XRC_RECV)
+		return fail(EOPNOTSUPP);
 	if (rdma_create_id(NULL, &id, NULL, res->ai_port_space))
 		return -1;
 	if (res->ai_flags & RAI_PASSIVE) {
