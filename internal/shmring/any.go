@@ -3,6 +3,7 @@ package shmring
 import (
 	"context"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,12 +20,30 @@ import (
 // in poll(2) on all their data doorbells. ctx's end rings rs[0]'s doorbell, as does
 // Wake: a caller whose set of rings changed calls Wake on rs[0] to be woken.
 func WaitAny(ctx context.Context, spin int, rs []*Ring) (int, error) {
+	i, _, err := WaitAnySpin(ctx, spin, rs)
+	return i, err
+}
+
+// yieldLost is how long a spin's sched_yield may keep the thread off the processor
+// before the spin stops and sleeps on the doorbells. Yielding to a thread that never
+// yields back — a program spinning on its memory for an RDMA WRITE, on a machine with
+// no idle core — loses the processor for a whole time slice, and meanwhile the ring's
+// writer, seeing a consumer that is not asleep, rings no doorbell: a record could wait
+// milliseconds where a sleeper is woken in microseconds (UC ib_write_lat: 1.5–1.8 ms
+// typical against 23 µs).
+const yieldLost = 100 * time.Microsecond
+
+// WaitAnySpin is WaitAny that also reports whether its spin was cut short because a
+// yield lost the processor (yieldLost): then the caller had better spin less for a
+// while, since its thread competes with one that does not give the processor back.
+func WaitAnySpin(ctx context.Context, spin int, rs []*Ring) (int, bool, error) {
+	lost := false
 	for i, r := range rs {
 		if !r.enter() {
 			for _, q := range rs[:i] {
 				q.exit()
 			}
-			return i, ErrClosed
+			return i, false, ErrClosed
 		}
 	}
 	defer func() {
@@ -47,14 +66,22 @@ func WaitAny(ctx context.Context, spin int, rs []*Ring) (int, error) {
 	var pfds []unix.PollFd
 	for it := 0; ; it++ {
 		if i, err := check(); i >= 0 {
-			return i, err
+			return i, lost, err
 		}
 		if it < spin {
-			spinPause(it)
+			if it&spinOSYield == spinOSYield && it >= spinOSFrom && it&spinYield != spinYield {
+				t := time.Now()
+				OSYield()
+				if time.Since(t) > yieldLost {
+					lost, spin = true, it // sleep from now on
+				}
+			} else {
+				spinPause(it)
+			}
 			continue
 		}
 		if err := ctx.Err(); err != nil {
-			return -1, err
+			return -1, lost, err
 		}
 		for _, r := range rs {
 			r.consSleep.Store(1)
@@ -63,7 +90,7 @@ func WaitAny(ctx context.Context, spin int, rs []*Ring) (int, error) {
 			for _, r := range rs {
 				r.consSleep.Store(0)
 			}
-			return i, err
+			return i, lost, err
 		}
 		if pfds == nil {
 			pfds = make([]unix.PollFd, len(rs))
@@ -72,13 +99,13 @@ func WaitAny(ctx context.Context, spin int, rs []*Ring) (int, error) {
 			}
 		}
 		if err := pollAll(ctx, rs[0], pfds); err != nil {
-			return -1, err
+			return -1, lost, err
 		}
 		// Woken: the caller looks at the rings (and at its set of rings) again.
 		if i, err := check(); i >= 0 {
-			return i, err
+			return i, lost, err
 		}
-		return -1, ctx.Err()
+		return -1, lost, ctx.Err()
 	}
 }
 

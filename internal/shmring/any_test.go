@@ -3,8 +3,11 @@ package shmring
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // WaitAny returns the ring that has a record, or that was closed; a Wake from another
@@ -118,5 +121,77 @@ func TestStats(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d records", n)
+	}
+}
+
+// TestWaitAnySpinLost: a spin whose sched_yield hands its processor to a thread that
+// never yields back (here one pinned to the same processor, spinning) stops spinning,
+// sleeps on the doorbell — a record written then wakes it — and reports the lost yield.
+func TestWaitAnySpinLost(t *testing.T) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil || set.Count() < 1 {
+		t.Skipf("no CPU affinity: %v", err)
+	}
+	cpu := -1
+	for i := 0; i < 1024 && cpu < 0; i++ {
+		if set.IsSet(i) {
+			cpu = i
+		}
+	}
+	pin := func() error {
+		var one unix.CPUSet
+		one.Set(cpu)
+		return unix.SchedSetaffinity(0, &one)
+	}
+	r, err := Create(MinSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	stop := make(chan struct{})
+	hogReady := make(chan error, 1)
+	go func() { // the spinner: an OS thread of its own on that processor, never yielding
+		runtime.LockOSThread() // never unlocked: the pinned thread ends with the goroutine
+		hogReady <- pin()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	defer close(stop)
+	if err := <-hogReady; err != nil {
+		t.Skipf("cannot pin a thread: %v", err)
+	}
+	type result struct {
+		i    int
+		lost bool
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := pin(); err != nil {
+			done <- result{err: err}
+			return
+		}
+		start := time.Now()
+		i, lost, err := WaitAnySpin(context.Background(), 1<<30, []*Ring{r})
+		done <- result{i, lost, err, time.Since(start)}
+	}()
+	time.Sleep(100 * time.Millisecond) // the spin meets the hog, loses a yield, sleeps
+	if _, err := r.Write(context.Background(), [][]byte{[]byte("x")}, 1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if res.err != nil || res.i != 0 || !res.lost {
+			t.Fatalf("WaitAnySpin = %d, lost %v, %v after %v; want 0, lost, nil", res.i, res.lost, res.err, res.took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitAnySpin still spinning or asleep 10 s after the record: a lost yield did not end the spin, or the doorbell was not rung")
 	}
 }
