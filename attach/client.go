@@ -361,7 +361,7 @@ func (s *Session) rxLoop() {
 		if nanotime() < shortUntil {
 			spin = rxShortSpin
 		}
-		i, lost, err := shmring.WaitAnySpin(s.ctx, spin, rings)
+		i, lost, err := shmring.WaitAny(s.ctx, spin, rings)
 		if err != nil && i <= 0 {
 			return // a closed direct ring (i > 0) is forgotten by takeAll
 		}
@@ -602,10 +602,10 @@ var rxSpin = 5000
 // After rxLostRun waits in a row whose spin lost the processor to a thread that did not
 // give it back (a program spinning on its memory, shmring's yieldLost), the receive
 // goroutine spins only rxShortSpin checks — the ones before a spin starts to yield — for
-// rxShortFor, and otherwise sleeps on the doorbells, so that a record's writer wakes it. UC ib_write_lat
-// (both programs spin on their buffers, neither polls) went from 1.5–1.8 ms typical to
-// tens of µs; RC ib_write_lat, whose programs poll their CQs and yield, keeps the long
-// spin that catches its reply.
+// rxShortFor, and otherwise sleeps on the doorbells, so that a record's writer wakes it.
+// UC ib_write_lat (both programs spin on their buffers, neither polls) went from 1.5–1.8
+// ms typical to tens of µs; RC ib_write_lat, whose programs poll their CQs and yield,
+// keeps the long spin that catches its reply.
 const (
 	rxShortSpin = 256
 	rxShortFor  = 100 * time.Millisecond

@@ -3,7 +3,6 @@ package shmring
 import (
 	"context"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -18,26 +17,11 @@ import (
 // or after a wake-up (-1, nil; Wake's, or one that found nothing). It re-checks spin times
 // (yielding now and then), then sets every ring's "asleep" flag, looks again and blocks
 // in poll(2) on all their data doorbells. ctx's end rings rs[0]'s doorbell, as does
-// Wake: a caller whose set of rings changed calls Wake on rs[0] to be woken.
-func WaitAny(ctx context.Context, spin int, rs []*Ring) (int, error) {
-	i, _, err := WaitAnySpin(ctx, spin, rs)
-	return i, err
-}
-
-// yieldLost is how long a spin's sched_yield may keep the thread off the processor
-// before the spin stops and sleeps on the doorbells. Yielding to a thread that never
-// yields back — a program spinning on its memory for an RDMA WRITE, on a machine with
-// no idle core — loses the processor for a whole time slice, and meanwhile the ring's
-// writer, seeing a consumer that is not asleep, rings no doorbell: a record could wait
-// milliseconds where a sleeper is woken in microseconds (UC ib_write_lat: 1.5–1.8 ms
-// typical against 23 µs).
-const yieldLost = 100 * time.Microsecond
-
-// WaitAnySpin is WaitAny that also reports whether its spin was cut short because a
-// yield lost the processor (yieldLost): then the caller had better spin less for a
-// while, since its thread competes with one that does not give the processor back.
-func WaitAnySpin(ctx context.Context, spin int, rs []*Ring) (int, bool, error) {
-	lost := false
+// Wake: a caller whose set of rings changed calls Wake on rs[0] to be woken. lost reports
+// that the spin was cut short because a yield lost the processor (yieldLost): the caller
+// had better spin less for a while, its thread competing with one that does not give the
+// processor back.
+func WaitAny(ctx context.Context, spin int, rs []*Ring) (i int, lost bool, err error) {
 	for i, r := range rs {
 		if !r.enter() {
 			for _, q := range rs[:i] {
@@ -69,14 +53,8 @@ func WaitAnySpin(ctx context.Context, spin int, rs []*Ring) (int, bool, error) {
 			return i, lost, err
 		}
 		if it < spin {
-			if it&spinOSYield == spinOSYield && it >= spinOSFrom && it&spinYield != spinYield {
-				t := time.Now()
-				OSYield()
-				if time.Since(t) > yieldLost {
-					lost, spin = true, it // sleep from now on
-				}
-			} else {
-				spinPause(it)
+			if spinPause(it) {
+				lost, spin = true, it // sleep from now on
 			}
 			continue
 		}

@@ -26,7 +26,7 @@ func TestWaitAny(t *testing.T) {
 	if _, err := rs[2].Write(ctx, [][]byte{[]byte("x")}, 1, 0, false); err != nil {
 		t.Fatal(err)
 	}
-	if i, err := WaitAny(ctx, 0, rs); i != 2 || err != nil {
+	if i, _, err := WaitAny(ctx, 0, rs); i != 2 || err != nil {
 		t.Fatalf("WaitAny = %d, %v; want 2, nil", i, err)
 	}
 	if _, err := rs[2].TryRead(8, func(uint16, uint16, [][]byte) {}); err != nil {
@@ -36,7 +36,7 @@ func TestWaitAny(t *testing.T) {
 	// Asleep on all three: a record in the middle one wakes it.
 	done := make(chan [2]any, 1)
 	go func() {
-		i, err := WaitAny(ctx, 0, rs)
+		i, _, err := WaitAny(ctx, 0, rs)
 		done <- [2]any{i, err}
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -53,7 +53,7 @@ func TestWaitAny(t *testing.T) {
 
 	// Wake on the first ring: (-1, nil).
 	go func() {
-		i, err := WaitAny(ctx, 0, rs)
+		i, _, err := WaitAny(ctx, 0, rs)
 		done <- [2]any{i, err}
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -70,7 +70,7 @@ func TestWaitAny(t *testing.T) {
 	// ctx's end.
 	cctx, cancel := context.WithCancel(ctx)
 	go func() {
-		i, err := WaitAny(cctx, 0, rs)
+		i, _, err := WaitAny(cctx, 0, rs)
 		done <- [2]any{i, err}
 	}()
 	time.Sleep(20 * time.Millisecond)
@@ -86,10 +86,10 @@ func TestWaitAny(t *testing.T) {
 
 	// A closed ring is reported with its index.
 	rs[1].Close()
-	if i, err := WaitAny(ctx, 0, rs[1:]); i != 0 || !errors.Is(err, ErrClosed) {
+	if i, _, err := WaitAny(ctx, 0, rs[1:]); i != 0 || !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed ring: %d, %v", i, err)
 	}
-	if i, err := WaitAny(ctx, 0, []*Ring{rs[0], rs[2], rs[1]}); i != 2 || !errors.Is(err, ErrClosed) {
+	if i, _, err := WaitAny(ctx, 0, []*Ring{rs[0], rs[2], rs[1]}); i != 2 || !errors.Is(err, ErrClosed) {
 		t.Fatalf("closed ring last: %d, %v", i, err)
 	}
 }
@@ -124,10 +124,10 @@ func TestStats(t *testing.T) {
 	}
 }
 
-// TestWaitAnySpinLost: a spin whose sched_yield hands its processor to a thread that
+// TestWaitAnyLost: a spin whose sched_yield hands its processor to a thread that
 // never yields back (here one pinned to the same processor, spinning) stops spinning,
 // sleeps on the doorbell — a record written then wakes it — and reports the lost yield.
-func TestWaitAnySpinLost(t *testing.T) {
+func TestWaitAnyLost(t *testing.T) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil || set.Count() < 1 {
 		t.Skipf("no CPU affinity: %v", err)
@@ -179,7 +179,7 @@ func TestWaitAnySpinLost(t *testing.T) {
 			return
 		}
 		start := time.Now()
-		i, lost, err := WaitAnySpin(context.Background(), 1<<30, []*Ring{r})
+		i, lost, err := WaitAny(context.Background(), 1<<30, []*Ring{r})
 		done <- result{i, lost, err, time.Since(start)}
 	}()
 	time.Sleep(100 * time.Millisecond) // the spin meets the hog, loses a yield, sleeps
@@ -189,9 +189,9 @@ func TestWaitAnySpinLost(t *testing.T) {
 	select {
 	case res := <-done:
 		if res.err != nil || res.i != 0 || !res.lost {
-			t.Fatalf("WaitAnySpin = %d, lost %v, %v after %v; want 0, lost, nil", res.i, res.lost, res.err, res.took)
+			t.Fatalf("WaitAny = %d, lost %v, %v after %v; want 0, lost, nil", res.i, res.lost, res.err, res.took)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("WaitAnySpin still spinning or asleep 10 s after the record: a lost yield did not end the spin, or the doorbell was not rung")
+		t.Fatal("WaitAny still spinning or asleep 10 s after the record: a lost yield did not end the spin, or the doorbell was not rung")
 	}
 }

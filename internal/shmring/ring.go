@@ -102,15 +102,28 @@ var (
 
 // spinPause is called on iteration i of a spin: now and then it lets another goroutine
 // of this process, or another process, run on this processor (the one it waits for may
-// be queued behind it).
-func spinPause(i int) {
+// be queued behind it). It reports whether a yield to the operating system kept the
+// thread off the processor for longer than yieldLost.
+func spinPause(i int) (lost bool) {
 	switch {
 	case i&spinYield == spinYield:
 		runtime.Gosched()
 	case i&spinOSYield == spinOSYield && i >= spinOSFrom:
+		t := time.Now()
 		OSYield()
+		return time.Since(t) > yieldLost
 	}
+	return false
 }
+
+// yieldLost is how long a spin's sched_yield may keep the thread off the processor
+// before WaitAny stops spinning and sleeps on the doorbells. Yielding to a thread that
+// never yields back — a program spinning on its memory for an RDMA WRITE, on a machine
+// with no idle core — loses the processor for a whole time slice, and meanwhile the
+// ring's writer, seeing a consumer that is not asleep, rings no doorbell: a record could
+// wait milliseconds where a sleeper is woken in microseconds (UC ib_write_lat: 1.5–1.8
+// ms typical against 23 µs).
+const yieldLost = 100 * time.Microsecond
 
 // OSYield gives the processor to another runnable thread of any process, if one waits
 // for it (sched_yield(2)); it returns at once otherwise.
