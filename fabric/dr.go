@@ -79,7 +79,8 @@ func (sw *Switch) manage(in int, b []byte) {
 		if pk.DETH.QKey() == gsiQKey && mad.IsResponse() && sw.external(b, &pk, mad) {
 			return
 		}
-		if pk.DETH.QKey() != gsiQKey || class != wire.MgmtClassPerfMgt || mad.IsResponse() {
+		if pk.DETH.QKey() != gsiQKey || mad.IsResponse() ||
+			class != wire.MgmtClassPerfMgt && method != wire.MethodGet && method != wire.MethodSet {
 			break
 		}
 		sw.replyLID(in, b, &pk, madOff)
@@ -100,7 +101,7 @@ func seal(pkt []byte, bthOff int) {
 	wire.SetICRCPending(pkt)
 }
 
-// replyLID answers a LID-routed SMP or a PMA MAD: the response goes back to the
+// replyLID answers a LID-routed SMP or a GMP request (the PMA's, or any Get or Set): the response goes back to the
 // request's SLID and source QP through the switch's own forwarding.
 func (sw *Switch) replyLID(in int, b []byte, pk *wire.Packet, madOff int) {
 	mb := mgmtBufPool.Get().(*mgmtBuf)
@@ -109,10 +110,18 @@ func (sw *Switch) replyLID(in int, b []byte, pk *wire.Packet, madOff int) {
 	copy(out, b)
 	req, resp := b[madOff:madOff+wire.MADLen], out[madOff:madOff+wire.MADLen]
 	dqp := pk.BTH.DestQP()
-	if dqp == 0 {
+	switch {
+	case dqp == 0:
 		sw.answerSMP(in, wire.SMP(req), wire.SMP(resp))
-	} else {
+	case wire.MAD(req).MgmtClass() == wire.MgmtClassPerfMgt:
 		sw.answerPMA(in, wire.MAD(req), wire.MAD(resp))
+	default:
+		// A Get or Set of a class the switch has no agent for (ibping, vendstat,
+		// ibccquery): "method/attribute combination not supported" (IBA 13.4.7), as a
+		// Linux host's MAD layer answers one (generate_unmatched_resp), not silence.
+		r := wire.MAD(resp)
+		r.SetMethod(wire.MethodGetResp)
+		r.SetStatus(wire.StatusMethodAttrNotSupp)
 	}
 	lrh := wire.LRH(out)
 	slid, dlid := lrh.SLID(), lrh.DLID()

@@ -325,4 +325,26 @@ func TestSwitchLIDRoutedAgents(t *testing.T) {
 	if f.hosts[2].Len() != 0 || f.sw.Counters(2).Dropped(fabric.DropManagement) != 1 {
 		t.Fatal("GMP with a bad Q_Key answered")
 	}
+	// A Get of a class the switch has no agent for (ibping's vendor class 0x32): answered
+	// "method/attribute combination not supported", as Linux answers one; a Send is dropped.
+	clear(mad)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(0x32)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetAttrID(1)
+	m.SetTID(0x99)
+	f.hosts[2].Send(fabrictest.UD{DLID: swLID, SLID: hostLID(2), DestQP: 1, SrcQP: 0x55, QKey: 0x80010000, Payload: mad}.Build())
+	resp = f.last(t, 2)
+	if err := p.Parse(resp); err != nil || p.BTH.DestQP() != 0x55 {
+		t.Fatalf("unmatched Get response addressing: %v", err)
+	}
+	if r := wire.MAD(p.Payload); r.Method() != wire.MethodGetResp || r.Status() != wire.StatusMethodAttrNotSupp || r.TID() != 0x99 {
+		t.Fatalf("unmatched Get: method %#x status %#x tid %#x", r.Method(), r.Status(), r.TID())
+	}
+	m.SetMethod(wire.MethodSend)
+	f.hosts[2].Send(fabrictest.UD{DLID: swLID, SLID: hostLID(2), DestQP: 1, SrcQP: 0x55, QKey: 0x80010000, Payload: mad}.Build())
+	if f.hosts[2].Len() != 0 || f.sw.Counters(2).Dropped(fabric.DropManagement) != 2 {
+		t.Fatal("unmatched Send answered or not counted")
+	}
 }

@@ -174,7 +174,13 @@ func (p *Port) receiveMAD(pk *Packet) bool {
 		h = p.madHandler(class, false)
 	}
 	if h == nil {
-		return false
+		// A Get or Set no agent takes, with no QP1 consumer: answered as Linux's MAD
+		// layer answers it (unmatchedHandler); anything else is the caller's drop.
+		if method := m.Method(); resp || dqp != 1 || p.qp1.Load() != nil ||
+			method != wire.MethodGet && method != wire.MethodSet {
+			return false
+		}
+		h = unmatchedHandler{}
 	}
 	in := madPool.Get().(*MAD)
 	in.Port = p
@@ -191,6 +197,23 @@ func (p *Port) receiveMAD(pk *Packet) bool {
 	*in = MAD{}
 	madPool.Put(in)
 	return true
+}
+
+// unmatchedHandler answers a GMP request for a class no agent on the port registered, as
+// Linux's MAD layer does (drivers/infiniband/core/mad.c, generate_unmatched_resp): a Get
+// or Set comes back as a GetResp with status "method/attribute combination not
+// supported" (IBA 13.4.7), so that ibping, vendstat or ibccquery aimed at a port with
+// no such agent fail at once instead of timing out.
+type unmatchedHandler struct{}
+
+func (unmatchedHandler) HandleMAD(m *MAD) {
+	s := madScratchPool.Get().(*madScratch)
+	resp := wire.MAD(s.b[:])
+	copy(resp, m.Data)
+	resp.SetMethod(wire.MethodGetResp)
+	resp.SetStatus(wire.StatusMethodAttrNotSupp)
+	_ = m.Port.ReplyMAD(m, resp)
+	madScratchPool.Put(s)
 }
 
 var madPool = sync.Pool{New: func() any { return new(MAD) }}

@@ -145,3 +145,50 @@ func TestPMALocal(t *testing.T) {
 		t.Fatalf("method Send: %#x", m.Status())
 	}
 }
+
+// TestUnmatchedGMP: a Get or Set of a class no agent on the port takes (vendor class 0x32,
+// ibping's) is answered with "method/attribute combination not supported", as Linux's MAD
+// layer answers it; other methods are dropped; a QP1 consumer still gets them all.
+func TestUnmatchedGMP(t *testing.T) {
+	const vendorPing = 0x32
+	d := newTestDevice(t, 1)
+	d.StartAgents()
+	p := d.Port(1)
+	p.SetLID(5, 0)
+	p.SetState(PortActive)
+	var got []wire.MAD
+	p.RegisterMADHandler(vendorPing, true, MADHandlerFunc(func(m *MAD) { got = append(got, append(wire.MAD(nil), m.Data...)) }))
+	send := func(method uint8) {
+		t.Helper()
+		b := make([]byte, wire.MADLen)
+		m := wire.MAD(b)
+		m.SetBaseVersion(1)
+		m.SetMgmtClass(vendorPing)
+		m.SetClassVersion(1)
+		m.SetMethod(method)
+		m.SetAttrID(1)
+		m.SetTID(0x1234)
+		copy(b[wire.MADLen-4:], "data")
+		if err := p.SendMAD(MADAddr{DLID: 5, QPN: 1, QKey: GSIQKey}, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, method := range []uint8{wire.MethodGet, wire.MethodSet} {
+		got = nil
+		send(method)
+		if len(got) != 1 {
+			t.Fatalf("method %#x: %d responses, want 1", method, len(got))
+		}
+		r := got[0]
+		if r.Method() != wire.MethodGetResp || r.Status() != wire.StatusMethodAttrNotSupp || r.TID() != 0x1234 ||
+			r.AttrID() != 1 || string(r[wire.MADLen-4:]) != "data" {
+			t.Fatalf("method %#x: response method %#x status %#x tid %#x attr %#x", method, r.Method(), r.Status(), r.TID(), r.AttrID())
+		}
+	}
+	got = nil
+	drops := p.counters.Get(CntDropNoQP)
+	send(wire.MethodSend)
+	if len(got) != 0 || p.counters.Get(CntDropNoQP) != drops+1 {
+		t.Fatalf("method Send: %d responses, drops %d → %d; want none, one drop", len(got), drops, p.counters.Get(CntDropNoQP))
+	}
+}
