@@ -470,9 +470,14 @@ func (t Table) Record(i int) []byte { return t.Data[i*t.Stride : i*t.Stride+t.Le
 // GetTable sends an SA GetTable of attr with the template rec under mask and returns
 // every record of the (RMPP) answer.
 func (c *Client) GetTable(ctx context.Context, attr uint16, mask uint64, rec []byte) (Table, error) {
+	return c.getTable(ctx, attr, 0, mask, rec)
+}
+
+// getTable is GetTable with an attribute modifier.
+func (c *Client) getTable(ctx context.Context, attr uint16, mod uint32, mask uint64, rec []byte) (Table, error) {
 	cl := c.calls.Get().(*call)
 	defer c.putCall(cl)
-	cl.request(wire.MethodGetTable, attr, mask, rec)
+	cl.request(wire.MethodGetTable, attr, mask, rec).MAD().SetAttrMod(mod)
 	if err := c.do(ctx, cl); err != nil {
 		return Table{}, err
 	}

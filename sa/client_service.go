@@ -132,7 +132,20 @@ func (c *Client) PortInfoRecords(ctx context.Context, lid uint16) ([]wire.PortIn
 		wire.PortInfoRecord(rec[:]).SetEndportLID(lid)
 		mask = wire.PIRCompEndportLID
 	}
-	t, err := c.GetTable(ctx, wire.AttrPortInfoRecord, mask, rec[:])
+	return c.portInfoRecords(ctx, 0, mask, rec[:])
+}
+
+// PortInfoRecordsWithCap returns the PortInfoRecords of the ports whose CapabilityMask has
+// any of capMask's bits, as saquery -s asks for the SM ports (wire.CapIsSM): a GetTable
+// with the CapabilityMask component and attribute modifier bit 31 (PIRAnyCapBits).
+func (c *Client) PortInfoRecordsWithCap(ctx context.Context, capMask uint32) ([]wire.PortInfoRecord, error) {
+	var rec [wire.PortInfoRecordLen]byte
+	wire.PortInfoRecord(rec[:]).PortInfo().SetCapabilityMask(capMask)
+	return c.portInfoRecords(ctx, PIRAnyCapBits, wire.PIRCompCapMask, rec[:])
+}
+
+func (c *Client) portInfoRecords(ctx context.Context, mod uint32, mask uint64, rec []byte) ([]wire.PortInfoRecord, error) {
+	t, err := c.getTable(ctx, wire.AttrPortInfoRecord, mod, mask, rec)
 	if err != nil {
 		return nil, err
 	}

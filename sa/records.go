@@ -44,6 +44,12 @@ var portInfoRecordFields = []saField{
 	{wire.PIRCompMasterSMLID, 22, 2}, {wire.PIRCompCapMask, 24, 4},
 }
 
+// PIRAnyCapBits, in the attribute modifier of a PortInfoRecord query with the
+// CapabilityMask component, asks for the ports with any of the query's CapabilityMask
+// bits rather than exactly that mask: opensm's "enhanced component mask"
+// (osm_sa_portinfo_record.c), which saquery -s uses to find the IsSM and IsSMdisabled ports.
+const PIRAnyCapBits = 1 << 31
+
 // fillNodeRecord writes the NodeRecord of node n as seen through end port p.
 func fillNodeRecord(r wire.NodeRecord, n *Node, p *Port) {
 	clear(r)
@@ -113,6 +119,10 @@ func (a *Agent) handlePortInfoRecord(m *hca.MAD) {
 	}
 	mask := req.CompMask()
 	q := req.Data()[:wire.PortInfoRecordLen]
+	var anyCap uint32 // PIRAnyCapBits: match any of these bits
+	if mask&wire.PIRCompCapMask != 0 && req.MAD().AttrMod()&PIRAnyCapBits != 0 {
+		anyCap, mask = wire.PortInfoRecord(q).CapMask(), mask&^wire.PIRCompCapMask
+	}
 	stride := wire.SARecordStride(wire.PortInfoRecordLen)
 	b := a.getBuf()
 	var rec [wire.PortInfoRecordLen]byte
@@ -136,7 +146,8 @@ func (a *Agent) handlePortInfoRecord(m *hca.MAD) {
 			copy(r.PortInfo(), p.Info[:wire.PortInfoLen])
 			// IBA 15.2.5.3: M_Key is not disclosed.
 			clear(r.PortInfo()[0:8])
-			if !saFieldsMatch(rec[:], q, mask, portInfoRecordFields) {
+			if !saFieldsMatch(rec[:], q, mask, portInfoRecordFields) ||
+				anyCap != 0 && wire.PortInfoRecord(rec[:]).CapMask()&anyCap == 0 {
 				continue
 			}
 			k := len(b.recs)

@@ -208,6 +208,21 @@ func TestSANodeRecordsRMPP(t *testing.T) {
 	if err != nil || len(pir) != 1 || pir[0].LID() != s.f.Ports()[3].LID() || pir[0].PortNum() != 1 {
 		t.Fatalf("PortInfoRecords: %d %v", len(pir), err)
 	}
+	// The SM's ports, as saquery -s finds them: any port with IsSM among its capabilities
+	// (PIRAnyCapBits); without the modifier the CapabilityMask must equal the query's.
+	smPort := s.f.Ports()[0]
+	pir, err = s.clients[7].PortInfoRecordsWithCap(ctx, wire.CapIsSM)
+	if err != nil || len(pir) != 1 || pir[0].LID() != smPort.LID() || wire.PortInfo(pir[0].PortInfo()).CapabilityMask()&wire.CapIsSM == 0 {
+		t.Fatalf("PortInfoRecords with IsSM: %d %v", len(pir), err)
+	}
+	if pir, err = s.clients[7].PortInfoRecordsWithCap(ctx, wire.CapIsSMDisabled); err != nil || len(pir) != 0 {
+		t.Fatalf("PortInfoRecords with IsSMdisabled: %d %v", len(pir), err)
+	}
+	var q [wire.PortInfoRecordLen]byte
+	wire.PortInfo(wire.PortInfoRecord(q[:]).PortInfo()).SetCapabilityMask(wire.CapIsSM)
+	if tab, err := s.clients[7].GetTable(ctx, wire.AttrPortInfoRecord, wire.PIRCompCapMask, q[:]); err != nil || tab.Count() != 0 {
+		t.Fatalf("PortInfoRecords with CapabilityMask exactly IsSM: %d %v", tab.Count(), err)
+	}
 }
 
 // TestSAServiceRecords registers, finds, replaces, lets expire and deletes services.
