@@ -85,31 +85,17 @@ func (a *Agent) startQuery(m *hca.MAD) (wire.SAMAD, *Topology, bool) {
 }
 
 func (a *Agent) handleNodeRecord(m *hca.MAD) {
-	req, t, ok := a.startQuery(m)
-	if !ok {
-		return
-	}
-	mask := req.CompMask()
-	q := req.Data()[:wire.NodeRecordLen]
-	stride := wire.SARecordStride(wire.NodeRecordLen)
-	b := a.getBuf()
-	var rec [wire.NodeRecordLen]byte
-	for _, n := range t.Nodes {
-		for _, p := range n.Ports {
-			if p == nil || !p.Endport() || p.LID == 0 {
-				continue
+	a.tableQuery(m, wire.NodeRecordLen, nodeRecordFields, func(t *Topology, rec []byte, emit func()) {
+		for _, n := range t.Nodes {
+			for _, p := range n.Ports {
+				if p == nil || !p.Endport() || p.LID == 0 {
+					continue
+				}
+				fillNodeRecord(rec, n, p)
+				emit()
 			}
-			fillNodeRecord(rec[:], n, p)
-			if !saFieldsMatch(rec[:], q, mask, nodeRecordFields) {
-				continue
-			}
-			k := len(b.recs)
-			b.recs = append(b.recs, make([]byte, stride)...)
-			copy(b.recs[k:], rec[:])
 		}
-	}
-	a.replyRecords(m, b.recs, wire.NodeRecordLen)
-	a.putBuf(b)
+	})
 }
 
 func (a *Agent) handlePortInfoRecord(m *hca.MAD) {

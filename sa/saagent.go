@@ -183,6 +183,16 @@ func (a *Agent) handleRequest(m *hca.MAD) {
 		a.handlePortInfoRecord(m)
 	case wire.AttrServiceRecord:
 		a.handleServiceRecord(m)
+	case wire.AttrLinkRecord:
+		a.handleLinkRecord(m)
+	case wire.AttrSwitchInfoRecord:
+		a.handleSwitchInfoRecord(m)
+	case wire.AttrLinearFwdTableRecord:
+		a.handleLFTRecord(m)
+	case wire.AttrPKeyTableRecord:
+		a.handlePKeyTableRecord(m)
+	case wire.AttrGUIDInfoRecord:
+		a.handleGUIDInfoRecord(m)
 	default:
 		switch method {
 		case wire.MethodGet, wire.MethodGetTable, wire.MethodSet, wire.MethodDelete:

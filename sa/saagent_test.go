@@ -269,3 +269,71 @@ func TestSAServiceRecords(t *testing.T) {
 		t.Fatalf("after delete: %+v %v", found, err)
 	}
 }
+
+// TestSATableRecords reads the links and the switches' and ports' tables through the SA,
+// as saquery -x, SWIR, LFTR, PKTR and GIR do, and checks them against the fabric itself.
+func TestSATableRecords(t *testing.T) {
+	s := newSAFabric(t, satest.SmallTree(t, satest.Options{}), sa.Config{}, sa.ClientOptions{})
+	ctx := saCtx(t)
+	c := s.clients[5]
+	table := func(attr uint16, mask uint64, rec []byte) sa.Table {
+		t.Helper()
+		tab, err := c.GetTable(ctx, attr, mask, rec)
+		if err != nil {
+			t.Fatalf("GetTable %#x: %v", attr, err)
+		}
+		return tab
+	}
+	// Links: each direction of every cable, HCA and switch-to-switch alike.
+	links := len(s.f.HCACables) + len(s.f.Links)
+	tab := table(wire.AttrLinkRecord, 0, make([]byte, wire.LinkRecordLen))
+	if tab.Count() != 2*links {
+		t.Fatalf("%d LinkRecords, want %d", tab.Count(), 2*links)
+	}
+	hp := s.f.Ports()[5]
+	var q [wire.LFTRecordLen]byte
+	wire.LinkRecord(q[:]).SetFromLID(hp.LID())
+	tab = table(wire.AttrLinkRecord, wire.LRCompFromLID, q[:wire.LinkRecordLen])
+	if tab.Count() != 1 {
+		t.Fatalf("%d LinkRecords from LID %d, want 1", tab.Count(), hp.LID())
+	}
+	lr := wire.LinkRecord(tab.Record(0))
+	leaf := s.f.Switches[5/8] // SmallTree: eight HCAs per leaf, on ports 1-8
+	if lr.FromPort() != 1 || lr.ToPort() != uint8(5%8+1) || lr.ToLID() != leaf.LID() {
+		t.Fatalf("link from HCA 5: port %d → LID %d port %d, want 1 → %d port %d", lr.FromPort(), lr.ToLID(), lr.ToPort(), leaf.LID(), 5%8+1)
+	}
+	// SwitchInfo of every switch, and each switch's LFT as the switch holds it.
+	tab = table(wire.AttrSwitchInfoRecord, 0, make([]byte, wire.SwitchInfoRecordLen))
+	if tab.Count() != len(s.f.Switches) {
+		t.Fatalf("%d SwitchInfoRecords, want %d", tab.Count(), len(s.f.Switches))
+	}
+	clear(q[:])
+	wire.LFTRecord(q[:]).SetLID(leaf.LID())
+	tab = table(wire.AttrLinearFwdTableRecord, wire.LFTRCompLID, q[:])
+	top := int(s.sm.Topology().MaxLID())
+	if tab.Count() != top/64+1 {
+		t.Fatalf("%d LFT blocks of LID %d, want %d", tab.Count(), leaf.LID(), top/64+1)
+	}
+	for i := 0; i < tab.Count(); i++ {
+		r := wire.LFTRecord(tab.Record(i))
+		for j, port := range r.LFT() {
+			lid := int(r.Block())*64 + j
+			if want := leaf.LFT(uint16(lid)); lid <= top && port != want {
+				t.Fatalf("LFTRecord LID %d: port %d, the switch has %d", lid, port, want)
+			}
+		}
+	}
+	// The P_Key table and the GUIDs of an HCA port.
+	clear(q[:])
+	wire.PKeyTableRecord(q[:]).SetLID(hp.LID())
+	tab = table(wire.AttrPKeyTableRecord, wire.PKTRCompLID, q[:])
+	if tab.Count() != 1 || wire.PKeyTableRecord(tab.Record(0)).PKey(0) != 0xFFFF {
+		t.Fatalf("PKeyTableRecords of LID %d: %d", hp.LID(), tab.Count())
+	}
+	clear(q[:])
+	wire.GUIDInfoRecord(q[:]).SetLID(hp.LID())
+	tab = table(wire.AttrGUIDInfoRecord, wire.GIRCompLID, q[:])
+	if tab.Count() != 1 || wire.GUIDInfoRecord(tab.Record(0)).GUID(0) != hp.GUID() {
+		t.Fatalf("GUIDInfoRecords of LID %d: %d", hp.LID(), tab.Count())
+	}
+}

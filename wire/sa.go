@@ -154,6 +154,12 @@ const (
 	NodeRecordLen     = 108
 	PortInfoRecordLen = 68
 	ServiceRecordLen  = 176
+	// The records of the SM's tables (sarecords.go).
+	LinkRecordLen       = 6
+	SwitchInfoRecordLen = 4 + SwitchInfoLen
+	LFTRecordLen        = 72
+	PKeyTableRecordLen  = 72
+	GUIDInfoRecordLen   = 72
 )
 
 // SARecordStride returns the GetTable stride of a record of n bytes: n rounded up to a
@@ -177,6 +183,16 @@ func SARecordLen(attr uint16) int {
 		return PortInfoRecordLen
 	case AttrServiceRecord:
 		return ServiceRecordLen
+	case AttrLinkRecord:
+		return LinkRecordLen
+	case AttrSwitchInfoRecord:
+		return SwitchInfoRecordLen
+	case AttrLinearFwdTableRecord:
+		return LFTRecordLen
+	case AttrPKeyTableRecord:
+		return PKeyTableRecordLen
+	case AttrGUIDInfoRecord:
+		return GUIDInfoRecordLen
 	}
 	return 0
 }
