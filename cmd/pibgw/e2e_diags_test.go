@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestE2EDiagsBuiltinSM: infiniband-diags, through libumad2sim and the ibsim server,
+// against pibgw's own SM and SA (sm.mode "internal", the default) — what a user of the
+// default configuration reads with them: saquery's IsSM ports, links, SwitchInfo, LFT,
+// P_Key table and GUIDInfo records agree with `pibgw stat`; iblinkinfo shows every link
+// Active; and a query of a class no agent serves (vendstat) fails at once, as against a
+// Linux host, instead of after its timeout.
+func TestE2EDiagsBuiltinSM(t *testing.T) {
+	requireE2E(t, "saquery", "iblinkinfo", "vendstat")
+	if umad2sim() == "" {
+		t.Skip("needs libumad2sim.so (Debian libumad2sim0, with ibsim-utils) in /usr/lib/*/umad2sim/")
+	}
+	nsA, nsB := e2eNetNS("da"), e2eNetNS("db")
+	sock := fmt.Sprintf("pibgwe2e-diag-%d", os.Getpid())
+	body := fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock) +
+		interfaceTOML("ib0", "pib_0", nsA, "10.30.0.1/24") + interfaceTOML("ib1", "pib_1", nsB, "10.30.0.2/24")
+	d := startDaemon(t, "", body, nsA, nsB)
+	e := &osmEnv{t: t, sock: sock, dir: t.TempDir()}
+
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
+		if time.Now().After(deadline) {
+			t.Fatalf("pib_1 not Active under the built-in SM:\n%s", d.MustPibgw("stat"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s0, s1 := d.MustPibgw("stat", "pib_0"), d.MustPibgw("stat", "pib_1")
+	lid0, lid1, guid1 := diagField(s0, "Base lid"), diagField(s1, "Base lid"), diagField(s1, "Port GUID")
+
+	// The SM's port: saquery -s asks for the ports with IsSM among their capabilities.
+	if sm := e.diag("", "saquery", "-s"); diagField(sm, "base_lid") != lid0 {
+		t.Errorf("saquery -s (IsSM ports): want pib_0's LID %s first\n%s", lid0, sm)
+	}
+	// The switch's LID from its SwitchInfoRecord; pib_1's link goes to it.
+	swir := e.diag("", "saquery", "SWIR")
+	swLID := diagField(swir, "LID")
+	if swLID == "" || swLID == "0" || diagField(swir, "LinearFDBTop") == "" {
+		t.Fatalf("saquery SWIR:\n%s", swir)
+	}
+	if lr := e.diag("", "saquery", "-x", lid1); diagField(lr, "FromLID") != lid1 || diagField(lr, "FromPort") != "1" ||
+		diagField(lr, "ToLID") != swLID {
+		t.Errorf("saquery -x %s: want pib_1 port 1 → the switch (LID %s)\n%s", lid1, swLID, lr)
+	}
+	// The switch's LFT sends each HCA's LID out of the port its cable is in (pib_n on n+1).
+	lft := e.diag("", "saquery", "LFTR", swLID)
+	for lid, port := range map[string]string{lid0: "1", lid1: "2", swLID: "0"} {
+		m := regexp.MustCompile(`(?m)^\s*` + lid + `\t(\d+)\s*$`).FindStringSubmatch(lft)
+		if m == nil || m[1] != port {
+			t.Errorf("saquery LFTR %s: LID %s → %v, want port %s\n%s", swLID, lid, m, port, lft)
+		}
+	}
+	if pk := e.diag("", "saquery", "PKTR", lid1); diagField(pk, "LID") != lid1 || !strings.Contains(pk, "0xffff") {
+		t.Errorf("saquery PKTR %s: want pib_1's table with the default P_Key\n%s", lid1, pk)
+	}
+	if gir := e.diag("", "saquery", "GIR", lid1); diagField(gir, "GUID 0") != guid1 {
+		t.Errorf("saquery GIR %s: GUID 0 want pib_1's port GUID %s\n%s", lid1, guid1, gir)
+	}
+	if ll := e.diag("", "iblinkinfo"); strings.Count(ll, "Active/  LinkUp") != 4 {
+		t.Errorf("iblinkinfo: want both HCA links Active from both ends\n%s", ll)
+	}
+
+	// vendstat asks pib_1 for a vendor class's ClassPortInfo: no agent there, so the
+	// port answers "unsupported" at once (it timed out after 1 s before).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	out, err := e.cmd(ctx, "", "vendstat", "-N", lid1).CombinedOutput()
+	if took := time.Since(start); err == nil || took > 500*time.Millisecond || strings.Contains(string(out), "timed out") {
+		t.Errorf("vendstat -N %s: %v after %v; want a failure at once, not a timeout\n%s", lid1, err, took, out)
+	}
+}
