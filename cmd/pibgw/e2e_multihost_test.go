@@ -64,10 +64,16 @@ ipoib = true
 	sw := startNSProc(t, bin, fab, swSock, "switch", "--config", swCfg)
 
 	attachSock := func(i int) string { return filepath.Join(dir, fmt.Sprintf("h%d.attach", i)) }
+	ibsimSock := fmt.Sprintf("pibgwe2e-mh-%d", os.Getpid()) // abstract: in host A's namespace
 	var hs []*nsProc
 	for i, ns := range hosts {
 		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
 		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
+		// Host A serves the ibsim protocol too (infiniband-diags on a host, below).
+		ibsimTOML := ""
+		if i == 0 {
+			ibsimTOML = "[ibsim]\nenable = true\nsocket_name = \"" + ibsimSock + "\"\n"
+		}
 		writeFile(t, cfg, fmt.Sprintf(`[daemon]
 control = %q
 attach = %q
@@ -77,6 +83,7 @@ hca_count = 1
 node_guid_base = "0x0002c903%02x000000"
 switch = "10.77.%d.1:%d"
 psk_file = %q
+%s
 [[interfaces]]
 name = "ib0"
 hca = "pib_0"
@@ -85,7 +92,7 @@ addresses = ["10.10.0.%d/24"]
 parent = "ib0"
 pkey = 0x8001
 addresses = ["10.20.0.%d/24"]
-`, sock, attachSock(i), i+1, i+1, config.DefaultSwitchUDPPort, psk, i+1, i+1))
+`, sock, attachSock(i), i+1, i+1, config.DefaultSwitchUDPPort, psk, ibsimTOML, i+1, i+1))
 		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
 	}
 	// Every host's ib0 up (the SM in the switch process brought the ports Active).
@@ -159,6 +166,19 @@ addresses = ["10.20.0.%d/24"]
 	}
 	if len(portOf) != 3 {
 		t.Fatalf("switch nodes: %+v", links)
+	}
+	// infiniband-diags on host A, through its ibsim server: the MADs cross the UDP link,
+	// and ibnetdiscover finds the switch process's switch with the three hosts and the
+	// SM's HCA on it.
+	if u := umad2sim(); u != "" {
+		if _, err := exec.LookPath("ibnetdiscover"); err == nil {
+			cmd := exec.Command("ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+u, "IBSIM_SOCKNAME="+ibsimSock, "ibnetdiscover")
+			cmd.Dir = t.TempDir() // libumad2sim writes its sysfs tree here
+			out, err := cmd.CombinedOutput()
+			if err != nil || strings.Count(string(out), "\nCa\t") != 4 || strings.Count(string(out), "\nSwitch\t") != 1 {
+				t.Errorf("ibnetdiscover on host A: %v\n%s", err, out)
+			}
+		}
 	}
 
 	// iperf3 A → B across the switch process, in datagram mode and then in connected

@@ -9,11 +9,13 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/pibgw/pibgw/fabric/topology"
@@ -174,6 +176,66 @@ type Fabric struct {
 	Allow       []netip.Prefix // sources accepted without a PSK (nil: loopback; the switch is always)
 	Keepalive   time.Duration  // keepalive interval of UDP links
 	LinkTimeout time.Duration  // a UDP link silent this long is down
+	// NodeDesc is fabric.node_desc, the HCAs' NodeDescription format (NodeDescription);
+	// "" for the default.
+	NodeDesc string
+}
+
+// NodeDescription returns HCA i's NodeDescription (IBA 14.2.5.2, at most 64 bytes) under
+// fabric.node_desc: rdma-ndd's format, %h the host name and %d the device name (pib_0),
+// %% a per cent sign. Unset, a host of a multi-host fabric uses rdma-ndd's default "%h %d",
+// so that each host's HCAs are told apart in ibnetdiscover; one-process fabrics and
+// switch processes keep pib's "pibgw HCA-<i+1>".
+func (f *Fabric) NodeDescription(i int, hostname string) string {
+	format := f.NodeDesc
+	if format == "" {
+		if f.Switch == "" {
+			return fmt.Sprintf("pibgw HCA-%d", i+1)
+		}
+		format = "%h %d"
+	}
+	var b strings.Builder
+	for k := 0; k < len(format); k++ {
+		if format[k] != '%' || k+1 == len(format) {
+			b.WriteByte(format[k])
+			continue
+		}
+		k++
+		switch format[k] {
+		case 'h':
+			b.WriteString(hostname)
+		case 'd':
+			b.WriteString(f.HCAs[i].Name)
+		default:
+			b.WriteByte(format[k])
+		}
+	}
+	d := b.String()
+	if len(d) > NodeDescLen {
+		d = d[:NodeDescLen]
+	}
+	return d
+}
+
+// NodeDescLen is the size of a NodeDescription (IBA 14.2.5.2).
+const NodeDescLen = 64
+
+// CheckNodeDesc reports what is wrong with a fabric.node_desc format: only %h, %d and %%
+// may follow a per cent sign.
+func CheckNodeDesc(format string) error {
+	for k := 0; k < len(format); k++ {
+		if format[k] != '%' {
+			continue
+		}
+		if k+1 == len(format) {
+			return errors.New("ends in a lone %")
+		}
+		k++
+		if c := format[k]; c != 'h' && c != 'd' && c != '%' {
+			return fmt.Errorf("%%%c: only %%h (host name), %%d (device name) and %%%% are known", c)
+		}
+	}
+	return nil
 }
 
 // Uplink is one [[fabric.uplinks]] entry: switch port Port plugs into the switch process

@@ -170,6 +170,8 @@ func TestErrors(t *testing.T) {
 		{"[[fabric.hcas]]\nnode_guid = 0x0002c90300000300\n[[fabric.hcas]]\nnode_guid = 0x0002c90300000300\n", "x.toml: fabric.hcas[1].node_guid: 0x0002c90300000300 already used by pib_0"},
 		{"[[fabric.hcas]]\nnode_guid = 0x0002c90300000301\n", "x.toml: fabric.hcas[0].node_guid: 0x0002c90300000301: must be non-zero with the low byte zero"},
 		{"[fabric]\nfoo = 1\n", "x.toml: fabric.foo: unknown option"},
+		{"[fabric]\nnode_desc = \"%h %n\"\n", "x.toml: fabric.node_desc: \"%h %n\": %n: only %h (host name), %d (device name) and %% are known"},
+		{"[fabric]\nnode_desc = \"x %\"\n", "x.toml: fabric.node_desc: \"x %\": ends in a lone %"},
 		{"[daemon]\nlog_level = \"loud\"\n", "x.toml: daemon.log_level: \"loud\": want debug, info, warn or error"},
 		{"[daemon]\ncontrol = \"\"\n", "x.toml: daemon.control: empty path"},
 		{"[sm]\nhca = \"pib_7\"\n", "x.toml: sm.hca: \"pib_7\": no such HCA (have pib_0, pib_1)"},
@@ -267,6 +269,24 @@ func TestRemoteSwitch(t *testing.T) {
 	}
 	if Default().SM.Mode != SMInternal {
 		t.Fatal("the SM is off by default with the built-in switch")
+	}
+	// NodeDescription: rdma-ndd's "%h %d" on a host of a multi-host fabric, pib's names
+	// in one process, a configured format anywhere.
+	if d := f.NodeDescription(0, "hostA"); d != "hostA pib_0" {
+		t.Fatalf("host's NodeDescription %q", d)
+	}
+	if d := Default().Fabric.NodeDescription(1, "hostA"); d != "pibgw HCA-2" {
+		t.Fatalf("one-process NodeDescription %q", d)
+	}
+	c, err = Parse(dir+"/h.toml", []byte("[fabric]\nnode_desc = \"%d on %h, 100%%\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := c.Fabric.NodeDescription(1, "hostA"); d != "pib_1 on hostA, 100%" {
+		t.Fatalf("configured NodeDescription %q", d)
+	}
+	if d := c.Fabric.NodeDescription(0, strings.Repeat("h", 80)); len(d) != NodeDescLen {
+		t.Fatalf("NodeDescription of %d bytes, want it cut to %d", len(d), NodeDescLen)
 	}
 	if err := os.WriteFile(dir+"/short", []byte("abc"), 0o600); err != nil {
 		t.Fatal(err)

@@ -46,6 +46,7 @@ type file struct {
 		Allow        any          `toml:"allow"`
 		Keepalive    any          `toml:"keepalive"`
 		LinkTimeout  any          `toml:"link_timeout"`
+		NodeDesc     any          `toml:"node_desc"`
 	} `toml:"fabric"`
 	SM struct {
 		Mode          any             `toml:"mode"`
@@ -372,6 +373,10 @@ func (p *parser) fabric(c *Config, f *file) {
 		guids[h.NodeGUID] = h.Name
 		total += h.Ports
 		c.Fabric.HCAs = append(c.Fabric.HCAs, h)
+	}
+	c.Fabric.NodeDesc = p.str("fabric.node_desc", fb.NodeDesc, "")
+	if err := CheckNodeDesc(c.Fabric.NodeDesc); err != nil {
+		p.errf("fabric.node_desc", "%q: %v", c.Fabric.NodeDesc, err)
 	}
 	def := int64(max(DefaultSwitchPorts, total))
 	c.Fabric.SwitchPorts = int(p.intIn("fabric.switch_ports", fb.SwitchPorts, def, 1, MaxSwitchPorts))

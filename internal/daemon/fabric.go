@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -133,12 +134,13 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 	lc := linkConfig(fc, log)
 	f.psk = fc.PSK != nil
 	next := 0
+	hostname, _ := os.Hostname()
 	for i, hc := range fc.HCAs {
 		d, err := hca.NewDevice(hca.Config{
 			Name:     hc.Name,
 			NodeGUID: hc.NodeGUID,
 			NumPorts: hc.Ports,
-			NodeDesc: fmt.Sprintf("pibgw HCA-%d", i+1),
+			NodeDesc: fc.NodeDescription(i, hostname),
 			Logger:   log,
 			Manner:   HCAManner(cfg.Manner),
 		})
@@ -200,12 +202,16 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 		return nil, fmt.Errorf("sm: no HCA %q", cfg.SM.HCA)
 	}
 	if cfg.IBSim.Enable {
+		var sws []*fabric.Switch
+		if f.Switch != nil { // a host of a multi-host fabric has no switch of its own
+			sws = append(sws, f.Switch)
+		}
 		f.IBSim, err = ibsim.New(ibsim.Config{
 			SocketName: cfg.IBSim.SocketName,
 			UDP:        cfg.IBSim.UDP,
 			MaxClients: cfg.IBSim.MaxClients,
 			Devices:    f.Devs,
-			Switches:   []*fabric.Switch{f.Switch},
+			Switches:   sws,
 			Default:    smDev.Port(cfg.SM.Port),
 			ExternalSM: cfg.SM.Mode == config.SMExternal,
 			Logger:     log,
