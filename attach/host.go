@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"syscall"
+	"time"
 
 	"github.com/pibgw/pibgw/rdmacm"
 	"github.com/pibgw/pibgw/sa"
@@ -79,7 +80,11 @@ func (h host) Source(dst netip.Addr) (netip.Addr, error) {
 }
 
 func (h host) Neighbor(ctx context.Context, src, dst netip.Addr) (wire.GID, error) {
-	m, err := h.s.call(ctx, &msg{Op: opNeighbor, Addr: src.String(), Addr2: dst.String()})
+	req := &msg{Op: opNeighbor, Addr: src.String(), Addr2: dst.String()}
+	if dl, ok := ctx.Deadline(); ok {
+		req.WaitMS = max(time.Until(dl).Milliseconds(), 1)
+	}
+	m, err := h.s.call(ctx, req)
 	if err != nil {
 		return wire.GID{}, err
 	}

@@ -92,6 +92,8 @@ type msg struct {
 	QKey  uint32 `json:"qkey,omitempty"`
 	Addr  string `json:"addr,omitempty"`
 	Addr2 string `json:"addr2,omitempty"`
+	// WaitMS bounds a neighbour resolution: what is left of the caller's timeout.
+	WaitMS int64 `json:"wait_ms,omitempty"`
 
 	Attr  *hca.PortAttr             `json:"attr,omitempty"`
 	PKeys *[hca.PKeyTableLen]uint16 `json:"pkeys,omitempty"`

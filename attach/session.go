@@ -521,6 +521,11 @@ func (x *session) slow(m *msg) *msg {
 		if err1 != nil || err2 != nil {
 			return fail(m.Op, syscall.EINVAL, "bad addresses %q, %q", m.Addr, m.Addr2)
 		}
+		if m.WaitMS > 0 { // the caller's timeout, not the daemon's 30 s
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(m.WaitMS)*time.Millisecond)
+			defer cancel()
+		}
 		gid, err := h.Neighbor(ctx, src, dst)
 		if err != nil {
 			return errMsg(m.Op, err)

@@ -2,6 +2,7 @@ package rdmacm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -179,11 +180,19 @@ func (h *IPoIBHost) Neighbor(ctx context.Context, src, dst netip.Addr) (wire.GID
 	if !ok {
 		return wire.GID{}, syscall.EADDRNOTAVAIL
 	}
-	hw, err := x.ifc.Resolve(ctx, dst.Unmap())
-	if err != nil {
-		return wire.GID{}, err
+	for {
+		hw, err := x.ifc.Resolve(ctx, dst.Unmap())
+		if errors.Is(err, ipoib.ErrUnresolved) && ctx.Err() == nil {
+			// Linux's rdma_resolve_addr does not stop at a FAILED neighbour: it solicits
+			// again until its timeout, which it reports as ETIMEDOUT
+			// (drivers/infiniband/core/addr.c: -ENODATA is retried).
+			continue
+		}
+		if err != nil {
+			return wire.GID{}, err
+		}
+		return hw.GID(), nil
 	}
-	return hw.GID(), nil
 }
 
 // client is the SA client of dev's port.

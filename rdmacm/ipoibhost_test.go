@@ -3,7 +3,6 @@ package rdmacm_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -99,9 +98,17 @@ func TestStreamOverIPoIB(t *testing.T) {
 		}
 		s.Close()
 	}
-	// Nobody has 10.10.0.77: the ARP goes unanswered.
-	if _, err := rdmacm.Dial(ctx, hosts[0], "10.10.0.77:7471"); !errors.Is(err, syscall.EHOSTUNREACH) && !errors.Is(err, syscall.ETIMEDOUT) {
-		t.Fatalf("dial to an address nobody has: %v", err)
+	// Nobody has 10.10.0.77: the ARP goes unanswered. As Linux's rdma_resolve_addr, the
+	// resolution solicits again past the three probes that make the neighbour FAILED
+	// (3 s) and ends in ETIMEDOUT at the caller's timeout, not EHOSTUNREACH at 3 s.
+	ch := rdmacm.CreateEventChannel()
+	id, _ := rdmacm.CreateID(hosts[0], ch, nil, rdmacm.PSTCP)
+	start := time.Now()
+	if err := id.ResolveAddr(netip.MustParseAddr("10.10.0.1"), netip.MustParseAddrPort("10.10.0.77:7471"), 4*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if e := getEvent(t, ch, rdmacm.EventAddrError); e.Status != -int(syscall.ETIMEDOUT) || time.Since(start) < 3900*time.Millisecond {
+		t.Fatalf("resolving an address nobody has: status %d after %v; want ETIMEDOUT after 4 s", e.Status, time.Since(start))
 	}
 }
 
