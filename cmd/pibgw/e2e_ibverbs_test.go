@@ -125,16 +125,28 @@ func TestE2EIbverbs(t *testing.T) {
 	// Over UC a write completes at once, so neither side polls while it waits: both
 	// spin on their buffers, and the receive goroutine that takes a write in must not
 	// yield its core to such a spinner for a time slice (1.5 ms typical before).
+	// Spinning programs are at the mercy of a shared machine's scheduler: a run over
+	// 300 µs is run again, and only two in a row fail (the defects above were slow in
+	// every run).
 	for i, qp := range []string{"RC", "UC"} {
-		port := strconv.Itoa(18635 + 10*i)
-		out = pair([]string{"ib_write_lat", "-c", qp, "-d", "pib_1", "-p", port, "-n", "2000"},
-			[]string{"ib_write_lat", "-c", qp, "-d", "pib_0", "-p", port, "-n", "2000", "127.0.0.1"})
-		if m := latReportRE.FindStringSubmatch(out); m == nil {
-			t.Errorf("ib_write_lat -c %s client: no result for 2000 iterations:\n%s", qp, out)
-		} else if typ, _ := strconv.ParseFloat(m[1], 64); typ > 300 {
-			t.Errorf("ib_write_lat -c %s: typical latency %s µs, want < 300 (the write waited):\n%s", qp, m[1], out)
-		} else {
-			t.Logf("ib_write_lat -c %s: typical %s µs", qp, m[1])
+		for try := 0; try < 2; try++ {
+			port := strconv.Itoa(18635 + 10*i + try)
+			out = pair([]string{"ib_write_lat", "-c", qp, "-d", "pib_1", "-p", port, "-n", "2000"},
+				[]string{"ib_write_lat", "-c", qp, "-d", "pib_0", "-p", port, "-n", "2000", "127.0.0.1"})
+			m := latReportRE.FindStringSubmatch(out)
+			if m == nil {
+				t.Errorf("ib_write_lat -c %s client: no result for 2000 iterations:\n%s", qp, out)
+				break
+			}
+			if typ, _ := strconv.ParseFloat(m[1], 64); typ <= 300 {
+				t.Logf("ib_write_lat -c %s: typical %s µs", qp, m[1])
+				break
+			}
+			if try == 0 {
+				t.Logf("ib_write_lat -c %s: typical %s µs, over 300: once more", qp, m[1])
+				continue
+			}
+			t.Errorf("ib_write_lat -c %s: typical latency %s µs twice, want < 300 (the write waited):\n%s", qp, m[1], out)
 		}
 	}
 	// librdmacm's programs (issue 14's commands), server as root, client as nobody.
