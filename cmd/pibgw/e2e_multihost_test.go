@@ -616,22 +616,37 @@ func (nullPort) Receive([][]byte)   {}
 func (nullPort) Attach(fabric.Link) {}
 
 // TestE2EHostSM: the SM on a host instead of in the switch process (`pibgw switch
-// --no-sm`, sm.mode = "internal" on host A): A's SM waits for its UDP link, sweeps the
-// fabric through the remote switch, and B comes up too: ping A → B.
+// --no-sm`): the built-in SM (sm.mode = "internal" on host A), which waits for its UDP
+// link and sweeps the fabric through the remote switch; or opensm, attached to host A
+// (sm.mode = "external") through A's ibsim server. Either way B comes up too: ping A → B.
 func TestE2EHostSM(t *testing.T) {
 	requireE2E(t, "ping")
+	t.Run("builtin", func(t *testing.T) { hostSM(t, "s", false) })
+	t.Run("opensm", func(t *testing.T) {
+		if _, err := exec.LookPath("opensm"); err != nil || umad2sim() == "" {
+			t.Skip("needs opensm and libumad2sim.so (Debian opensm, libumad2sim0)")
+		}
+		hostSM(t, "so", true)
+	})
+}
+
+func hostSM(t *testing.T, tag string, opensm bool) {
 	bin := buildPibgw(t)
 	dir := t.TempDir()
-	fab, hosts := multiHostNet(t, "s", 2)
+	fab, hosts := multiHostNet(t, tag, 2)
 	swSock := filepath.Join(dir, "sw.sock")
 	sw := startNSProc(t, bin, fab, swSock, "switch", "--no-sm", "--ports", "8", "--listen", ":8432",
 		"--allow", "10.77.0.0/16", "--control", swSock)
+	ibsimSock := fmt.Sprintf("pibgwe2e-hostsm-%d", os.Getpid()) // abstract: in A's namespace
 	var hs []*nsProc
 	for i, ns := range hosts {
 		sock := filepath.Join(dir, fmt.Sprintf("h%d.sock", i))
 		cfg := filepath.Join(dir, fmt.Sprintf("h%d.toml", i))
 		sm := ""
-		if i == 0 {
+		switch {
+		case i == 0 && opensm:
+			sm = "[sm]\nmode = \"external\"\n[ibsim]\nenable = true\nsocket_name = \"" + ibsimSock + "\"\n"
+		case i == 0:
 			sm = "[sm]\nmode = \"internal\"\nsweep_interval = \"1s\"\n"
 		}
 		writeFile(t, cfg, fmt.Sprintf(`[daemon]
@@ -648,6 +663,33 @@ hca = "pib_0"
 addresses = ["10.10.0.%d/24"]
 %s`, sock, i+1, i+1, i+1, sm))
 		hs = append(hs, startNSProc(t, bin, ns, sock, "up", "--config", cfg))
+	}
+	if opensm {
+		// opensm in A's namespace (where A's ibsim server listens), preloaded with libumad2sim.
+		osmDir := t.TempDir()
+		osm := exec.Command("ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+ibsimSock,
+			"OSM_CACHE_DIR="+osmDir, "OSM_TMP_DIR="+osmDir, "opensm", "-f", filepath.Join(osmDir, "opensm.log"))
+		osm.Dir = osmDir
+		osmOut := &syncBuffer{}
+		osm.Stdout, osm.Stderr = osmOut, osmOut
+		waitUntil(t, 10*time.Second, "host A's ibsim server", func() bool {
+			var devs []control.Device
+			return hs[0].do(control.VerbDevinfo, &devs) == nil
+		})
+		if err := osm.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			osm.Process.Kill()
+			osm.Wait()
+			if t.Failed() {
+				log, _ := os.ReadFile(filepath.Join(osmDir, "opensm.log"))
+				if len(log) > 20000 {
+					log = log[len(log)-20000:]
+				}
+				t.Logf("opensm output:\n%s\nopensm.log (tail):\n%s", osmOut.String(), log)
+			}
+		})
 	}
 	for i, h := range hs {
 		waitUntil(t, 20*time.Second, fmt.Sprintf("host %d's ib0 up", i), func() bool {
