@@ -82,7 +82,7 @@ const (
 	DropLID0                           // DLID 0 is reserved (IBA 4.1.3)
 	DropPermissive                     // DLID 0xFFFF and no management agent to take it
 	DropNoRoute                        // LFT entry 0xFF, unset, or beyond the table
-	DropNoMFT                          // MLID beyond the MFT, or an empty port mask
+	DropNoMFT                          // MLID beyond the MFT, or no port in its mask but the one it came in on
 	DropRawLNH                         // LNH 00 (Raw): no IBA transport; pibgw does not forward it
 	DropPortDown                       // the out port has no cable or its cable is down
 	DropNoManagement                   // addressed to port 0 and no management agent set

@@ -60,15 +60,17 @@ func nodesCommand(e *env) *cli.Command {
 func countersCommand(e *env) *cli.Command {
 	return &cli.Command{
 		Name:      "counters",
-		Usage:     "print an HCA port's counters like perfquery (CA [PORT]), or the UDP links' counters",
+		Usage:     "print an HCA port's counters like perfquery (CA [PORT]), or the UDP links' and switch ports' counters",
 		ArgsUsage: "[CA [PORT] | --all]",
 		Description: "With CA (pib_0) and optionally PORT, or --all for every HCA port, prints the port's\n" +
 			"PortCounters and PortCountersExtended as its PMA answers perfquery, in perfquery's\n" +
 			"format. Without: prints the counters of the process's UDP links, summed: datagrams and packets each\n" +
 			"way, sessions opened, refusals, peers declared dead, and every drop by reason\n" +
 			"(drop_auth: a tag that does not verify — a wrong PSK; drop_not_allowed: a source\n" +
-			"outside the allow-list; drop_replay; drop_truncated …). A switch process adds its\n" +
-			"switch ports' counters.",
+			"outside the allow-list; drop_replay; drop_truncated …), then the counters of this\n" +
+			"process's switch ports (a one-process fabric's switch too): switch_port_N_xmit_pkts,\n" +
+			"_rcv_pkts, _xmit_discards, _rcv_errors and its drops by reason (_drop_no_route,\n" +
+			"_drop_no_mft, … — what perfquery's PortRcvSwitchRelayErrors sums).",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "all", Usage: "every HCA port's counters"}, jsonFlag(), controlFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 || c.Bool("all") {

@@ -99,8 +99,8 @@ type Link struct {
 }
 
 // LinkCounters are the UDP links' counters (udplink.Counters by name: rx_datagrams,
-// drop_auth, …) summed over the process's links, with the switch ports' when it is a
-// switch process (switch_port_N_xmit_discards …).
+// drop_auth, …) summed over the process's links, with the ports' of the process's
+// switches (switch_port_N_xmit_discards, switch_port_N_drop_no_route …).
 type LinkCounters map[string]uint64
 
 // Request is one request. Iface, PKey, Addrs, Count and Snaplen are the verbs'

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/control"
 )
@@ -54,7 +56,10 @@ func (f *Fabric) UDPLinks() []control.Link {
 	return out
 }
 
-// LinkCounters sums the UDP links' counters; a switch process adds its switch ports'.
+// LinkCounters sums the UDP links' counters and adds, for every switch of this process
+// (a one-process fabric's, a switch process's), each port's packets, discards and
+// errors, and its drops by reason (the causes of PortRcvSwitchRelayErrors and
+// PortRcvErrors that perfquery and ibqueryerrors show as one number).
 func (f *Fabric) LinkCounters() control.LinkCounters {
 	out := control.LinkCounters{}
 	add := func(m map[string]uint64) {
@@ -70,18 +75,23 @@ func (f *Fabric) LinkCounters() control.LinkCounters {
 	}
 	if f.Listener != nil {
 		add(f.Listener.Counters().Map())
-		for i, sw := range f.Switches {
-			for n := 1; n <= sw.NumPorts(); n++ {
-				c := sw.Counters(n)
-				if c.XmitPkts == 0 && c.RcvPkts == 0 && c.XmitDiscards == 0 && c.RcvErrors == 0 {
-					continue
+	}
+	for i, sw := range f.Switches {
+		for n := 0; n <= sw.NumPorts(); n++ {
+			c := sw.Counters(n)
+			if c.XmitPkts == 0 && c.RcvPkts == 0 && c.XmitDiscards == 0 && c.RcvErrors == 0 {
+				continue
+			}
+			pre := fmt.Sprintf("switch_port_%d_", n)
+			if len(f.Switches) > 1 {
+				pre = fmt.Sprintf("%s_port_%d_", f.switchNames[i], n)
+			}
+			out[pre+"xmit_pkts"], out[pre+"rcv_pkts"] = c.XmitPkts, c.RcvPkts
+			out[pre+"xmit_discards"], out[pre+"rcv_errors"] = c.XmitDiscards, c.RcvErrors
+			for r, v := range c.Drops {
+				if v != 0 {
+					out[pre+"drop_"+strings.ReplaceAll(fabric.DropReason(r).String(), "-", "_")] = v
 				}
-				pre := fmt.Sprintf("switch_port_%d_", n)
-				if len(f.Switches) > 1 {
-					pre = fmt.Sprintf("%s_port_%d_", f.switchNames[i], n)
-				}
-				out[pre+"xmit_pkts"], out[pre+"rcv_pkts"] = c.XmitPkts, c.RcvPkts
-				out[pre+"xmit_discards"], out[pre+"rcv_errors"] = c.XmitDiscards, c.RcvErrors
 			}
 		}
 	}

@@ -76,3 +76,27 @@ func TestTopologyTwoSwitches(t *testing.T) {
 	}
 	t.Logf("Switch1 → Switch2 over port %d, after the cut over the other link", used)
 }
+
+// `pibgw counters` on a one-process fabric: the switch's ports' counters and drops by
+// reason — what perfquery's PortRcvSwitchRelayErrors sums — not only a switch process's.
+func TestSwitchPortCounters(t *testing.T) {
+	cfg, err := config.Parse("/tmp/f.toml", []byte("interfaces = []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f, err := daemon.BuildFabric(ctx, cfg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	src := f.Devs[0].Port(1)
+	// A LID the SM gave nobody: the switch's LFT has no route for it.
+	pkt := fabrictest.UD{DLID: 0x0100, SLID: src.LID(), DestQP: 1, QKey: 0x80010000, Payload: make([]byte, 256)}.Build()
+	src.Transmit([][]byte{pkt})
+	c := f.LinkCounters()
+	if c["switch_port_1_drop_no_route"] != 1 || c["switch_port_1_rcv_pkts"] == 0 || c["switch_port_2_xmit_pkts"] == 0 {
+		t.Fatalf("switch counters %v: want port 1's no-route drop and both ports' traffic", c)
+	}
+}
