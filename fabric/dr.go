@@ -101,8 +101,9 @@ func seal(pkt []byte, bthOff int) {
 	wire.SetICRCPending(pkt)
 }
 
-// replyLID answers a LID-routed SMP or a GMP request (the PMA's, or any Get or Set): the response goes back to the
-// request's SLID and source QP through the switch's own forwarding.
+// replyLID answers a LID-routed SMP or a GMP request (the PMA's, or any Get or Set): the
+// response goes back to the request's SLID and source QP through the switch's own
+// forwarding.
 func (sw *Switch) replyLID(in int, b []byte, pk *wire.Packet, madOff int) {
 	mb := mgmtBufPool.Get().(*mgmtBuf)
 	defer mgmtBufPool.Put(mb)

@@ -105,9 +105,11 @@ func (a *Agent) handlePortInfoRecord(m *hca.MAD) {
 	}
 	mask := req.CompMask()
 	q := req.Data()[:wire.PortInfoRecordLen]
-	var anyCap uint32 // PIRAnyCapBits: match any of these bits
-	if mask&wire.PIRCompCapMask != 0 && req.MAD().AttrMod()&PIRAnyCapBits != 0 {
-		anyCap, mask = wire.PortInfoRecord(q).CapMask(), mask&^wire.PIRCompCapMask
+	// PIRAnyCapBits: a record matches with any of the query's CapabilityMask bits (none
+	// with a mask of none, as opensm's).
+	anyCap := mask&wire.PIRCompCapMask != 0 && req.MAD().AttrMod()&PIRAnyCapBits != 0
+	if anyCap {
+		mask &^= wire.PIRCompCapMask
 	}
 	stride := wire.SARecordStride(wire.PortInfoRecordLen)
 	b := a.getBuf()
@@ -133,7 +135,7 @@ func (a *Agent) handlePortInfoRecord(m *hca.MAD) {
 			// IBA 15.2.5.3: M_Key is not disclosed.
 			clear(r.PortInfo()[0:8])
 			if !saFieldsMatch(rec[:], q, mask, portInfoRecordFields) ||
-				anyCap != 0 && wire.PortInfoRecord(rec[:]).CapMask()&anyCap == 0 {
+				anyCap && wire.PortInfoRecord(rec[:]).CapMask()&wire.PortInfoRecord(q).CapMask() == 0 {
 				continue
 			}
 			k := len(b.recs)
