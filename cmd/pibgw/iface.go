@@ -235,8 +235,8 @@ func childCommand(e *env) *cli.Command {
 			},
 			{
 				Name:      "del",
-				Usage:     "delete IFACE's child for partition PKEY; IFACE is untouched",
-				ArgsUsage: "IFACE PKEY",
+				Usage:     "delete IFACE's child for partition PKEY (or the child ib0.8001 by its name, as ip link del); IFACE is untouched",
+				ArgsUsage: "IFACE PKEY | IFACE.PKEY",
 				Flags:     []cli.Flag{jsonFlag(), controlFlag()},
 				Action: func(c *cli.Context) error {
 					iface, pk, err := childArgs(c)
@@ -264,12 +264,15 @@ func childCommand(e *env) *cli.Command {
 	}
 }
 
-// childArgs reads IFACE PKEY, checking the P_Key before any daemon is asked.
+// childArgs reads IFACE PKEY, checking the P_Key before any daemon is asked. child del
+// also takes the child's name, IFACE.PKEY (ipoib's name for it: ib0.8001).
 func childArgs(c *cli.Context) (string, string, error) {
-	if c.NArg() != 2 {
+	iface, pk := c.Args().Get(0), c.Args().Get(1)
+	if dot := strings.LastIndexByte(iface, '.'); c.NArg() == 1 && c.Command.Name == "del" && dot > 0 {
+		iface, pk = iface[:dot], iface[dot+1:]
+	} else if c.NArg() != 2 {
 		return "", "", usagef(c, "want IFACE PKEY (e.g. ib0 0x8001), got %d arguments", c.NArg())
 	}
-	iface, pk := c.Args().Get(0), c.Args().Get(1)
 	if !config.ValidIfName(iface) {
 		return "", "", fmt.Errorf("%q is not an interface name", iface)
 	}
