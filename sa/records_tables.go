@@ -6,9 +6,9 @@ import (
 )
 
 // LinkRecord (IBA 15.2.5.13), SwitchInfoRecord (15.2.5.5), LinearForwardingTableRecord
-// (15.2.5.6), P_KeyTableRecord (15.2.5.11) and GUIDInfoRecord (15.2.5.18): the SM's view
-// of the links and of the tables it read and programmed, which opensm's SA serves too
-// (saquery -x, SWIR, LFTR, PKTR, GIR).
+// (15.2.5.6), P_KeyTableRecord (15.2.5.11), GUIDInfoRecord (15.2.5.18) and SMInfoRecord
+// (15.2.5.10): the SM's view of the links, of the tables it read and programmed, and of
+// itself, which opensm's SA serves too (saquery -x, SWIR, LFTR, PKTR, GIR, SMIR).
 
 var (
 	linkRecordFields = []saField{
@@ -18,6 +18,9 @@ var (
 	lftRecordFields        = []saField{{wire.LFTRCompLID, 0, 2}, {wire.LFTRCompBlock, 2, 2}}
 	pkeyTableRecordFields  = []saField{{wire.PKTRCompLID, 0, 2}, {wire.PKTRCompBlock, 2, 2}, {wire.PKTRCompPort, 4, 1}}
 	guidInfoRecordFields   = []saField{{wire.GIRCompLID, 0, 2}, {wire.GIRCompBlock, 2, 1}}
+	smInfoRecordFields     = []saField{
+		{wire.SMIRCompLID, 0, 2}, {wire.SMIRCompGUID, 4, 8}, {wire.SMIRCompSMKey, 12, 8}, {wire.SMIRCompActCount, 20, 4},
+	}
 )
 
 // portLID is the LID a record names a port by: its own for an end port, the switch's for
@@ -158,5 +161,22 @@ func (a *Agent) handleGUIDInfoRecord(m *hca.MAD) {
 				emit()
 			}
 		}
+	})
+}
+
+// handleSMInfoRecord: the one SM of the subnet, pibgw's, at its port's LID (pibgw runs one
+// SM per subnet); its SM_Key reads as zero, as its SMInfo does.
+func (a *Agent) handleSMInfoRecord(m *hca.MAD) {
+	a.tableQuery(m, wire.SMInfoRecordLen, smInfoRecordFields, func(t *Topology, rec []byte, emit func()) {
+		if a.cfg.SMInfo == nil || t.SMLID == 0 {
+			return
+		}
+		clear(rec)
+		r := wire.SMInfoRecord(rec)
+		r.SetLID(t.SMLID)
+		var info [wire.SMPDataLen]byte
+		a.cfg.SMInfo(info[:])
+		copy(r.SMInfo(), info[:])
+		emit()
 	})
 }

@@ -53,6 +53,9 @@ type AgentConfig struct {
 	// window; default 200 ms. RMPPRetries bounds the resends; default 4.
 	RMPPTimeout time.Duration
 	RMPPRetries int
+	// SMInfo, when set, fills the SM's SMInfo attribute (IBA 14.2.5.13, as a SubnGet
+	// answers it) for SMInfoRecords; StartSA sets it to the SM's.
+	SMInfo func(out []byte)
 }
 
 // Agent is the subnet administrator.
@@ -193,6 +196,8 @@ func (a *Agent) handleRequest(m *hca.MAD) {
 		a.handlePKeyTableRecord(m)
 	case wire.AttrGUIDInfoRecord:
 		a.handleGUIDInfoRecord(m)
+	case wire.AttrSMInfoRecord:
+		a.handleSMInfoRecord(m)
 	default:
 		switch method {
 		case wire.MethodGet, wire.MethodGetTable, wire.MethodSet, wire.MethodDelete:
@@ -324,6 +329,7 @@ func StartSA(sm *SM, cfg AgentConfig) (*Agent, error) {
 	cfg.Port = sm.Port()
 	cfg.Topology = sm.Topology
 	cfg.Multicast = sm
+	cfg.SMInfo = func(out []byte) { sm.smInfo(wire.MethodGet, 0, out) }
 	if cfg.Clock == nil {
 		cfg.Clock = sm.clk
 	}

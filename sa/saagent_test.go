@@ -336,4 +336,13 @@ func TestSATableRecords(t *testing.T) {
 	if tab.Count() != 1 || wire.GUIDInfoRecord(tab.Record(0)).GUID(0) != hp.GUID() {
 		t.Fatalf("GUIDInfoRecords of LID %d: %d", hp.LID(), tab.Count())
 	}
+	// The SM itself: one MASTER, at its port.
+	smp := s.f.Ports()[0]
+	tab = table(wire.AttrSMInfoRecord, 0, make([]byte, wire.SMInfoRecordLen))
+	if tab.Count() != 1 {
+		t.Fatalf("%d SMInfoRecords, want 1", tab.Count())
+	}
+	if r := wire.SMInfoRecord(tab.Record(0)); r.LID() != smp.LID() || r.GUID() != smp.GUID() || r.SMState() != sa.SMStateMaster || r.ActCount() == 0 {
+		t.Fatalf("SMInfoRecord LID %d GUID %#x state %d act %d; want the SM's port %d %#x, MASTER", r.LID(), r.GUID(), r.SMState(), r.ActCount(), smp.LID(), smp.GUID())
+	}
 }

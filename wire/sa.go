@@ -160,6 +160,7 @@ const (
 	LFTRecordLen        = 72
 	PKeyTableRecordLen  = 72
 	GUIDInfoRecordLen   = 72
+	SMInfoRecordLen     = 25
 )
 
 // SARecordStride returns the GetTable stride of a record of n bytes: n rounded up to a
@@ -193,6 +194,8 @@ func SARecordLen(attr uint16) int {
 		return PKeyTableRecordLen
 	case AttrGUIDInfoRecord:
 		return GUIDInfoRecordLen
+	case AttrSMInfoRecord:
+		return SMInfoRecordLen
 	}
 	return 0
 }

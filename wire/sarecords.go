@@ -87,3 +87,22 @@ func (r GUIDInfoRecord) GUID(i int) uint64       { return binary.BigEndian.Uint6
 func (r GUIDInfoRecord) SetLID(v uint16)         { binary.BigEndian.PutUint16(r[0:], v) }
 func (r GUIDInfoRecord) SetBlock(v uint8)        { r[2] = v }
 func (r GUIDInfoRecord) SetGUID(i int, v uint64) { binary.BigEndian.PutUint64(r[8+8*i:], v) }
+
+// SMInfoRecord is a view of an SMInfoRecord (IBA 15.2.5.10, 25 bytes, stride 32): LID(16)
+// Reserved(16) and SMInfo (IBA 14.2.5.13): GUID, SM_Key, ActCount, Priority(4) SMState(4).
+type SMInfoRecord []byte
+
+const (
+	SMIRCompLID      = 1 << 0
+	SMIRCompGUID     = 1 << 1
+	SMIRCompSMKey    = 1 << 2
+	SMIRCompActCount = 1 << 3
+)
+
+func (r SMInfoRecord) LID() uint16      { return binary.BigEndian.Uint16(r[0:]) }
+func (r SMInfoRecord) SetLID(v uint16)  { binary.BigEndian.PutUint16(r[0:], v) }
+func (r SMInfoRecord) SMInfo() []byte   { return r[4:SMInfoRecordLen] }
+func (r SMInfoRecord) GUID() uint64     { return binary.BigEndian.Uint64(r[4:]) }
+func (r SMInfoRecord) ActCount() uint32 { return binary.BigEndian.Uint32(r[20:]) }
+func (r SMInfoRecord) Priority() uint8  { return r[24] >> 4 }
+func (r SMInfoRecord) SMState() uint8   { return r[24] & 0x0F }

@@ -12,8 +12,8 @@ import (
 
 // TestE2EDiagsBuiltinSM: infiniband-diags, through libumad2sim and the ibsim server,
 // against pibgw's own SM and SA (sm.mode "internal", the default) — what a user of the
-// default configuration reads with them: saquery's IsSM ports, links, SwitchInfo, LFT,
-// P_Key table and GUIDInfo records agree with `pibgw stat`; iblinkinfo shows every link
+// default configuration reads with them: saquery's IsSM ports, SMInfo, links, SwitchInfo,
+// LFT, P_Key table and GUIDInfo records agree with `pibgw stat`; iblinkinfo shows every link
 // Active; and a query of a class no agent serves (vendstat) fails at once, as against a
 // Linux host, instead of after its timeout.
 func TestE2EDiagsBuiltinSM(t *testing.T) {
@@ -41,6 +41,10 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 	// The SM's port: saquery -s asks for the ports with IsSM among their capabilities.
 	if sm := e.diag("", "saquery", "-s"); diagField(sm, "base_lid") != lid0 {
 		t.Errorf("saquery -s (IsSM ports): want pib_0's LID %s first\n%s", lid0, sm)
+	}
+	// The SM itself: MASTER, at pib_0's LID.
+	if smir := e.diag("", "saquery", "SMIR"); diagField(smir, "LID") != lid0 || diagField(smir, "SMState") != "3" {
+		t.Errorf("saquery SMIR: want the SM at LID %s, SMState 3 (MASTER)\n%s", lid0, smir)
 	}
 	// The switch's LID from its SwitchInfoRecord; pib_1's link goes to it.
 	swir := e.diag("", "saquery", "SWIR")
