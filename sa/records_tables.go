@@ -7,8 +7,9 @@ import (
 
 // LinkRecord (IBA 15.2.5.13), SwitchInfoRecord (15.2.5.5), LinearForwardingTableRecord
 // (15.2.5.6), P_KeyTableRecord (15.2.5.11), GUIDInfoRecord (15.2.5.18) and SMInfoRecord
-// (15.2.5.10): the SM's view of the links, of the tables it read and programmed, and of
-// itself, which opensm's SA serves too (saquery -x, SWIR, LFTR, PKTR, GIR, SMIR).
+// (15.2.5.10), MulticastForwardingTableRecord (15.2.5.8): the SM's view of the links, of
+// the tables it read and programmed, and of itself, which opensm's SA serves too
+// (saquery -x, SWIR, LFTR, PKTR, GIR, SMIR, MFTR).
 
 var (
 	linkRecordFields = []saField{
@@ -18,6 +19,7 @@ var (
 	lftRecordFields        = []saField{{wire.LFTRCompLID, 0, 2}, {wire.LFTRCompBlock, 2, 2}}
 	pkeyTableRecordFields  = []saField{{wire.PKTRCompLID, 0, 2}, {wire.PKTRCompBlock, 2, 2}, {wire.PKTRCompPort, 4, 1}}
 	guidInfoRecordFields   = []saField{{wire.GIRCompLID, 0, 2}, {wire.GIRCompBlock, 2, 1}}
+	mftRecordFields        = []saField{{wire.MFTRCompLID, 0, 2}} // Position and BlockNum: handleMFTRecord
 	smInfoRecordFields     = []saField{
 		{wire.SMIRCompLID, 0, 2}, {wire.SMIRCompGUID, 4, 8}, {wire.SMIRCompSMKey, 12, 8}, {wire.SMIRCompActCount, 20, 4},
 	}
@@ -178,5 +180,47 @@ func (a *Agent) handleSMInfoRecord(m *hca.MAD) {
 		a.cfg.SMInfo(info[:])
 		copy(r.SMInfo(), info[:])
 		emit()
+	})
+}
+
+// handleMFTRecord: every switch's MFT blocks, from block 0 to the last with an MLID in
+// use and for every position its ports need (16 ports each, port 0 included), as the SM
+// programmed them (IBA 15.2.5.8); Position and BlockNum, sub-byte fields, are matched
+// here.
+func (a *Agent) handleMFTRecord(m *hca.MAD) {
+	req := wire.SAMAD(m.Data)
+	mask, q := req.CompMask(), wire.MFTRecord(req.Data()[:wire.MFTRecordLen])
+	a.tableQuery(m, wire.MFTRecordLen, mftRecordFields, func(t *Topology, rec []byte, emit func()) {
+		if a.cfg.MFTs == nil {
+			return
+		}
+		mfts := a.cfg.MFTs()
+		for _, n := range t.Nodes {
+			entries := mfts[n.GUID]
+			if !n.IsSwitch() || n.LID() == 0 || len(entries) == 0 {
+				continue
+			}
+			lastBlock := 0
+			for mlid := range entries {
+				lastBlock = max(lastBlock, int(mlid-mlidBase)/mftBlockLen)
+			}
+			for blk := 0; blk <= lastBlock; blk++ {
+				for pos := 0; pos <= n.NumPorts/mftPortsPerPos; pos++ {
+					if mask&wire.MFTRCompPosition != 0 && int(q.Position()) != pos ||
+						mask&wire.MFTRCompBlock != 0 && int(q.Block()) != blk {
+						continue
+					}
+					clear(rec)
+					r := wire.MFTRecord(rec)
+					r.SetLID(n.LID())
+					r.SetPositionBlock(uint8(pos), uint16(blk))
+					for i := 0; i < mftBlockLen; i++ {
+						e := mftEntry(entries[uint16(mlidBase+blk*mftBlockLen+i)])
+						r.SetMask(i, e.bits16(pos))
+					}
+					emit()
+				}
+			}
+		}
 	})
 }

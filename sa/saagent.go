@@ -56,6 +56,9 @@ type AgentConfig struct {
 	// SMInfo, when set, fills the SM's SMInfo attribute (IBA 14.2.5.13, as a SubnGet
 	// answers it) for SMInfoRecords; StartSA sets it to the SM's.
 	SMInfo func(out []byte)
+	// MFTs, when set, returns the multicast forwarding entries programmed, by switch GUID
+	// and MLID (SM.MFTs), for MulticastForwardingTableRecords; StartSA sets it.
+	MFTs func() map[uint64]map[uint16][4]uint64
 }
 
 // Agent is the subnet administrator.
@@ -198,6 +201,8 @@ func (a *Agent) handleRequest(m *hca.MAD) {
 		a.handleGUIDInfoRecord(m)
 	case wire.AttrSMInfoRecord:
 		a.handleSMInfoRecord(m)
+	case wire.AttrMulticastFwdTblRecord:
+		a.handleMFTRecord(m)
 	default:
 		switch method {
 		case wire.MethodGet, wire.MethodGetTable, wire.MethodSet, wire.MethodDelete:
@@ -330,6 +335,7 @@ func StartSA(sm *SM, cfg AgentConfig) (*Agent, error) {
 	cfg.Topology = sm.Topology
 	cfg.Multicast = sm
 	cfg.SMInfo = func(out []byte) { sm.smInfo(wire.MethodGet, 0, out) }
+	cfg.MFTs = sm.MFTs
 	if cfg.Clock == nil {
 		cfg.Clock = sm.clk
 	}

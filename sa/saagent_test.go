@@ -336,6 +336,34 @@ func TestSATableRecords(t *testing.T) {
 	if tab.Count() != 1 || wire.GUIDInfoRecord(tab.Record(0)).GUID(0) != hp.GUID() {
 		t.Fatalf("GUIDInfoRecords of LID %d: %d", hp.LID(), tab.Count())
 	}
+	// The MFT of the leaf after two of its HCAs joined a group, block by block as the
+	// switch holds it (port mask bits 0-15: position 0).
+	mgid := wire.GID{0xff, 0x12, 0x60, 0x1b, 0xff, 0xff, 15: 0x77}
+	var g sa.MCGroup
+	for _, i := range []int{5, 6} {
+		var err error
+		if g, err = s.clients[i].Join(ctx, mgid, wire.JoinFullMember, sa.JoinParams{Create: true, QKey: 0x77}); err != nil {
+			t.Fatalf("join %d: %v", i, err)
+		}
+	}
+	clear(q[:])
+	mr := wire.MFTRecord(q[:])
+	mr.SetLID(leaf.LID())
+	mr.SetPositionBlock(0, (g.MLID-0xC000)/32)
+	tab = table(wire.AttrMulticastFwdTblRecord, wire.MFTRCompLID|wire.MFTRCompPosition|wire.MFTRCompBlock, q[:])
+	if tab.Count() != 1 {
+		t.Fatalf("%d MFT records for LID %d block %d, want 1", tab.Count(), leaf.LID(), (g.MLID-0xC000)/32)
+	}
+	r := wire.MFTRecord(tab.Record(0))
+	for i := 0; i < 32; i++ {
+		mlid := 0xC000 + r.Block()*32 + uint16(i)
+		if want := uint16(leaf.MFT(mlid)[0]); r.Mask(i) != want {
+			t.Fatalf("MFTRecord MLID %#x: ports %#04x, the switch has %#04x", mlid, r.Mask(i), want)
+		}
+	}
+	if m := r.Mask(int(g.MLID-0xC000) % 32); m&(1<<6|1<<7) != 1<<6|1<<7 {
+		t.Fatalf("MLID %#x: ports %#04x, want HCA 5's and 6's (ports 6 and 7)", g.MLID, m)
+	}
 	// The SM itself: one MASTER, at its port.
 	smp := s.f.Ports()[0]
 	tab = table(wire.AttrSMInfoRecord, 0, make([]byte, wire.SMInfoRecordLen))

@@ -117,11 +117,14 @@ type SM struct {
 	curWait   []chan struct{}
 
 	// State kept across sweeps.
-	lids     map[uint64]uint16  // port GUID → LID (stable)
-	lidUsed  []bool             // by LID
-	lfts     map[uint64][]uint8 // switch GUID → LFT programmed
-	pkeys    map[pkeyKey][]uint16
-	mfts     map[uint64]map[uint16]mftEntry // switch GUID → MLID → ports programmed
+	lids    map[uint64]uint16  // port GUID → LID (stable)
+	lidUsed []bool             // by LID
+	lfts    map[uint64][]uint8 // switch GUID → LFT programmed
+	pkeys   map[pkeyKey][]uint16
+	mfts    map[uint64]map[uint16]mftEntry // switch GUID → MLID → ports programmed
+	// mftView is a copy of mfts for readers outside the SM's goroutine (the SA's
+	// MulticastForwardingTableRecords); the inner maps are never changed once stored.
+	mftView  atomic.Pointer[map[uint64]map[uint16]mftEntry]
 	firstRun bool
 	smLID    uint16
 }

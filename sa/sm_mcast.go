@@ -3,6 +3,7 @@ package sa
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 )
@@ -146,6 +147,7 @@ func (sm *SM) startMulticast(then func()) {
 			delete(sm.mfts, guid)
 		}
 	}
+	sm.publishMFTs()
 	if then != nil {
 		sm.onDrain = then
 	}
@@ -205,6 +207,31 @@ func (sm *SM) programMFT(n *Node, want map[uint16]mftEntry) {
 func (sm *SM) mcFailed(t *txn) {
 	sm.log.Warn("MulticastForwardingTable Set failed", "node", t.node.Description, "mod", t.mod, "status", t.status)
 	delete(sm.mfts, t.node.GUID)
+	sm.publishMFTs()
+}
+
+// publishMFTs stores a copy of the MFTs programmed for MFTs.
+func (sm *SM) publishMFTs() {
+	v := maps.Clone(sm.mfts)
+	sm.mftView.Store(&v)
+}
+
+// MFTs returns a copy of the multicast forwarding entries the SM programmed, by switch
+// GUID and MLID: the ports of each entry as a bit mask (bit i for port i).
+func (sm *SM) MFTs() map[uint64]map[uint16][4]uint64 {
+	v := sm.mftView.Load()
+	if v == nil {
+		return nil
+	}
+	out := make(map[uint64]map[uint16][4]uint64, len(*v))
+	for guid, m := range *v {
+		e := make(map[uint16][4]uint64, len(m))
+		for mlid, ports := range m {
+			e[mlid] = ports
+		}
+		out[guid] = e
+	}
+	return out
 }
 
 // computeMFTs returns, per switch, the port mask of every group with members.

@@ -161,6 +161,7 @@ const (
 	PKeyTableRecordLen  = 72
 	GUIDInfoRecordLen   = 72
 	SMInfoRecordLen     = 25
+	MFTRecordLen        = 72
 )
 
 // SARecordStride returns the GetTable stride of a record of n bytes: n rounded up to a
@@ -196,6 +197,8 @@ func SARecordLen(attr uint16) int {
 		return GUIDInfoRecordLen
 	case AttrSMInfoRecord:
 		return SMInfoRecordLen
+	case AttrMulticastFwdTblRecord:
+		return MFTRecordLen
 	}
 	return 0
 }

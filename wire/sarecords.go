@@ -51,6 +51,27 @@ func (r LFTRecord) LFT() []byte       { return r[8 : 8+64] }
 func (r LFTRecord) SetLID(v uint16)   { binary.BigEndian.PutUint16(r[0:], v) }
 func (r LFTRecord) SetBlock(v uint16) { binary.BigEndian.PutUint16(r[2:], v) }
 
+// MFTRecord is a view of a MulticastForwardingTableRecord (IBA 15.2.5.8, 72 bytes):
+// LID(16), Position(4) BlockNum(12), Reserved(32) and one block of 32 MLIDs' port masks
+// for ports 16·Position … 16·Position+15.
+type MFTRecord []byte
+
+const (
+	MFTRCompLID      = 1 << 0
+	MFTRCompPosition = 1 << 1
+	MFTRCompBlock    = 1 << 3
+)
+
+func (r MFTRecord) LID() uint16       { return binary.BigEndian.Uint16(r[0:]) }
+func (r MFTRecord) Position() uint8   { return r[2] >> 4 }
+func (r MFTRecord) Block() uint16     { return binary.BigEndian.Uint16(r[2:]) & 0x0FFF }
+func (r MFTRecord) Mask(i int) uint16 { return binary.BigEndian.Uint16(r[8+2*i:]) }
+func (r MFTRecord) SetLID(v uint16)   { binary.BigEndian.PutUint16(r[0:], v) }
+func (r MFTRecord) SetPositionBlock(pos uint8, blk uint16) {
+	binary.BigEndian.PutUint16(r[2:], uint16(pos)<<12|blk&0x0FFF)
+}
+func (r MFTRecord) SetMask(i int, v uint16) { binary.BigEndian.PutUint16(r[8+2*i:], v) }
+
 // PKeyTableRecord is a view of a P_KeyTableRecord (IBA 15.2.5.11, 72 bytes): LID(16)
 // BlockNum(16) PortNum(8) Reserved(24) and one 32-entry block of the port's P_Key
 // table. A CA port's record has its own LID and PortNum 0 (reserved); a switch port's,

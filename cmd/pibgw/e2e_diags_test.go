@@ -13,7 +13,7 @@ import (
 // TestE2EDiagsBuiltinSM: infiniband-diags, through libumad2sim and the ibsim server,
 // against pibgw's own SM and SA (sm.mode "internal", the default) — what a user of the
 // default configuration reads with them: saquery's IsSM ports, SMInfo, links, SwitchInfo,
-// LFT, P_Key table and GUIDInfo records agree with `pibgw stat`; iblinkinfo shows every link
+// LFT, MFT, P_Key table and GUIDInfo records agree with `pibgw stat`; iblinkinfo shows every link
 // Active; and a query of a class no agent serves (vendstat) fails at once, as against a
 // Linux host, instead of after its timeout.
 func TestE2EDiagsBuiltinSM(t *testing.T) {
@@ -32,6 +32,13 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
 		if time.Now().After(deadline) {
 			t.Fatalf("pib_1 not Active under the built-in SM:\n%s", d.MustPibgw("stat"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Both interfaces up: they joined the broadcast group (the MFT check below).
+	for show := d.Show(); !show["ib0"].Up || !show["ib1"].Up; show = d.Show() {
+		if time.Now().After(deadline) {
+			t.Fatalf("interfaces not up: %+v", show)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -63,6 +70,10 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 		if m == nil || m[1] != port {
 			t.Errorf("saquery LFTR %s: LID %s → %v, want port %s\n%s", swLID, lid, m, port, lft)
 		}
+	}
+	// The broadcast group (MLID 0xc000, both interfaces joined): ports 1 and 2.
+	if mft := e.diag("", "saquery", "MFTR", swLID); !regexp.MustCompile(`(?m)^\s*0xc000\s+0x0006\s*$`).MatchString(mft) {
+		t.Errorf("saquery MFTR %s: want MLID 0xc000 on ports 1 and 2 (0x0006)\n%s", swLID, mft)
 	}
 	if pk := e.diag("", "saquery", "PKTR", lid1); diagField(pk, "LID") != lid1 || !strings.Contains(pk, "0xffff") {
 		t.Errorf("saquery PKTR %s: want pib_1's table with the default P_Key\n%s", lid1, pk)
