@@ -28,17 +28,9 @@ func TestTopologyTwoSwitches(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "2sw.ibnd"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse(filepath.Join(dir, "f.toml"), []byte("interfaces = []\n[fabric]\nhca_count = 4\ntopology = \"2sw.ibnd\"\n[sm]\nsweep_interval = \"50ms\"\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f, err := daemon.BuildFabric(ctx, cfg, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := buildFabric(ctx, t, filepath.Join(dir, "f.toml"), "interfaces = []\n[fabric]\nhca_count = 4\ntopology = \"2sw.ibnd\"\n[sm]\nsweep_interval = \"50ms\"\n")
 	if len(f.Switches) != 2 {
 		t.Fatalf("%d switches", len(f.Switches))
 	}
@@ -80,17 +72,9 @@ func TestTopologyTwoSwitches(t *testing.T) {
 // `pibgw counters` on a one-process fabric: the switch's ports' counters and drops by
 // reason — what perfquery's PortRcvSwitchRelayErrors sums — not only a switch process's.
 func TestSwitchPortCounters(t *testing.T) {
-	cfg, err := config.Parse("/tmp/f.toml", []byte("interfaces = []\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f, err := daemon.BuildFabric(ctx, cfg, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := buildFabric(ctx, t, "/tmp/f.toml", "interfaces = []\n")
 	src := f.Devs[0].Port(1)
 	// A LID the SM gave nobody: the switch's LFT has no route for it.
 	pkt := fabrictest.UD{DLID: 0x0100, SLID: src.LID(), DestQP: 1, QKey: 0x80010000, Payload: make([]byte, 256)}.Build()
@@ -99,4 +83,20 @@ func TestSwitchPortCounters(t *testing.T) {
 	if c["switch_port_1_drop_no_route"] != 1 || c["switch_port_1_rcv_pkts"] == 0 || c["switch_port_2_xmit_pkts"] == 0 {
 		t.Fatalf("switch counters %v: want port 1's no-route drop and both ports' traffic", c)
 	}
+}
+
+// buildFabric builds the fabric of the configuration body (read as if from path), closed
+// when the test ends.
+func buildFabric(ctx context.Context, t *testing.T, path, body string) *daemon.Fabric {
+	t.Helper()
+	cfg, err := config.Parse(path, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := daemon.BuildFabric(ctx, cfg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	return f
 }
