@@ -64,9 +64,14 @@ func (sw *Switch) manage(in int, b []byte) {
 			sw.smiDirected(in, b, madOff)
 			return
 		case wire.MgmtClassSubnLID:
-			// Responses, traps and trap represses are for an SM, and none runs here;
-			// responses to an external client's requests are its.
-			if mad.IsResponse() || method == wire.MethodTrap || method == wire.MethodTrapRepress {
+			if method == wire.MethodTrapRepress {
+				// The SM's answer to a trap 128 of ours (IBA 13.4.9): taken, not a
+				// drop. The agent sends each trap once, so there is nothing to stop.
+				return
+			}
+			// Responses and traps are for an SM, and none runs here; responses to an
+			// external client's requests are its.
+			if mad.IsResponse() || method == wire.MethodTrap {
 				if mad.IsResponse() && sw.external(b, &pk, mad) {
 					return
 				}

@@ -17,6 +17,10 @@
 //     Armed, and when every port is Armed, Active; finally the multicast trees;
 //   - light sweep every Config.SweepInterval (10 s): SwitchInfo Get on every switch; a
 //     PortStateChange (or a switch that stops answering) starts a heavy sweep;
+//   - traps (sm_trap.go): a Trap(Notice) SMP to the SM's port gets a TrapRepress; trap 128
+//     (a switch port's link changed) starts a heavy sweep at once, from the clock;
+//   - a port found again behind a second link (two ports with one GUID) is left out and
+//     logged once (opensm's ERR 0D01; Stats.DuplicateGUIDs);
 //   - SMInfo is answered on the SM's port (priority, SMState MASTER) and its
 //     CapabilityMask has IsSM.
 //

@@ -71,6 +71,8 @@ type SM struct {
 	topo atomic.Pointer[Topology]
 
 	smpSent   atomic.Uint64
+	trapsIn   atomic.Uint64 // Trap(Notice) SMPs received (handleTrap)
+	trapSweep atomic.Bool   // a heavy sweep for a trap is about to start
 	smpFailed atomic.Uint64
 	sweeps    atomic.Uint64
 	light     atomic.Uint64
@@ -127,6 +129,19 @@ type SM struct {
 	mftView  atomic.Pointer[map[uint64]map[uint16]mftEntry]
 	firstRun bool
 	smLID    uint16
+	// dups are the duplicate GUIDs the last heavy sweep found (dupKey), logged when first
+	// seen; dupCount is their number, for Stats.
+	dups     map[dupKey]bool
+	dupCount atomic.Int64
+}
+
+// dupKey is a port GUID found behind a second link: the port, and the port it was reached
+// from the second time.
+type dupKey struct {
+	guid     uint64
+	port     uint8
+	fromGUID uint64
+	fromPort uint8
 }
 
 type pkeyKey struct {
@@ -211,6 +226,7 @@ func (sm *SM) Start() error {
 	sm.port.RegisterMADHandler(wire.MgmtClassSubnDirected, true, hca.MADHandlerFunc(sm.handleResponse))
 	sm.port.RegisterMADHandler(wire.MgmtClassSubnLID, true, hca.MADHandlerFunc(sm.handleResponse))
 	sm.registerSMInfo()
+	sm.port.SetTrapHandler(hca.MADHandlerFunc(sm.handleTrap))
 	// IBA 14.2.5.6: the port an SM runs on advertises IsSM.
 	sm.port.SetCapMask(sm.port.Query().PortCapFlags | hca.CapIsSM)
 	if sm.cfg.SweepInterval > 0 {
@@ -237,6 +253,7 @@ func (sm *SM) Close() {
 	sm.timer.Stop()
 	sm.port.RegisterMADHandler(wire.MgmtClassSubnDirected, true, nil)
 	sm.port.RegisterMADHandler(wire.MgmtClassSubnLID, true, nil)
+	sm.port.SetTrapHandler(nil)
 	sm.unregisterSMInfo()
 	sm.port.SetCapMask(sm.port.Query().PortCapFlags &^ hca.CapIsSM)
 	for _, w := range ws {
@@ -317,14 +334,19 @@ type Stats struct {
 	LightSweeps  uint64
 	Outstanding  int
 	LastSweepLID uint16 // highest LID after the last heavy sweep
+	Traps        uint64 // Trap(Notice) SMPs received and repressed; trap 128 starts a light sweep
+	// DuplicateGUIDs is how many ports the last heavy sweep reached that have the GUID of
+	// a port it had already found elsewhere (opensm's ERR 0D01): left unconfigured.
+	DuplicateGUIDs int
 }
 
 // Stats returns the SM's counters.
 func (sm *SM) Stats() Stats {
 	s := Stats{
 		SMPsSent: sm.smpSent.Load(), SMPsFailed: sm.smpFailed.Load(),
-		HeavySweeps: sm.sweeps.Load(), LightSweeps: sm.light.Load(),
+		HeavySweeps: sm.sweeps.Load(), LightSweeps: sm.light.Load(), Traps: sm.trapsIn.Load(),
 	}
+	s.DuplicateGUIDs = int(sm.dupCount.Load())
 	sm.mu.Lock()
 	s.Outstanding = len(sm.inflight)
 	sm.mu.Unlock()

@@ -2,6 +2,7 @@ package sa
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 
 	"github.com/pibgw/pibgw/wire"
@@ -19,6 +20,7 @@ type sweep struct {
 	topo   *Topology
 	byGUID map[uint64]*Node
 	root   *Node
+	dups   map[dupKey]bool // duplicate GUIDs found (duplicate)
 	// errors counts Sets that failed; the sweep is repeated after a light-sweep period.
 	errors int
 }
@@ -132,10 +134,37 @@ func (s *sweep) nodeInfo(t *txn) {
 	}
 	if t.parent != nil {
 		pp := t.parent.Ports[t.port]
-		if pp.Remote == nil && p.Remote == nil {
+		switch {
+		case p == pp || p.Remote != nil && p.Remote != pp || pp.Remote != nil && pp.Remote != p:
+			s.duplicate(p, pp)
+		case pp.Remote == nil && p.Remote == nil:
 			pp.Remote, p.Remote = p, pp
 		}
 	}
+}
+
+// duplicate notes that port p answered NodeInfo again, through pp, while it is already
+// linked elsewhere (or pp is p itself: two nodes with one GUID cabled back to back):
+// two ports share a GUID, and the second is left out of the subnet — not linked, so it
+// gets no LID and stays Initializing. opensm reports the same (ERR 0D01, "Found
+// duplicated node GUID"); here it is logged once, when a sweep first finds it.
+func (s *sweep) duplicate(p, pp *Port) {
+	k := dupKey{p.Node.GUID, p.Num, pp.Node.GUID, pp.Num}
+	if s.dups == nil {
+		s.dups = map[dupKey]bool{}
+	}
+	s.dups[k] = true
+	if s.sm.dups[k] {
+		return
+	}
+	first := "none"
+	if p.Remote != nil {
+		first = fmt.Sprintf("%q port %d", p.Remote.Node.Description, p.Remote.Num)
+	}
+	s.sm.log.Error("sweep: duplicate GUID: a port answered with the GUID of a port already found elsewhere; it is left unconfigured (give each host its own fabric.node_guid_base)",
+		"node_guid", fmt.Sprintf("%#016x", p.Node.GUID), "port", p.Num, "found_behind", first,
+		"again_behind", fmt.Sprintf("%q port %d", pp.Node.Description, pp.Num),
+		"again_path", fmt.Sprint(append(slices.Clone(pp.Node.DRPath), pp.Num)))
 }
 
 func (s *sweep) portInfo(t *txn) {
@@ -355,6 +384,8 @@ func (s *sweep) finish() {
 		sm.topo.Store(t)
 		sm.firstRun = false
 	}
+	sm.dups = s.dups
+	sm.dupCount.Store(int64(len(s.dups)))
 	sm.sweeps.Add(1)
 	if s.errors > 0 {
 		sm.log.Warn("sweep finished with errors", "errors", s.errors)

@@ -1,11 +1,16 @@
 package sa_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/sa/satest"
@@ -176,6 +181,101 @@ func TestSMOneSwitch(t *testing.T) {
 	checkSubnet(t, f)
 	udAllPairs(t, f)
 	t.Logf("SMPs: %+v", sm.Stats())
+}
+
+// TestSMDuplicateGUID: HCAs that share a node GUID with one found before them (hosts
+// left at one node_guid_base) are left out of the subnet — no LID, not Active — and the
+// sweep reports each once (opensm's ERR 0D01), naming the GUID and where it was found;
+// the other ports come up and talk. A second heavy sweep finds them again but logs
+// nothing new.
+func TestSMDuplicateGUID(t *testing.T) {
+	sm0, sm1 := uint64(satest.HCAGUIDBase|1<<8), uint64(satest.HCAGUIDBase|2<<8)
+	f := satest.OneSwitch(t, 4, satest.Options{NodeGUIDs: []uint64{0, 0, sm0, sm1}})
+	var logBuf syncBuffer
+	sm := f.StartSM(t, sa.Config{Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
+	<-sm.Resweep()
+	if st := sm.Stats(); st.DuplicateGUIDs != 2 {
+		t.Fatalf("DuplicateGUIDs %d, want 2", st.DuplicateGUIDs)
+	}
+	if s := f.HCAs[0].Port(1).State(); s != hca.PortActive {
+		t.Fatalf("the SM's port: %v", s)
+	}
+	if s := f.HCAs[2].Port(1).State(); s == hca.PortActive || f.HCAs[2].Port(1).LID() != 0 {
+		t.Fatalf("the port with the SM port's GUID: %v, LID %d", s, f.HCAs[2].Port(1).LID())
+	}
+	// Of the two HCAs sharing sm1, the one found first is in the subnet, the other not.
+	a1, a3 := f.HCAs[1].Port(1).State() == hca.PortActive, f.HCAs[3].Port(1).State() == hca.PortActive
+	if a1 == a3 {
+		t.Fatalf("HCAs 1 and 3 (one GUID): active %v and %v, want exactly one", a1, a3)
+	}
+	peer := f.HCAs[1]
+	if a3 {
+		peer = f.HCAs[3]
+	}
+	a, b := newUDEP(t, f.HCAs[0], 0), newUDEP(t, peer, 0)
+	if !a.send(t, b, "hello") {
+		t.Fatal("UD between the SM's HCA and the other HCA in the subnet lost")
+	}
+	logs := logBuf.String()
+	if n := strings.Count(logs, "duplicate GUID"); n != 2 {
+		t.Fatalf("%d duplicate-GUID reports after two sweeps, want 2 (one each):\n%s", n, logs)
+	}
+	if !strings.Contains(logs, fmt.Sprintf("node_guid=%#016x", sm0)) || !strings.Contains(logs, "node_guid_base") ||
+		!strings.Contains(logs, `again_behind="\"pibgw switch-1\" port 3"`) {
+		t.Fatalf("report does not name the GUID, the port it was found behind again, or the fix:\n%s", logs)
+	}
+}
+
+// TestSMTrap128: with no periodic sweep at all, the switch's trap 128 alone makes the SM
+// act on a cable pulled and plugged back: it answers each trap with a TrapRepress (which
+// the switch's agent takes, not counting a drop), sweeps (heavy, as opensm), drops the
+// port from the subnet and brings it back Active.
+func TestSMTrap128(t *testing.T) {
+	f := satest.OneSwitch(t, 3, satest.Options{Clock: clock.Real{}})
+	sm := f.StartSM(t, sa.Config{SweepInterval: -1})
+	allActive(t, f)
+	heavy, ends := sm.Stats().HeavySweeps, len(sm.Topology().Endports())
+	eventually := func(what string, ok func() bool) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: SM %+v", what, sm.Stats())
+			}
+		}
+	}
+	f.HCACables[2].SetUp(false)
+	eventually("HCA 2 out of the subnet after its cable was pulled", func() bool {
+		return sm.Stats().HeavySweeps > heavy && len(sm.Topology().Endports()) == ends-1
+	})
+	f.HCACables[2].SetUp(true)
+	eventually("HCA 2 Active again after its cable was plugged back", func() bool {
+		return f.HCAs[2].Port(1).State() == hca.PortActive && len(sm.Topology().Endports()) == ends
+	})
+	if st := sm.Stats(); st.Traps != 2 || st.HeavySweeps < heavy+2 || st.LightSweeps != 0 {
+		t.Fatalf("traps %d, heavy sweeps %d (%d before), light %d: want 2 traps, each starting a heavy sweep", st.Traps, st.HeavySweeps, heavy, st.LightSweeps)
+	}
+	if d := f.Switches[0].Counters(0).Dropped(fabric.DropManagement); d != 0 {
+		t.Fatalf("the switch counted %d management drops (its TrapRepresses?)", d)
+	}
+	udAllPairs(t, f)
+}
+
+// syncBuffer is a bytes.Buffer that a logger may write from another goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func udAllPairs(t *testing.T, f *satest.Fabric) {

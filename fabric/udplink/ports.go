@@ -20,13 +20,23 @@ type SwitchPorts struct {
 	byGUID map[uint64]int
 	live   map[int]netip.AddrPort // ports with a session, and where from
 	freed  []int                  // ports whose session ended, oldest first
+	local  map[uint64]string      // GUIDs of the switch process's own ports (Reserve)
 }
 
 // NewSwitchPorts serves ports nums; port returns the fabric.Port of a number (a switch
 // port, or the UDP side of a Jack cabled to one).
 func NewSwitchPorts(nums []int, port func(num int) fabric.Port) *SwitchPorts {
 	return &SwitchPorts{port: port, nums: nums, owner: map[int]uint64{}, byGUID: map[uint64]int{},
-		live: map[int]netip.AddrPort{}}
+		live: map[int]netip.AddrPort{}, local: map[uint64]string{}}
+}
+
+// Reserve keeps guid, the GUID of a port inside the switch process (what names it: "pib_0
+// port 1"), from hosts: a host whose port has it is refused, where it would otherwise
+// get a port the SM cannot bring up (two ports with one GUID; opensm's ERR 0D01).
+func (s *SwitchPorts) Reserve(guid uint64, what string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.local[guid] = what
 }
 
 // AllPorts serves every port of sw directly (no Jacks): for tests and fabrics without
@@ -43,6 +53,9 @@ func AllPorts(sw *fabric.Switch) *SwitchPorts {
 func (s *SwitchPorts) Accept(guid uint64, from netip.AddrPort) (fabric.Port, int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if what, ok := s.local[guid]; ok {
+		return nil, 0, fmt.Errorf("port GUID %#016x is the switch process's own %s (each host needs its own fabric.node_guid_base)", guid, what)
+	}
 	num, ok := s.byGUID[guid]
 	if ok {
 		// Two hosts with one GUID (node_guid_base not set apart) must not take turns

@@ -290,6 +290,28 @@ func TestFullSwitchRefuses(t *testing.T) {
 	recv(t, a, 1)
 }
 
+// A host whose port GUID is one of the switch process's own ports (a host left at the
+// default node_guid_base, which the switch process's SM HCA has too) is refused with a
+// reason naming the port, and takes no switch port; another host still gets one.
+func TestLocalGUIDRefused(t *testing.T) {
+	s := newTestSwitch(t, 4, Config{})
+	s.ports.Reserve(0x0002c90300000301, "pib_0 port 1")
+	d, _ := dial(t, s, 0x0002c90300000301, Config{})
+	waitFor(t, func() bool { return d.Status().Refusal != "" })
+	if r := d.Status().Refusal; !strings.Contains(r, "0x0002c90300000301") || !strings.Contains(r, "pib_0 port 1") ||
+		!strings.Contains(r, "node_guid_base") {
+		t.Fatalf("refusal %q", r)
+	}
+	if got := s.ports.Assignments(); len(got) != 0 {
+		t.Fatalf("the refused host was given a port: %+v", got)
+	}
+	d2, b := dial(t, s, 0x0002c90301000301, Config{})
+	b.waitLink(t, true)
+	if d2.Status().SwitchPort != 1 {
+		t.Fatalf("the next host got port %d", d2.Status().SwitchPort)
+	}
+}
+
 // A host that comes back (a new socket, the same GUID) gets its port back.
 func TestReconnectSamePort(t *testing.T) {
 	s := newTestSwitch(t, 8, Config{})

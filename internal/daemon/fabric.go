@@ -405,6 +405,17 @@ func (f *Fabric) listen(fc config.Fabric, slots []hostSlot, lc udplink.Config) e
 		return fmt.Errorf("fabric.listen: no switch port left for hosts (the local HCAs take them all)")
 	}
 	f.Ports = udplink.NewSwitchPorts(nums, func(n int) fabric.Port { return jacks[n].UDP() })
+	// The process's own ports keep their GUIDs: a host with one of them (its
+	// node_guid_base left at the default this process's HCA has) is refused, not given a
+	// port the SM cannot bring up.
+	for _, d := range f.Devs {
+		for _, p := range d.Ports() {
+			f.Ports.Reserve(p.GUID(), fmt.Sprintf("%s port %d", d.Name(), p.Num()))
+		}
+	}
+	for i, sw := range f.Switches {
+		f.Ports.Reserve(sw.NodeGUID(), fmt.Sprintf("switch %s", f.switchNames[i]))
+	}
 	l, err := udplink.Listen(fc.Listen, f.Ports, lc)
 	if err != nil {
 		return fmt.Errorf("fabric.listen: %w", err)

@@ -30,6 +30,7 @@ type Fabric struct {
 	Links []Link
 	Clock clock.Clock
 	SM    *sa.SM
+	guids []uint64 // Options.NodeGUIDs
 }
 
 // Link is a switch-to-switch cable and where it plugs in.
@@ -42,6 +43,9 @@ type Link struct {
 // Options tune the builders; the zero value uses a fake clock at a fixed start time.
 type Options struct {
 	Clock clock.Clock
+	// NodeGUIDs, where set and nonzero, gives HCA i its node GUID instead of the
+	// numbered one (OneSwitch): two HCAs can then share one, as misconfigured hosts do.
+	NodeGUIDs []uint64
 }
 
 func (o *Options) clock() clock.Clock {
@@ -55,9 +59,13 @@ var fakeStart = clockStart()
 
 func (f *Fabric) newHCA(tb testing.TB, i int) *hca.Device {
 	tb.Helper()
+	guid := HCAGUIDBase | uint64(i+1)<<8
+	if i < len(f.guids) && f.guids[i] != 0 {
+		guid = f.guids[i]
+	}
 	d, err := hca.NewDevice(hca.Config{
 		Name:     fmt.Sprintf("pib_%d", i),
-		NodeGUID: HCAGUIDBase | uint64(i+1)<<8,
+		NodeGUID: guid,
 		NodeDesc: fmt.Sprintf("pibgw HCA-%d", i+1),
 		Clock:    f.Clock,
 	})
@@ -93,7 +101,7 @@ func BackToBack(tb testing.TB, o Options) *Fabric {
 
 // OneSwitch is n HCAs on one switch with n ports: HCA i on port i+1.
 func OneSwitch(tb testing.TB, n int, o Options) *Fabric {
-	f := &Fabric{Clock: o.clock()}
+	f := &Fabric{Clock: o.clock(), guids: o.NodeGUIDs}
 	sw := f.newSwitch(n)
 	for i := 0; i < n; i++ {
 		d := f.newHCA(tb, i)
