@@ -49,7 +49,7 @@ func TestCaptureDecodesInTshark(t *testing.T) {
 	exchange(tb, ta, echo6(b.LinkLocal().String(), a.LinkLocal().String(), 2, []byte("ping6 link-local")))
 	ta.Inject(igmpv3("10.10.0.1", "239.9.9.9", 4))
 	waitFor(t, "A's join", func() bool { return tf.isMember(t, 0, ipoib.MGIDForIPv4(netipMust("239.9.9.9"), 0xFFFF, 2)) })
-	exchange(tb, ta, udp4("10.10.0.2", "239.9.9.9", 5000, 5001, []byte("multicast")))
+	sendUntilDelivered(t, tb, ta, udp4("10.10.0.2", "239.9.9.9", 5000, 5001, []byte("multicast"))) // A attaches just after the SA shows it a member
 	if err := cw.Close(); err != nil {
 		t.Fatal(err)
 	}

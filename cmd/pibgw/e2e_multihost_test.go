@@ -172,9 +172,12 @@ addresses = ["10.20.0.%d/24"]
 	// SM's HCA on it.
 	if u := umad2sim(); u != "" {
 		if _, err := exec.LookPath("ibnetdiscover"); err == nil {
-			cmd := exec.Command("ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+u, "IBSIM_SOCKNAME="+ibsimSock, "ibnetdiscover")
-			cmd.Dir = t.TempDir() // libumad2sim writes its sysfs tree here
-			out, err := cmd.CombinedOutput()
+			dir := t.TempDir() // libumad2sim writes its sysfs tree here
+			out, err := umadRun(t, func(ctx context.Context) *exec.Cmd {
+				cmd := exec.CommandContext(ctx, "ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+u, "IBSIM_SOCKNAME="+ibsimSock, "ibnetdiscover")
+				cmd.Dir = dir
+				return cmd
+			})
 			if err != nil || strings.Count(string(out), "\nCa\t") != 4 || strings.Count(string(out), "\nSwitch\t") != 1 {
 				t.Errorf("ibnetdiscover on host A: %v\n%s", err, out)
 			}
