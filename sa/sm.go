@@ -334,7 +334,7 @@ type Stats struct {
 	LightSweeps  uint64
 	Outstanding  int
 	LastSweepLID uint16 // highest LID after the last heavy sweep
-	Traps        uint64 // Trap(Notice) SMPs received and repressed; trap 128 starts a light sweep
+	Traps        uint64 // Trap(Notice) SMPs received and repressed; trap 128 starts a heavy sweep
 	// DuplicateGUIDs is how many ports the last heavy sweep reached that have the GUID of
 	// a port it had already found elsewhere (opensm's ERR 0D01): left unconfigured.
 	DuplicateGUIDs int

@@ -19,8 +19,8 @@ import (
 // The sweep starts from the SM's clock, at once (on a goroutine of its own with the real
 // clock; at the next Advance with a test's fake one): the trap arrives on the goroutine
 // of the switch that sent it, in the middle of a link change, which a sweep must not run
-// inside. Traps that arrive while one is pending fold into it, and those during a sweep
-// into one more heavy sweep after it (startJob).
+// inside. Traps that arrive before that sweep starts fold into it, and those during a
+// sweep into one more heavy sweep after it (Resweep's request; startJob).
 func (sm *SM) handleTrap(m *hca.MAD) {
 	smp := wire.SMP(m.Data)
 	if smp.MAD().ClassVersion() != wire.ClassVersionSM || smp.MAD().AttrID() != wire.AttrNotice {
@@ -43,9 +43,6 @@ func (sm *SM) handleTrap(m *hca.MAD) {
 	}
 	sm.clk.AfterFunc(0, func() {
 		sm.trapSweep.Store(false)
-		sm.mu.Lock()
-		sm.wantHeavy = true
-		sm.mu.Unlock()
-		sm.kick()
+		sm.Resweep()
 	})
 }

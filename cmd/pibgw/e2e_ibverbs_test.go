@@ -64,9 +64,13 @@ func TestE2EIbverbs(t *testing.T) {
 		}
 	}
 
-	var pair func(server, client []string) string
-	headStart := 500 * time.Millisecond
-	pair = func(server, client []string) string {
+	// run starts server, and client headStart later; pair runs them.
+	var run func(server, client []string, headStart time.Duration) string
+	pair := func(server, client []string) string {
+		t.Helper()
+		return run(server, client, 500*time.Millisecond)
+	}
+	run = func(server, client []string, headStart time.Duration) string {
 		t.Helper()
 		// Standard error apart, appended after standard output: the library's warnings (a
 		// pitfall check on rping's unacknowledged CQ event) must not split a line counted.
@@ -97,9 +101,7 @@ func TestE2EIbverbs(t *testing.T) {
 			// listening within its head start on a loaded machine (as on Linux, a
 			// connect before the listen is rejected). Once more with a longer one.
 			t.Logf("%s: the client was rejected before the server listened; again with a 3 s head start", client[0])
-			headStart = 3 * time.Second
-			defer func() { headStart = 500 * time.Millisecond }()
-			return pair(server, client)
+			return run(server, client, 3*time.Second)
 		}
 		if cerr != nil || serr != nil {
 			t.Fatalf("%v: server: %v, client (nobody): %v\nserver:\n%s\nclient:\n%s", server, serr, cerr, sout.String()+serrBuf.String(), cout.String()+cerrBuf.String())
