@@ -7,6 +7,8 @@
 #           the ceiling for any TUN design;
 #   pibgw   `pibgw up` in datagram mode: TUN → IPoIB → UD → switch → UD → IPoIB → TUN.
 #   relay64k  the relay at MTU 65520, the ceiling for connected mode;
+#   gso64k  the relay at MTU 65520 with -gso: each kernel segment read and written in one
+#           buffer, no copy and no work in user space — the cheapest a TUN pair can move;
 #   connected `pibgw up` with both interfaces in connected mode (RFC 4755, MTU 65520):
 #           TUN → IPoIB → RC connection → switch → RC → IPoIB → TUN.
 #   udp     two hosts of a multi-host fabric: `pibgw switch` and two `pibgw up` (each its own
@@ -21,7 +23,7 @@
 # setting (daemon.max_procs: half the CPUs), the relay with Go's (all CPUs);
 # RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, and PIBGW_MAXPROCS=N pibgw
 # with daemon.max_procs = N, to compare at equal settings. SETUPS="pibgw udp" measures only
-# the setups named (default: all seven); TCP_CC=cubic has iperf3 use that congestion
+# the setups named (default: all eight); TCP_CC=cubic has iperf3 use that congestion
 # control (default: the system's, printed in the header — the figures depend on it: BBR
 # paces at its estimate, CUBIC fills the queues); a ratio whose baseline was not measured
 # prints "-". Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
@@ -38,7 +40,7 @@ DURATION=${DURATION:-10}
 MTU=${MTU:-2044}
 ROUNDS=${ROUNDS:-3}
 RELAY_MAXPROCS=${RELAY_MAXPROCS:-}
-SETUPS=${SETUPS:-veth relay pibgw relay64k connected udp udpcm}
+SETUPS=${SETUPS:-veth relay pibgw relay64k gso64k connected udp udpcm}
 PIBGW_MAXPROCS=${PIBGW_MAXPROCS:-0}
 TCP_CC=${TCP_CC:-}
 tag=$$
@@ -81,13 +83,13 @@ tcp_gbps() {
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf.json"
 }
 
-# start_relay MTU NS:DEV:ADDR NS:DEV:ADDR: cmd/tunrelay between two namespaces (GOMAXPROCS
-# from RELAY_MAXPROCS when set), waiting until the second side has its address.
+# start_relay MTU NS:DEV:ADDR NS:DEV:ADDR [FLAG...]: cmd/tunrelay between two namespaces
+# (GOMAXPROCS from RELAY_MAXPROCS when set), waiting until the second side has its address.
 start_relay() {
 	if [ -n "$RELAY_MAXPROCS" ]; then
-		GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" -mtu "$1" -a "$2" -b "$3" &
+		GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" -mtu "$1" -a "$2" -b "$3" "${@:4}" &
 	else
-		"$work/tunrelay" -mtu "$1" -a "$2" -b "$3" &
+		"$work/tunrelay" -mtu "$1" -a "$2" -b "$3" "${@:4}" &
 	fi
 	pids+=($!)
 	local ns=${3%%:*} rest=${3#*:}
@@ -95,7 +97,7 @@ start_relay() {
 	for _ in $(seq 50); do ip -n "$ns" addr show dev "$dev" 2>/dev/null | grep -q "${ip%/*}" && break; sleep 0.1; done
 }
 
-all=(veth relay pibgw relay64k connected udp udpcm)
+all=(veth relay pibgw relay64k gso64k connected udp udpcm)
 names=()
 for n in "${all[@]}"; do [[ " $SETUPS " == *" $n "* ]] && names+=("$n"); done
 for n in $SETUPS; do
@@ -156,6 +158,13 @@ a=bench-r64-a-$tag b=bench-r64-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 start_relay 65520 "$a:tr2:10.77.4.1/24" "$b:tr3:10.77.4.2/24"
 client[relay64k]=$a server[relay64k]=$b addr[relay64k]=10.77.4.2
+fi
+
+if want gso64k; then
+a=bench-g64-a-$tag b=bench-g64-b-$tag
+ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
+start_relay 65520 "$a:tr4:10.77.8.1/24" "$b:tr5:10.77.8.2/24" -gso
+client[gso64k]=$a server[gso64k]=$b addr[gso64k]=10.77.8.2
 fi
 
 a=bench-cm-a-$tag b=bench-cm-b-$tag
@@ -251,5 +260,6 @@ for n in "${names[@]}"; do
 		"${tcp[$n]}" "$(ratio "${tcp[$n]}" "${tcp[relay]:-}")" "${runs[$n]}"
 done
 echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"
-echo "connected mode (MTU 65520): TCP $(ratio "${tcp[connected]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[connected]:-}" "${tcp[relay64k]:-}") relay64k (targets: ≥ 1.5×, ≥ 1.0×)"
+echo "connected mode (MTU 65520): TCP $(ratio "${tcp[connected]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[connected]:-}" "${tcp[relay64k]:-}") relay64k (targets: ≥ 1.5×, ≥ 1.0×), $(ratio "${tcp[connected]:-}" "${tcp[gso64k]:-}") gso64k"
+echo "the TUN ceiling at MTU 65520: gso64k TCP $(ratio "${tcp[gso64k]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[relay64k]:-}" "${tcp[pibgw]:-}") for relay64k"
 echo "multi-host over UDP links: datagram TCP $(ratio "${tcp[udp]:-}" "${tcp[pibgw]:-}") single-host, connected $(ratio "${tcp[udpcm]:-}" "${tcp[connected]:-}") single-host (targets: ≥ 0.5×, ≥ 0.5×)"

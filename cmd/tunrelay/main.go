@@ -67,6 +67,7 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	b := fs.String("b", "", "second side: netns:device:addr/prefix[,addr/prefix...]")
 	mtu := fs.Int("mtu", 2044, "MTU of both devices")
 	ib := fs.Bool("infiniband", true, "give the devices link type infiniband")
+	gso := fs.Bool("gso", false, "relay each segment as the kernel queued it (up to 64 KiB with its offload metadata), read and written in place: no copy in the relay")
 	verbose := fs.Bool("v", false, "log device events")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -139,7 +140,11 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stats[i], errs[i] = tun.Copy(devs[1-i], devs[i])
+			if *gso {
+				stats[i], errs[i] = tun.CopyGSO(devs[1-i], devs[i])
+			} else {
+				stats[i], errs[i] = tun.Copy(devs[1-i], devs[i])
+			}
 			ended <- struct{}{}
 		}()
 	}

@@ -43,7 +43,8 @@ func TestUsage(t *testing.T) {
 }
 
 // TestRelay (root) runs the relay between two namespaces it creates, sends TCP through
-// it, stops it, and checks that devices and namespaces are gone.
+// it, stops it, and checks that devices and namespaces are gone; with -gso, that the
+// kernel's large segments crossed whole (more bytes per packet than the MTU).
 func TestRelay(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: needs root (creates network namespaces and TUN devices)")
@@ -51,7 +52,13 @@ func TestRelay(t *testing.T) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("skipping: no /dev/net/tun (%v)", err)
 	}
-	nsA, nsB := fmt.Sprintf("pibgwr-%d-a", os.Getpid()), fmt.Sprintf("pibgwr-%d-b", os.Getpid())
+	t.Run("copy", func(t *testing.T) { testRelay(t, "c", 97, nil) })
+	t.Run("gso", func(t *testing.T) { testRelay(t, "g", 98, []string{"-gso"}) })
+}
+
+func testRelay(t *testing.T, tag string, net3 int, flags []string) {
+	nsA, nsB := fmt.Sprintf("pibgwr-%d-%sa", os.Getpid(), tag), fmt.Sprintf("pibgwr-%d-%sb", os.Getpid(), tag)
+	addrA, addrB := fmt.Sprintf("10.%d.0.1", net3), fmt.Sprintf("10.%d.0.2", net3)
 	t.Cleanup(func() { // in case the relay failed to clean up
 		for _, ns := range []string{nsA, nsB} {
 			if tun.NetNSExists(ns) {
@@ -63,13 +70,14 @@ func TestRelay(t *testing.T) {
 	var out bytes.Buffer
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"-a", nsA + ":ib0:10.97.0.1/24", "-b", nsB + ":ib1:10.97.0.2/24", "-mtu", "2044"}, &out, stop)
+		args := append([]string{"-a", nsA + ":ib0:" + addrA + "/24", "-b", nsB + ":ib1:" + addrB + "/24", "-mtu", "2044"}, flags...)
+		done <- run(args, &out, stop)
 	}()
 	// Wait for the second device and its address (the relay configures it after
 	// creating it).
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if a, err := exec.Command("ip", "-n", nsB, "addr", "show", "ib1").Output(); err == nil && strings.Contains(string(a), "10.97.0.2/24") {
+		if a, err := exec.Command("ip", "-n", nsB, "addr", "show", "ib1").Output(); err == nil && strings.Contains(string(a), addrB+"/24") {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -79,7 +87,7 @@ func TestRelay(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	var ln net.Listener
-	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", "10.97.0.2:5201"); return }); err != nil {
+	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", addrB+":5201"); return }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -97,7 +105,7 @@ func TestRelay(t *testing.T) {
 	}()
 	var c net.Conn
 	if err := tun.InNetNS(nsA, func() (err error) {
-		c, err = net.DialTimeout("tcp4", "10.97.0.2:5201", 5*time.Second)
+		c, err = net.DialTimeout("tcp4", addrB+":5201", 5*time.Second)
 		return
 	}); err != nil {
 		t.Fatal(err)
@@ -117,6 +125,13 @@ func TestRelay(t *testing.T) {
 		t.Fatalf("relay exit status %d: %s", st, out.String())
 	}
 	t.Logf("%s", out.String())
+	var pkts, bytes int
+	if _, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "a→b:"):], "a→b: %d packets, %d bytes", &pkts, &bytes); err != nil || bytes < len(payload) {
+		t.Fatalf("relay summary: %v: %s", err, out.String())
+	}
+	if len(flags) > 0 && bytes/pkts <= 2044 {
+		t.Errorf("-gso relayed %d bytes in %d packets: the segments were cut to the MTU", bytes, pkts)
+	}
 	if tun.NetNSExists(nsA) || tun.NetNSExists(nsB) {
 		t.Fatalf("namespaces left behind")
 	}
