@@ -1,12 +1,15 @@
 package rc_test
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/hca/hcatest"
 	"github.com/pibgw/pibgw/rc"
+	"github.com/pibgw/pibgw/wire"
 )
 
 func TestRCRetryExceededOnUnpluggedLink(t *testing.T) {
@@ -167,6 +170,55 @@ func TestRCReceiveBufferTooSmall(t *testing.T) {
 	}
 	if wc := waitWC(t, a.scq, nil); wc.Status != hca.WCRemInvReqErr {
 		t.Fatalf("requester WC %s, want REM_INV_REQ_ERR", wc.Status)
+	}
+}
+
+// TestRCReceiveErrorNAKFirst: the NAK of a receive that failed leaves before the receive
+// completes in error. A program that exits as soon as it polls LOC_LEN_ERR (as
+// ibv_rc_pingpong does) took the NAK with it when the completion came first, and its
+// peer ended in RETRY_EXC_ERR instead of REM_INV_REQ_ERR.
+func TestRCReceiveErrorNAKFirst(t *testing.T) {
+	var (
+		rcq       atomic.Pointer[hca.CQ]
+		naks      atomic.Int32
+		cqesAtNAK atomic.Int32
+	)
+	f, a, b := connect(t, connOpts{wrap: func(i int, d fabric.Direction, l fabric.Link) fabric.Link {
+		if i != 1 || d != fabric.AtoB { // b's packets toward the switch
+			return l
+		}
+		return fabric.LinkFunc(func(pkts [][]byte) {
+			for _, p := range pkts {
+				var pk wire.Packet
+				if pk.Parse(p) == nil && pk.AETH != nil && pk.AETH.IsNAK() {
+					naks.Add(1)
+					if cq := rcq.Load(); cq != nil {
+						cqesAtNAK.Store(int32(cq.Pending()))
+					}
+				}
+			}
+			l.Send(pkts)
+		})
+	}})
+	if f.Attached() {
+		t.Skip("skipping: attached, the NAK reaches the daemon's link after the process wrote it")
+	}
+	rcq.Store(b.rcq)
+	b.postRecv(t, 1, 0, 16)
+	b.postRecv(t, 2, 0, 16)
+	a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 100)}})
+	if wc := waitWC(t, a.scq, nil); wc.Status != hca.WCRemInvReqErr {
+		t.Fatalf("requester WC %s, want REM_INV_REQ_ERR", wc.Status)
+	}
+	if naks.Load() != 1 || cqesAtNAK.Load() != 0 {
+		t.Fatalf("%d NAKs sent, with %d completions already queued at the responder: want 1 NAK before any", naks.Load(), cqesAtNAK.Load())
+	}
+	// The failed receive completes first, the one behind it is flushed.
+	if wc := waitWC(t, b.rcq, nil); wc.Status != hca.WCLocLenErr || wc.WRID != 1 {
+		t.Fatalf("responder WC %s (WRID %d), want LOC_LEN_ERR (1)", wc.Status, wc.WRID)
+	}
+	if wc := waitWC(t, b.rcq, nil); wc.Status != hca.WCWRFlushErr || wc.WRID != 2 {
+		t.Fatalf("responder WC %s (WRID %d), want WR_FLUSH_ERR (2)", wc.Status, wc.WRID)
 	}
 }
 

@@ -223,7 +223,8 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 	pk.DeferKick(c) // once per received batch: one ACK for its messages
 }
 
-// Kick sends what the packets of a received batch queued (hca.Kicker).
+// Kick sends what the packets of a received batch queued (hca.Kicker), a fatal NAK
+// among them, before runFail completes the receive that failed.
 func (c *conn) Kick() {
 	c.kick()
 	c.runFail()
@@ -334,8 +335,13 @@ func (c *conn) sendOwedAcks() {
 // where no lock is held, carries it out.
 func (c *conn) fail() { c.failing.Store(true) }
 
+// runFail moves a failed QP to the error state: the receive the responder failed
+// completes with its error first, then the rest flush. No lock of c's is held.
 func (c *conn) runFail() {
 	if c.failing.CompareAndSwap(true, false) {
+		c.rmu.Lock()
+		c.resp.completeError(c)
+		c.rmu.Unlock()
 		c.qp.SetError()
 	}
 }

@@ -54,6 +54,12 @@ type responder struct {
 
 	wqe     hca.RecvWQE
 	haveWQE bool
+	// errWQE is a receive that failed (recvError), completed in error by the Kick that
+	// sends its NAK, after the NAK: a program that exits when it polls the error must
+	// not take the NAK with it, which a real HCA has on the wire by then.
+	errWQE     hca.RecvWQE
+	errStatus  hca.WCStatus
+	haveErrWQE bool
 	// csumPartial: the SEND in progress came with a checksum to finish, which the QP
 	// takes as it is (hca.WCIPCsumPartial).
 	csumPartial bool
@@ -419,11 +425,19 @@ func (r *responder) rnr(c *conn, psn uint32) {
 // recvError completes the receive WQE in error and NAKs (IBA 9.9: the QP goes to ERR).
 func (r *responder) recvError(c *conn, psn uint32, st hca.WCStatus, code uint8) {
 	if r.haveWQE {
-		c.qp.CompleteRecvWQE(&r.wqe, &hca.WC{WRID: r.wqe.WRID, Status: st, Opcode: hca.WCRecv}, false)
+		r.errWQE, r.errStatus, r.haveErrWQE = r.wqe, st, true
 		r.haveWQE = false
 	}
 	r.inSend = false
 	r.fatal(c, psn, code)
+}
+
+// completeError completes the receive recvError failed, if any (c.rmu held).
+func (r *responder) completeError(c *conn) {
+	if r.haveErrWQE {
+		r.haveErrWQE = false
+		c.qp.CompleteRecvWQE(&r.errWQE, &hca.WC{WRID: r.errWQE.WRID, Status: r.errStatus, Opcode: hca.WCRecv}, false)
+	}
 }
 
 // duplicate answers a request the responder has seen before (IBA 9.7.5.2.2): SENDs and
