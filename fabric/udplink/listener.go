@@ -1,10 +1,12 @@
 package udplink
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sort"
@@ -17,6 +19,10 @@ import (
 
 // ErrFull is returned by an Acceptor that has no port left.
 var ErrFull = errors.New("switch full")
+
+// maxRefusalsLogged bounds Listener.refusals: past it, the reasons it remembers are
+// forgotten (each GUID's next refusal is logged at WARN again).
+const maxRefusalsLogged = 1024
 
 // Acceptor gives connecting hosts their local ports.
 type Acceptor interface {
@@ -38,6 +44,10 @@ type Listener struct {
 	mu       sync.Mutex
 	byPort   map[int]*peer
 	lastConn map[uint64]uint64 // GUID → time of its last accepted connect (replay guard)
+	// refusals is the reason last logged for each GUID refused since it last had a port:
+	// a host retries every ReconnectMax, and its refusal is logged at WARN only when
+	// the reason changes (DEBUG otherwise), as the host logs it.
+	refusals map[uint64]string
 
 	lastHint atomic.Int64 // clock time of the last stale-session answer
 }
@@ -64,7 +74,7 @@ func newListener(uc *net.UDPConn, fam int, acc Acceptor, cfg Config) (*Listener,
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{e: e, acc: acc, byPort: map[int]*peer{}, lastConn: map[uint64]uint64{}}
+	l := &Listener{e: e, acc: acc, byPort: map[int]*peer{}, lastConn: map[uint64]uint64{}, refusals: map[uint64]string{}}
 	l.peers.Store(&map[netip.AddrPort]*peer{})
 	e.role = l
 	return l, nil
@@ -188,9 +198,19 @@ func (l *Listener) handshake(src netip.AddrPort, h Header, body []byte) {
 		rb = append(append(append(rb, crand...), code, byte(len(msg))), msg...)
 		reply = func() { e.sendControl(&to, e.hs, MsgRefuse, 0, randUint64(), rb) }
 		e.ctr.refused.Add(1)
-		e.log.Warn("udplink: refused host", "from", src, "port_guid", fmt.Sprintf("%#016x", guid), "reason", msg)
+		level := slog.LevelDebug
+		if l.refusals[guid] != msg {
+			level = slog.LevelWarn
+			if len(l.refusals) >= maxRefusalsLogged {
+				clear(l.refusals)
+			}
+			l.refusals[guid] = msg
+		}
+		e.log.Log(context.Background(), level, "udplink: refused host", "from", src,
+			"port_guid", fmt.Sprintf("%#016x", guid), "reason", msg)
 		return
 	}
+	delete(l.refusals, guid)
 	if old := l.byPort[num]; old != nil {
 		l.endLocked(old) // the same GUID from a new address
 	}

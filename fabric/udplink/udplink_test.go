@@ -641,3 +641,46 @@ func TestGROSplit(t *testing.T) {
 		}
 	}
 }
+
+// countHandler counts the records of one message at each level.
+type countHandler struct {
+	msg    string
+	mu     sync.Mutex
+	levels map[slog.Level]int
+}
+
+func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *countHandler) WithGroup(string) slog.Handler            { return h }
+func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.mu.Lock()
+		h.levels[r.Level]++
+		h.mu.Unlock()
+	}
+	return nil
+}
+
+func (h *countHandler) count(l slog.Level) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.levels[l]
+}
+
+// A refused host retries on its back-off; the switch logs its refusal at WARN once (and
+// again when the reason changes), the retries at DEBUG, and counts each.
+func TestRefusalLoggedOnce(t *testing.T) {
+	h := &countHandler{msg: "udplink: refused host", levels: map[slog.Level]int{}}
+	s := newTestSwitch(t, 4, Config{Logger: slog.New(h)})
+	s.ports.Reserve(0x0002c90300000301, "pib_0 port 1")
+	dial(t, s, 0x0002c90300000301, Config{ReconnectMin: 5 * time.Millisecond, ReconnectMax: 10 * time.Millisecond})
+	waitFor(t, func() bool { return s.l.Counters().Refused >= 5 })
+	if w, d := h.count(slog.LevelWarn), h.count(slog.LevelDebug); w != 1 || d < 4 {
+		t.Fatalf("%d refusals counted, logged %d at WARN and %d at DEBUG: want 1 at WARN, the rest at DEBUG",
+			s.l.Counters().Refused, w, d)
+	}
+	// Another host's refusal is its own.
+	s.ports.Reserve(0x0002c90300000302, "pib_0 port 2")
+	dial(t, s, 0x0002c90300000302, Config{ReconnectMin: 5 * time.Millisecond, ReconnectMax: 10 * time.Millisecond})
+	waitFor(t, func() bool { return h.count(slog.LevelWarn) == 2 })
+}
