@@ -16,7 +16,9 @@
 #           switch process → UDP link → UD → IPoIB → TUN;
 #   udpcm   the same in connected mode.
 # For each: ping RTT (median of 200 pings) and iperf3 TCP throughput (10 s), and pibgw's
-# ratios to the relay. The measurements are interleaved — pings in bursts of 50 taken in
+# ratios to the relay; for the relays and pibgw, the CPU their processes used during the
+# iperf3 run, per Gbit/s moved (% of one CPU per Gbit/s, from /proc/PID/stat; for the
+# multi-host setups also each process's: switch, host A, host B). The measurements are interleaved — pings in bursts of 50 taken in
 # turn, iperf3 runs in turn (order reversed every round) — so that the load of a shared
 # machine, which drifts over seconds, weighs on all setups alike. ROUNDS=N repeats the
 # iperf3 runs and reports each setup's median. pibgw runs with its default scheduler
@@ -104,7 +106,7 @@ for n in $SETUPS; do
 	[[ " ${all[*]} " == *" $n "* ]] || { echo "bench-ipoib: unknown setup $n in SETUPS (one of: ${all[*]})" >&2; exit 1; }
 done
 want() { [[ " ${names[*]} " == *" $1 "* ]]; }
-declare -A client server addr
+declare -A client server addr procs
 
 # veth
 if want veth; then
@@ -121,6 +123,7 @@ if want relay; then
 a=bench-relay-a-$tag b=bench-relay-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 start_relay "$MTU" "$a:tr0:10.77.2.1/24" "$b:tr1:10.77.2.2/24"
+procs[relay]=${pids[-1]}
 client[relay]=$a server[relay]=$b addr[relay]=10.77.2.2
 fi
 
@@ -147,7 +150,7 @@ TOML
 if want pibgw; then
 netns+=("$a" "$b") # pibgw creates and removes them; listed so a crash is cleaned up too
 "$work/pibgw" up --config "$work/bench.toml" --control "$work/pibgw.sock" &
-pids+=($!)
+pids+=($!) procs[pibgw]=$!
 for _ in $(seq 100); do [ -S "$work/pibgw.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.3.2 && break; sleep 0.1; done
 client[pibgw]=$a server[pibgw]=$b addr[pibgw]=10.77.3.2
 fi
@@ -157,6 +160,7 @@ if want relay64k; then
 a=bench-r64-a-$tag b=bench-r64-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 start_relay 65520 "$a:tr2:10.77.4.1/24" "$b:tr3:10.77.4.2/24"
+procs[relay64k]=${pids[-1]}
 client[relay64k]=$a server[relay64k]=$b addr[relay64k]=10.77.4.2
 fi
 
@@ -164,6 +168,7 @@ if want gso64k; then
 a=bench-g64-a-$tag b=bench-g64-b-$tag
 ip netns add "$a"; netns+=("$a"); ip netns add "$b"; netns+=("$b")
 start_relay 65520 "$a:tr4:10.77.8.1/24" "$b:tr5:10.77.8.2/24" -gso
+procs[gso64k]=${pids[-1]}
 client[gso64k]=$a server[gso64k]=$b addr[gso64k]=10.77.8.2
 fi
 
@@ -173,7 +178,7 @@ sed -e "s/bench-pib-a-$tag/$a/; s/bench-pib-b-$tag/$b/; s/10\.77\.3\./10.77.5./"
 if want connected; then
 netns+=("$a" "$b")
 "$work/pibgw" up --config "$work/bench-cm.toml" --control "$work/pibgw-cm.sock" &
-pids+=($!)
+pids+=($!) procs[connected]=$!
 for _ in $(seq 100); do [ -S "$work/pibgw-cm.sock" ] && ip -n "$b" addr show dev ib1 2>/dev/null | grep -q 10.77.5.2 && break; sleep 0.1; done
 client[connected]=$a server[connected]=$b addr[connected]=10.77.5.2
 fi
@@ -183,7 +188,7 @@ fi
 if want udp || want udpcm; then
 swport=$((20000 + tag % 20000))
 "$work/pibgw" --log-level warn switch --listen "127.0.0.1:$swport" --control "$work/switch.sock" --ports 8 &
-pids+=($!)
+pids+=($!) swpid=$!
 for _ in $(seq 50); do [ -S "$work/switch.sock" ] && break; sleep 0.1; done
 # udp_host NAME NETNS GUIDBYTE ADDR MODE: one host of the multi-host fabric.
 udp_host() {
@@ -211,11 +216,13 @@ fi
 if want udp; then
 	udp_host udp-a bench-udp-a-$tag 11 10.77.6.1 datagram
 	udp_host udp-b bench-udp-b-$tag 12 10.77.6.2 datagram
+	procs[udp]="$swpid ${pids[-2]} ${pids[-1]}"
 	client[udp]=bench-udp-a-$tag server[udp]=bench-udp-b-$tag addr[udp]=10.77.6.2
 fi
 if want udpcm; then
 	udp_host udpcm-a bench-udpcm-a-$tag 13 10.77.7.1 connected
 	udp_host udpcm-b bench-udpcm-b-$tag 14 10.77.7.2 connected
+	procs[udpcm]="$swpid ${pids[-2]} ${pids[-1]}"
 	client[udpcm]=bench-udpcm-a-$tag server[udpcm]=bench-udpcm-b-$tag addr[udpcm]=10.77.7.2
 fi
 for n in udp udpcm; do
@@ -234,32 +241,55 @@ for ((done_ = 0; done_ < PINGS; done_ += 50)); do
 	for n in "${names[@]}"; do rtts "${client[$n]}" "${addr[$n]}" "$c" >>"$work/rtt-$n"; done
 done
 
-# iperf3: one run per setup per round, in turn; the order alternates.
-for n in "${names[@]}"; do : >"$work/tcp-$n"; done
+# cputicks PID...: each process's user and system CPU so far, in clock ticks, one per line.
+cputicks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0; done; }
+hz=$(getconf CLK_TCK)
+
+# iperf3: one run per setup per round, in turn; the order alternates. Each run also
+# records, per process of the setup, % of a CPU per Gbit/s over the run.
+for n in "${names[@]}"; do : >"$work/tcp-$n"; : >"$work/cpu-$n"; done
 for ((r = 0; r < ROUNDS; r++)); do
 	order=("${names[@]}")
 	if ((r % 2 == 1)); then
 		order=()
 		for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done
 	fi
-	for n in "${order[@]}"; do tcp_gbps "${client[$n]}" "${server[$n]}" "${addr[$n]}" >>"$work/tcp-$n"; done
+	for n in "${order[@]}"; do
+		# shellcheck disable=SC2086 # procs holds a list of PIDs
+		c0=$(cputicks ${procs[$n]:-})
+		g=$(tcp_gbps "${client[$n]}" "${server[$n]}" "${addr[$n]}")
+		echo "$g" >>"$work/tcp-$n"
+		# shellcheck disable=SC2086
+		paste <(echo "$c0") <(cputicks ${procs[$n]:-}) | awk -v hz="$hz" -v d="$DURATION" -v g="$g" \
+			'NF == 2 && g > 0 {printf "%.2f ", 100 * ($2 - $1) / hz / d / g} END {print ""}' >>"$work/cpu-$n"
+	done
 done
 
-declare -A rtt tcp runs
+declare -A rtt tcp runs cpu cpuparts
 for n in "${names[@]}"; do
 	rtt[$n]=$(median <"$work/rtt-$n") tcp[$n]=$(median <"$work/tcp-$n") runs[$n]=$(paste -sd/ "$work/tcp-$n")
+	cpu[$n]=$(awk 'NF {s = 0; for (i = 1; i <= NF; i++) s += $i; print s}' "$work/cpu-$n" | median)
+	[ "${cpu[$n]}" = nan ] && cpu[$n]=-
+	parts=()
+	for ((i = 1; i <= $(wc -w <<<"${procs[$n]:-}"); i++)); do parts+=("$(awk -v i="$i" 'NF {print $i}' "$work/cpu-$n" | median)"); done
+	cpuparts[$n]=${parts[*]}
 done
 
 # ratio X Y: X/Y as "N.NN×", or "-" when Y is not measured.
 ratio() { awk -v x="$1" -v y="$2" 'BEGIN{if (x == "" || y == "" || y + 0 == 0) print "-"; else printf "%.2f×", x/y}'; }
 echo
 echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default}, pibgw max_procs $PIBGW_MAXPROCS; TCP ${TCP_CC:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)})"
-printf '%-10s %14s %12s %14s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "runs"
+printf '%-10s %14s %12s %14s %12s %10s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "CPU%/Gbit" "runs"
 for n in "${names[@]}"; do
-	printf '%-10s %14s %12s %14s %12s  %s\n' "$n" "${rtt[$n]}" "$(ratio "${rtt[$n]}" "${rtt[relay]:-}")" \
-		"${tcp[$n]}" "$(ratio "${tcp[$n]}" "${tcp[relay]:-}")" "${runs[$n]}"
+	printf '%-10s %14s %12s %14s %12s %10s  %s\n' "$n" "${rtt[$n]}" "$(ratio "${rtt[$n]}" "${rtt[relay]:-}")" \
+		"${tcp[$n]}" "$(ratio "${tcp[$n]}" "${tcp[relay]:-}")" "${cpu[$n]}" "${runs[$n]}"
 done
 echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"
 echo "connected mode (MTU 65520): TCP $(ratio "${tcp[connected]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[connected]:-}" "${tcp[relay64k]:-}") relay64k (targets: ≥ 1.5×, ≥ 1.0×), $(ratio "${tcp[connected]:-}" "${tcp[gso64k]:-}") gso64k"
 echo "the TUN ceiling at MTU 65520: gso64k TCP $(ratio "${tcp[gso64k]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[relay64k]:-}" "${tcp[pibgw]:-}") for relay64k"
+for n in udp udpcm; do
+	want $n || continue
+	read -r s a b <<<"${cpuparts[$n]}"
+	echo "$n CPU%/Gbit by process: switch $s, host A (sender) $a, host B (receiver) $b"
+done
 echo "multi-host over UDP links: datagram TCP $(ratio "${tcp[udp]:-}" "${tcp[pibgw]:-}") single-host, connected $(ratio "${tcp[udpcm]:-}" "${tcp[connected]:-}") single-host (targets: ≥ 0.5×, ≥ 0.5×)"
