@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
@@ -70,8 +71,12 @@ const (
 	// when its ACK is back through the switch process, and with four the sender waited
 	// for ACKs (multi-host connected mode 6.0-6.1 -> 6.9-7.4 Gbit/s; sixteen no better).
 	cmTxSlots = 8
-	// cmSlotLen is a send-ring slot: the IPoIB header and the largest packet.
-	cmSlotLen = HeaderLen + ConnectedMTU
+	// cmRingSlots is the send ring: cmTxSlots messages in flight and the transmit loop's
+	// read buffer (cmState.spare).
+	cmRingSlots = cmTxSlots + 1
+	// cmSlotLen is a send-ring slot: a read of the device, head-room and the largest
+	// segment, so that a message read into the spare slot is sent from where it lies.
+	cmSlotLen = txHead + groSegment
 )
 
 // Linux's REQ (ipoib_cm_send_req): CM response timeouts 20, max_cm_retries 15,
@@ -117,14 +122,19 @@ type cmState struct {
 	txwcs [16]hca.WC
 	txsgl [1]hca.SGE // the send's gather list and WR, reused: no allocation per message
 	txwr  [1]hca.SendWR
-	// The send ring: a message is copied into a free slot and posted, and the slot is
-	// free again at its completion, so that cmTxSlots messages are in flight at once —
-	// a SEND to another process completes only when its ACK is back (a round trip
-	// through the switch), where in process it completes while it is posted. Under txmu.
+	// The send ring: a message is posted from a slot, which is free again at its
+	// completion, so that cmTxSlots messages are in flight at once — a SEND to another
+	// process completes only when its ACK is back (a round trip through the switch),
+	// where in process it completes while it is posted. The transmit loop reads the
+	// device into the spare slot (txReadBuf), and a message read there is posted from
+	// it, a free slot becoming the spare: no copy. A message from elsewhere (the bounce
+	// buffer, a device without offloads) is copied into a free slot when its peer is in
+	// another process. Under txmu.
 	ring     *hca.MR
-	slotTx   [cmTxSlots]*cmTx // the connection a busy slot's message went out on
-	slotGen  [cmTxSlots]uint16
+	slotTx   [cmRingSlots]*cmTx // the connection a busy slot's message went out on
+	slotGen  [cmRingSlots]uint16
 	freeSlot []int
+	spare    int // the transmit loop's read slot, -1 while there is no ring
 
 	rxmu  sync.Mutex // one drain of the RX CQ at a time
 	rxwcs [64]hca.WC
@@ -679,7 +689,7 @@ func (i *Interface) txCQ() (*hca.CQ, error) {
 		_ = cq.Destroy()
 		return nil, err
 	}
-	ring, err := i.pd.RegMR(make([]byte, cmTxSlots*cmSlotLen), hca.AccessLocalWrite)
+	ring, err := i.pd.RegMR(make([]byte, cmRingSlots*cmSlotLen), hca.AccessLocalWrite)
 	if err != nil {
 		_ = mr.Dereg()
 		_ = cq.Destroy()
@@ -687,10 +697,11 @@ func (i *Interface) txCQ() (*hca.CQ, error) {
 	}
 	c.txmu.Lock()
 	c.ring, c.freeSlot = ring, c.freeSlot[:0]
-	for k := range cmTxSlots {
+	for k := range cmRingSlots {
 		c.freeSlot = append(c.freeSlot, k)
 		c.slotTx[k] = nil
 	}
+	c.spare = c.takeFree()
 	c.txcq, c.txch, c.bounce = cq, ch, mr
 	c.txmu.Unlock()
 	return cq, nil
@@ -903,13 +914,17 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32, at csumAt) {
 			return // closing
 		}
 	}
-	k := c.freeSlot[len(c.freeSlot)-1]
-	c.freeSlot = c.freeSlot[:len(c.freeSlot)-1]
+	k := c.takeFree()
+	inSpare := c.spare >= 0 && within(msg, c.slot(c.spare))
+	if inSpare {
+		// Read into the spare slot: sent from there, the free slot is the next spare.
+		k, c.spare = c.spare, k
+	}
 	c.slotTx[k] = tx
 	gen := c.slotGen[k]
 	c.txsgl[0] = hca.SGE{Addr: hca.BufAddr(msg), Length: uint32(len(msg)), LKey: lkey}
-	if tx.remote {
-		buf := c.ring.Bytes()[k*cmSlotLen : k*cmSlotLen+len(msg)]
+	if tx.remote && !inSpare {
+		buf := c.slot(k)[:len(msg)]
 		copy(buf, msg)
 		c.txsgl[0] = hca.SGE{Addr: hca.BufAddr(buf), Length: uint32(len(buf)), LKey: c.ring.LKey()}
 	}
@@ -929,16 +944,51 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32, at csumAt) {
 	// In process the SEND has completed already: reap it now, keeping the ring free.
 	i.cmReapLocked(false)
 	if !tx.remote && c.slotTx[k] == tx && c.slotGen[k] == gen {
-		// It went out from msg itself and did not complete while posted: the peer is in
-		// another process. msg stays as it is until the completion; from now on this
-		// connection's messages are copied into the ring.
+		// It did not complete while posted: the peer is in another process. From now on
+		// this connection's messages from outside the ring are copied into it; one that
+		// went out from msg itself keeps msg as it is until its completion.
 		tx.remote = true
-		for c.slotTx[k] == tx && c.slotGen[k] == gen {
+		for !inSpare && c.slotTx[k] == tx && c.slotGen[k] == gen {
 			if !i.cmReapLocked(true) {
 				return
 			}
 		}
 	}
+}
+
+// slot is send-ring slot k's memory. txmu is held.
+func (c *cmState) slot(k int) []byte {
+	return c.ring.Bytes()[k*cmSlotLen : (k+1)*cmSlotLen : (k+1)*cmSlotLen]
+}
+
+// takeFree takes a free slot; there is one. txmu is held.
+func (c *cmState) takeFree() int {
+	k := c.freeSlot[len(c.freeSlot)-1]
+	c.freeSlot = c.freeSlot[:len(c.freeSlot)-1]
+	return k
+}
+
+// within reports whether b lies inside mem.
+func within(b, mem []byte) bool {
+	if len(b) == 0 || len(mem) == 0 {
+		return false
+	}
+	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return at >= lo && at+uintptr(len(b)) <= lo+uintptr(len(mem))
+}
+
+// txReadBuf is the buffer the transmit loop reads the device into, with its local key:
+// the send ring's spare slot once connected mode has made the ring, else the offload
+// path's read buffer in g.
+func (i *Interface) txReadBuf(g *gsoRing) ([]byte, uint32) {
+	c := &i.cms
+	c.txmu.Lock()
+	defer c.txmu.Unlock()
+	if c.ring == nil || c.spare < 0 {
+		return g.buf, g.mr.LKey()
+	}
+	return c.slot(c.spare), c.ring.LKey()
 }
 
 // releaseSlot frees send-ring slot k; its generation moves on so that a late completion
@@ -973,7 +1023,7 @@ func (i *Interface) cmReapLocked(wait bool) bool {
 		}
 		for _, wc := range c.txwcs[:k] {
 			slot, gen := int(wc.WRID&0xFFFF), uint16(wc.WRID>>16)
-			if slot >= cmTxSlots || c.slotGen[slot] != gen || c.slotTx[slot] == nil {
+			if slot >= cmRingSlots || c.slotGen[slot] != gen || c.slotTx[slot] == nil {
 				continue // its connection was dropped and the slot freed already
 			}
 			tx := c.slotTx[slot]
@@ -1104,7 +1154,7 @@ func (i *Interface) closeCM() {
 		_ = c.txcq.Destroy()
 		_ = c.bounce.Dereg()
 		_ = c.ring.Dereg()
-		c.txcq, c.ring = nil, nil
+		c.txcq, c.ring, c.spare = nil, nil, -1
 		c.txmu.Unlock()
 	}
 }

@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/internal/inet"
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/rc"
 	"github.com/pibgw/pibgw/rdmacm/ibcm"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/tun"
+	"github.com/pibgw/pibgw/wire"
 )
 
 // gsoTUN is a fakeTUN with offloads, as a kernel TUN with virtio-net headers is: one
@@ -280,5 +284,89 @@ func TestConnectedModeChecksum(t *testing.T) {
 		if !inet.CompletePartial(got) || !bytes.Equal(got, p) {
 			t.Fatalf("packet %d: completing the partial checksum does not give the packet sent", k)
 		}
+	}
+}
+
+// asyncLossyLink is HCA A's side of its cable as a UDP link to another process makes it:
+// packets leave the sender's call (materialised, wire.Finalize) and arrive later, from
+// another goroutine, so a SEND does not complete while it is posted and the connection
+// uses the send ring as toward another process. The first time each RC SEND Middle
+// packet with PSN ≡ 3 (mod 16) passes, it is dropped: the responder NAKs the gap and
+// the requester sends the message again from its send-ring slot.
+func asyncLossyLink(t *testing.T, l fabric.Link, dropped *atomic.Int64) fabric.Link {
+	ch := make(chan [][]byte, 1024)
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		for {
+			select {
+			case b := <-ch:
+				l.Send(b)
+			case <-done:
+				return
+			}
+		}
+	}()
+	var mu sync.Mutex
+	seen := map[uint32]bool{}
+	return fabric.LinkFunc(func(pkts [][]byte) {
+		var out [][]byte
+		for _, p := range pkts {
+			c := append([]byte(nil), p...)
+			wire.Finalize(c)
+			var pk wire.Packet
+			if pk.Parse(c) == nil && pk.BTH != nil && pk.BTH.OpCode() == wire.RCSendMiddle && pk.BTH.PSN()%16 == 3 {
+				mu.Lock()
+				first := !seen[pk.BTH.PSN()]
+				seen[pk.BTH.PSN()] = true
+				mu.Unlock()
+				if first {
+					dropped.Add(1)
+					continue
+				}
+			}
+			out = append(out, c)
+		}
+		if len(out) > 0 {
+			select {
+			case ch <- out:
+			case <-done:
+			}
+		}
+	})
+}
+
+// TestConnectedModeRemoteLoss: toward a peer whose SENDs complete only when their ACKs
+// are back (another process), with packets lost, every 60,000-byte packet arrives whole
+// and in order: a message stays in its send-ring slot until its completion, the
+// transmit loop reading the next ones into other slots — go-back-N resends a lost
+// message's packets from that slot.
+func TestConnectedModeRemoteLoss(t *testing.T) {
+	tf := newTestFabric(t, 2, sa.Config{})
+	cms := newCMs(t, tf, 2)
+	var dropped atomic.Int64
+	tf.f.HCACables[0].Wrap(fabric.AtoB, func(l fabric.Link) fabric.Link { return asyncLossyLink(t, l, &dropped) })
+	da, db := newGSOTUN("ib0"), newGSOTUN("ib1")
+	a := tf.ifaceWith(t, 0, da, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
+	b := tf.ifaceWith(t, 1, db, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
+	small := icmpEcho4("10.10.0.1", "10.10.0.2", 1, randomBytes(56))
+	da.Inject(small)
+	if got := db.recv(t); !bytes.Equal(got, small) {
+		t.Fatal("A→B small packet differs")
+	}
+	const n = 40
+	sent := make([][]byte, n)
+	for k := range sent {
+		sent[k] = icmpEcho4("10.10.0.1", "10.10.0.2", uint16(2+k), randomBytes(60000-28))
+		da.Inject(sent[k])
+	}
+	for k := range sent {
+		if got := db.recv(t); !bytes.Equal(got, sent[k]) {
+			t.Fatalf("A→B 60,000-byte packet %d of %d differs (%d bytes; %d packets dropped; A %v, B %v)",
+				k, n, len(got), dropped.Load(), a.Info().Counters, b.Info().Counters)
+		}
+	}
+	if dropped.Load() < n/2 {
+		t.Fatalf("only %d packets dropped", dropped.Load())
 	}
 }

@@ -180,9 +180,11 @@ const (
 	tcpCWR = 0x80
 )
 
-// sendSegmented cuts a large segment into packets of meta.Size payload bytes.
-func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
+// sendSegmented cuts a large segment — n bytes at txHead of rb, a read buffer registered
+// as lkey — into packets of meta.Size payload bytes.
+func (i *Interface) sendSegmented(rb []byte, lkey uint32, n int, meta tun.GSO, ls *linkState) {
 	g := &i.txp.gtx
+	pkt := rb[txHead : txHead+n]
 	iphl, proto, csumOff, ok := inet.Transport(pkt)
 	v4 := ok && pkt[0]>>4 == 4
 	switch meta.Type {
@@ -243,8 +245,8 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 		return
 	}
 	at := csumAt{uint16(s.iphl), uint16(s.csumOff), s.proto == inet.ProtoUDP}
-	wrs := append(g.wrs[:0], inPlaceWR(g.buf[txHead-HeaderLen:txHead], len(seg0), g.sgl[0][:1], g.mr.LKey(), 0, etype, at, ah, qpn, ls))
-	lkey := g.mr.LKey()
+	wrs := append(g.wrs[:0], inPlaceWR(rb[txHead-HeaderLen:txHead], len(seg0), g.sgl[0][:1], lkey, 0, etype, at, ah, qpn, ls))
+	hkey := g.mr.LKey()
 	dataAddr := hca.BufAddr(data)
 	for k := 1; k < nseg; k++ {
 		if len(wrs) == len(g.hdrs) {
@@ -257,7 +259,7 @@ func (i *Interface) sendSegmented(pkt []byte, meta tun.GSO, ls *linkState) {
 		binary.BigEndian.PutUint32(h, uint32(etype)<<16)
 		s.headers(h[HeaderLen:], k, n, k == nseg-1)
 		g.sgl[slot] = [2]hca.SGE{
-			{Addr: hca.BufAddr(h), Length: uint32(len(h)), LKey: lkey},
+			{Addr: hca.BufAddr(h), Length: uint32(len(h)), LKey: hkey},
 			{Addr: dataAddr + uint64(k*s.size), Length: uint32(n), LKey: lkey},
 		}
 		wrs = append(wrs, hca.SendWR{

@@ -32,11 +32,13 @@ type txSource interface {
 	read(b *txBatch) (int, error)
 }
 
-// gsoSource reads a device with offloads: one segment per read, into gtx.
-type gsoSource struct{ off tun.Offloader }
+// gsoSource reads a device with offloads: one segment per read, into the interface's
+// read buffer (txReadBuf: gtx's, or the connected-mode send ring's spare slot).
+type gsoSource struct{ i *Interface }
 
 func (s gsoSource) read(b *txBatch) (int, error) {
-	n, meta, err := s.off.ReadGSO(b.bufs[0], txHead)
+	b.bufs[0], b.lkey = s.i.txReadBuf(&s.i.txp.gtx)
+	n, meta, err := s.i.txp.off.ReadGSO(b.bufs[0], txHead)
 	if err != nil {
 		return 0, err
 	}
@@ -54,7 +56,7 @@ func (s plainSource) read(b *txBatch) (int, error) { return s.dev.Read(b.bufs, b
 func (i *Interface) txSourceFor() (txSource, *txBatch) {
 	if i.txp.off != nil {
 		g := &i.txp.gtx
-		return gsoSource{i.txp.off}, &txBatch{
+		return gsoSource{i}, &txBatch{
 			bufs: [][]byte{g.buf}, sizes: make([]int, 1), sgl: make([][1]hca.SGE, 1),
 			lkey: g.mr.LKey(), wrs: make([]hca.SendWR, 0, 1),
 		}
@@ -85,7 +87,7 @@ func (i *Interface) txLoop(src txSource, b *txBatch) error {
 			if cm && i.cmTake(b.bufs[0][txHead-HeaderLen:txHead+b.sizes[0]], b.lkey, b.meta, ls, now) {
 				continue
 			}
-			i.sendSegmented(b.bufs[0][txHead:txHead+b.sizes[0]], b.meta, ls)
+			i.sendSegmented(b.bufs[0], b.lkey, b.sizes[0], b.meta, ls)
 			continue
 		}
 		wrs := b.wrs[:0]
