@@ -135,6 +135,10 @@ type cmState struct {
 	slotGen  [cmRingSlots]uint16
 	freeSlot []int
 	spare    int // the transmit loop's read slot, -1 while there is no ring
+	// slotBuf describes each slot for the transmit loop; spareBuf points at the spare's,
+	// nil while there is no ring (read without txmu: a read never waits for a sender).
+	slotBuf  [cmRingSlots]readBuf
+	spareBuf atomic.Pointer[readBuf]
 
 	rxmu  sync.Mutex // one drain of the RX CQ at a time
 	rxwcs [64]hca.WC
@@ -701,7 +705,11 @@ func (i *Interface) txCQ() (*hca.CQ, error) {
 		c.freeSlot = append(c.freeSlot, k)
 		c.slotTx[k] = nil
 	}
+	for k := range cmRingSlots {
+		c.slotBuf[k] = readBuf{c.slot(k), ring.LKey()}
+	}
 	c.spare = c.takeFree()
+	c.spareBuf.Store(&c.slotBuf[c.spare])
 	c.txcq, c.txch, c.bounce = cq, ch, mr
 	c.txmu.Unlock()
 	return cq, nil
@@ -919,6 +927,7 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32, at csumAt) {
 	if inSpare {
 		// Read into the spare slot: sent from there, the free slot is the next spare.
 		k, c.spare = c.spare, k
+		c.spareBuf.Store(&c.slotBuf[c.spare])
 	}
 	c.slotTx[k] = tx
 	gen := c.slotGen[k]
@@ -978,17 +987,20 @@ func within(b, mem []byte) bool {
 	return at >= lo && at+uintptr(len(b)) <= lo+uintptr(len(mem))
 }
 
+// readBuf is a buffer the transmit loop reads into, and its local key.
+type readBuf struct {
+	b   []byte
+	key uint32
+}
+
 // txReadBuf is the buffer the transmit loop reads the device into, with its local key:
 // the send ring's spare slot once connected mode has made the ring, else the offload
 // path's read buffer in g.
 func (i *Interface) txReadBuf(g *gsoRing) ([]byte, uint32) {
-	c := &i.cms
-	c.txmu.Lock()
-	defer c.txmu.Unlock()
-	if c.ring == nil || c.spare < 0 {
-		return g.buf, g.mr.LKey()
+	if r := i.cms.spareBuf.Load(); r != nil {
+		return r.b, r.key
 	}
-	return c.slot(c.spare), c.ring.LKey()
+	return g.buf, g.mr.LKey()
 }
 
 // releaseSlot frees send-ring slot k; its generation moves on so that a late completion
@@ -1155,6 +1167,7 @@ func (i *Interface) closeCM() {
 		_ = c.bounce.Dereg()
 		_ = c.ring.Dereg()
 		c.txcq, c.ring, c.spare = nil, nil, -1
+		c.spareBuf.Store(nil)
 		c.txmu.Unlock()
 	}
 }
