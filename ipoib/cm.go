@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
@@ -134,11 +133,10 @@ type cmState struct {
 	slotTx   [cmRingSlots]*cmTx // the connection a busy slot's message went out on
 	slotGen  [cmRingSlots]uint16
 	freeSlot []int
-	spare    int // the transmit loop's read slot, -1 while there is no ring
-	// slotBuf describes each slot for the transmit loop; spareBuf points at the spare's,
-	// nil while there is no ring (read without txmu: a read never waits for a sender).
-	slotBuf  [cmRingSlots]readBuf
-	spareBuf atomic.Pointer[readBuf]
+	slots    [cmRingSlots]ringSlot
+	// spare is the slot the transmit loop reads into, nil while there is no ring; set
+	// under txmu, read without it (a read never waits for a sender).
+	spare atomic.Pointer[ringSlot]
 
 	rxmu  sync.Mutex // one drain of the RX CQ at a time
 	rxwcs [64]hca.WC
@@ -706,10 +704,9 @@ func (i *Interface) txCQ() (*hca.CQ, error) {
 		c.slotTx[k] = nil
 	}
 	for k := range cmRingSlots {
-		c.slotBuf[k] = readBuf{c.slot(k), ring.LKey()}
+		c.slots[k] = ringSlot{ring.Bytes()[k*cmSlotLen : (k+1)*cmSlotLen : (k+1)*cmSlotLen], ring.LKey(), k}
 	}
-	c.spare = c.takeFree()
-	c.spareBuf.Store(&c.slotBuf[c.spare])
+	c.spare.Store(&c.slots[c.takeFree()])
 	c.txcq, c.txch, c.bounce = cq, ch, mr
 	c.txmu.Unlock()
 	return cq, nil
@@ -923,17 +920,16 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32, at csumAt) {
 		}
 	}
 	k := c.takeFree()
-	inSpare := c.spare >= 0 && within(msg, c.slot(c.spare))
+	inSpare := c.spare.Load().holds(msg)
 	if inSpare {
 		// Read into the spare slot: sent from there, the free slot is the next spare.
-		k, c.spare = c.spare, k
-		c.spareBuf.Store(&c.slotBuf[c.spare])
+		k = c.spare.Swap(&c.slots[k]).k
 	}
 	c.slotTx[k] = tx
 	gen := c.slotGen[k]
 	c.txsgl[0] = hca.SGE{Addr: hca.BufAddr(msg), Length: uint32(len(msg)), LKey: lkey}
 	if tx.remote && !inSpare {
-		buf := c.slot(k)[:len(msg)]
+		buf := c.slots[k].b[:len(msg)]
 		copy(buf, msg)
 		c.txsgl[0] = hca.SGE{Addr: hca.BufAddr(buf), Length: uint32(len(buf)), LKey: c.ring.LKey()}
 	}
@@ -965,11 +961,6 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32, at csumAt) {
 	}
 }
 
-// slot is send-ring slot k's memory. txmu is held.
-func (c *cmState) slot(k int) []byte {
-	return c.ring.Bytes()[k*cmSlotLen : (k+1)*cmSlotLen : (k+1)*cmSlotLen]
-}
-
 // takeFree takes a free slot; there is one. txmu is held.
 func (c *cmState) takeFree() int {
 	k := c.freeSlot[len(c.freeSlot)-1]
@@ -977,27 +968,27 @@ func (c *cmState) takeFree() int {
 	return k
 }
 
-// within reports whether b lies inside mem.
-func within(b, mem []byte) bool {
-	if len(b) == 0 || len(mem) == 0 {
-		return false
-	}
-	lo := uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
-	at := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
-	return at >= lo && at+uintptr(len(b)) <= lo+uintptr(len(mem))
-}
-
-// readBuf is a buffer the transmit loop reads into, and its local key.
-type readBuf struct {
+// ringSlot is send-ring slot k: its memory and local key.
+type ringSlot struct {
 	b   []byte
 	key uint32
+	k   int
+}
+
+// holds reports whether msg lies inside slot s (false for a nil s: no ring).
+func (s *ringSlot) holds(msg []byte) bool {
+	if s == nil || len(msg) == 0 {
+		return false
+	}
+	lo, at := hca.BufAddr(s.b), hca.BufAddr(msg)
+	return at >= lo && at+uint64(len(msg)) <= lo+uint64(len(s.b))
 }
 
 // txReadBuf is the buffer the transmit loop reads the device into, with its local key:
 // the send ring's spare slot once connected mode has made the ring, else the offload
 // path's read buffer in g.
 func (i *Interface) txReadBuf(g *gsoRing) ([]byte, uint32) {
-	if r := i.cms.spareBuf.Load(); r != nil {
+	if r := i.cms.spare.Load(); r != nil {
 		return r.b, r.key
 	}
 	return g.buf, g.mr.LKey()
@@ -1166,8 +1157,8 @@ func (i *Interface) closeCM() {
 		_ = c.txcq.Destroy()
 		_ = c.bounce.Dereg()
 		_ = c.ring.Dereg()
-		c.txcq, c.ring, c.spare = nil, nil, -1
-		c.spareBuf.Store(nil)
+		c.txcq, c.ring = nil, nil
+		c.spare.Store(nil)
 		c.txmu.Unlock()
 	}
 }

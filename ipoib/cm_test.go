@@ -354,7 +354,7 @@ func TestConnectedModeRemoteLoss(t *testing.T) {
 	if got := db.recv(t); !bytes.Equal(got, small) {
 		t.Fatal("A→B small packet differs")
 	}
-	const n = 40
+	const n = 160
 	sent := make([][]byte, n)
 	for k := range sent {
 		sent[k] = icmpEcho4("10.10.0.1", "10.10.0.2", uint16(2+k), randomBytes(60000-28))

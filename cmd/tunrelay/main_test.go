@@ -126,7 +126,8 @@ func testRelay(t *testing.T, tag string, net3 int, flags []string) {
 	}
 	t.Logf("%s", out.String())
 	var pkts, bytes int
-	if _, err := fmt.Sscanf(out.String()[strings.Index(out.String(), "a→b:"):], "a→b: %d packets, %d bytes", &pkts, &bytes); err != nil || bytes < len(payload) {
+	_, summary, _ := strings.Cut(out.String(), "a→b:")
+	if _, err := fmt.Sscanf(summary, "%d packets, %d bytes", &pkts, &bytes); err != nil || bytes < len(payload) {
 		t.Fatalf("relay summary: %v: %s", err, out.String())
 	}
 	if len(flags) > 0 && bytes/pkts <= 2044 {
