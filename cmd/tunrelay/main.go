@@ -4,6 +4,16 @@
 //
 //	tunrelay -a pibA:ib0:10.10.0.1/24 -b pibB:ib1:10.10.0.2/24 -mtu 2044
 //
+// With -udp it is one side of a UDP chain instead — the data path of a multi-host fabric
+// (two hosts and a switch process) without InfiniBand, the ceiling of pibgw's UDP links:
+// each segment the device reads goes to -peer in datagrams of a UDP link's sizes (4,096
+// bytes behind a 42-byte header), and the datagrams arriving on -udp are written to the
+// device; -forward runs the middle process, which sends each datagram on as it came:
+//
+//	tunrelay -forward 127.0.0.1:7000 -between 127.0.0.1:7001,127.0.0.1:7002
+//	tunrelay -a pibA:ib0:10.10.0.1/24 -udp 127.0.0.1:7001 -peer 127.0.0.1:7000 -mtu 65520
+//	tunrelay -a pibB:ib0:10.10.0.2/24 -udp 127.0.0.1:7002 -peer 127.0.0.1:7000 -mtu 65520
+//
 // Each side is netns:device:addr/prefix[,addr/prefix...] (IPv6 addresses may contain
 // colons: everything after the second colon is the address list). A namespace that does
 // not exist is created, and deleted again at exit. The devices get link type infiniband
@@ -68,9 +78,23 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	mtu := fs.Int("mtu", 2044, "MTU of both devices")
 	ib := fs.Bool("infiniband", true, "give the devices link type infiniband")
 	gso := fs.Bool("gso", false, "relay each segment as the kernel queued it (up to 64 KiB with its offload metadata), read and written in place: no copy in the relay")
+	udp := fs.String("udp", "", "UDP chain side: the local IPv4ADDR:PORT; -a's device is relayed to -peer instead of to -b")
+	peer := fs.String("peer", "", "UDP chain side: where the device's segments go (the forwarder)")
+	fwd := fs.String("forward", "", "UDP chain forwarder: the local IPv4ADDR:PORT; no devices")
+	between := fs.String("between", "", "UDP chain forwarder: the two sides, A,B")
 	verbose := fs.Bool("v", false, "log device events")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *fwd != "" {
+		return runForward(*fwd, *between, stderr, stop)
+	}
+	if *udp != "" {
+		*b = "-"
+		if *peer == "" {
+			fmt.Fprintln(stderr, "tunrelay: -udp needs -peer")
+			return 2
+		}
 	}
 	if *a == "" || *b == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "tunrelay: need -a and -b (and no other arguments)")
@@ -84,6 +108,9 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	var sides [2]side
 	for i, s := range []string{*a, *b} {
+		if s == "-" {
+			continue // a UDP chain side has one device
+		}
 		var err error
 		if sides[i], err = parseSide(s); err != nil {
 			fmt.Fprintf(stderr, "tunrelay: -%c %v\n", 'a'+i, err)
@@ -113,6 +140,9 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		}
 	}()
 	for i, sd := range sides {
+		if sd.name == "" {
+			continue
+		}
 		if !tun.NetNSExists(sd.netns) {
 			if err := tun.CreateNetNS(sd.netns); err != nil {
 				fmt.Fprintf(stderr, "tunrelay: %v\n", err)
@@ -128,6 +158,9 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 			return 1
 		}
 		devs[i] = d
+	}
+	if *udp != "" {
+		return runSide(devs[0], *udp, *peer, log, stderr, sig, stop)
 	}
 	log.Info("relaying", "a", fmt.Sprintf("%s/%s", sides[0].netns, sides[0].name),
 		"b", fmt.Sprintf("%s/%s", sides[1].netns, sides[1].name), "mtu", *mtu, "batch", devs[0].BatchSize())

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,6 +55,136 @@ func TestRelay(t *testing.T) {
 	}
 	t.Run("copy", func(t *testing.T) { testRelay(t, "c", 97, nil) })
 	t.Run("gso", func(t *testing.T) { testRelay(t, "g", 98, []string{"-gso"}) })
+}
+
+// TestUDPChain (root): two sides and a forwarder (-udp, -forward), each its own run as
+// the benchmark starts three processes; a TCP transfer at MTU 65520 crosses whole, in
+// segments larger than one datagram that went over UDP in datagrams of at most
+// chunkHdr+chunkData bytes; stopped, the sides remove their devices and namespaces.
+func TestUDPChain(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root (creates network namespaces and TUN devices)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("skipping: no /dev/net/tun (%v)", err)
+	}
+	pid := os.Getpid()
+	nsA, nsB := fmt.Sprintf("pibgwu-%d-a", pid), fmt.Sprintf("pibgwu-%d-b", pid)
+	t.Cleanup(func() {
+		for _, ns := range []string{nsA, nsB} {
+			if tun.NetNSExists(ns) {
+				tun.DeleteNetNS(ns)
+			}
+		}
+	})
+	port := 30000 + pid%20000
+	fw, sa, sb := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", port+1), fmt.Sprintf("127.0.0.1:%d", port+2)
+	stop := make(chan struct{})
+	var outs [3]syncBuffer
+	done := make(chan int, 3)
+	go func() { done <- run([]string{"-forward", fw, "-between", sa + "," + sb}, &outs[0], stop) }()
+	go func() {
+		done <- run([]string{"-a", nsA + ":ib0:10.96.0.1/24", "-udp", sa, "-peer", fw, "-mtu", "65520"}, &outs[1], stop)
+	}()
+	go func() {
+		done <- run([]string{"-a", nsB + ":ib0:10.96.0.2/24", "-udp", sb, "-peer", fw, "-mtu", "65520"}, &outs[2], stop)
+	}()
+	stopped := false
+	stopAll := func() []int {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		close(stop)
+		var st []int
+		for range 3 {
+			st = append(st, <-done)
+		}
+		return st
+	}
+	defer stopAll()
+	for _, ns := range []string{nsA, nsB} {
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(func() string { b, _ := exec.Command("ip", "-n", ns, "addr", "show", "ib0").Output(); return string(b) }(), "10.96.0.") {
+			if time.Now().After(deadline) {
+				t.Fatalf("side %s did not come up: %s %s", ns, outs[1].String(), outs[2].String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var ln net.Listener
+	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", "10.96.0.2:5201"); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	payload := bytes.Repeat([]byte("udp chain "), 2<<20)
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		got <- b
+	}()
+	var c net.Conn
+	if err := tun.InNetNS(nsA, func() (err error) {
+		c, err = net.DialTimeout("tcp4", "10.96.0.2:5201", 5*time.Second)
+		return
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.Write(payload)
+	c.Close()
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, payload) {
+			t.Fatalf("received %d bytes, sent %d", len(b), len(payload))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("TCP through the chain did not finish")
+	}
+	for i, st := range stopAll() {
+		if st != 0 {
+			t.Fatalf("process %d exit status %d: %s", i, st, outs[i].String())
+		}
+	}
+	t.Logf("%s%s%s", outs[0].String(), outs[1].String(), outs[2].String())
+	var segs, n, dgrams, dropped int
+	_, summary, _ := strings.Cut(outs[1].String(), "device→udp:")
+	if _, err := fmt.Sscanf(summary, " %d segments, %d bytes, %d datagrams, %d dropped", &segs, &n, &dgrams, &dropped); err != nil || n < len(payload) {
+		t.Fatalf("side A's summary: %v: %s", err, outs[1].String())
+	}
+	if n/segs <= chunkData || dgrams < n/chunkData || dropped != 0 {
+		t.Errorf("side A sent %d bytes in %d segments, %d datagrams, %d dropped: want segments larger than a datagram, datagrams of at most %d bytes, none dropped",
+			n, segs, dgrams, dropped, chunkData)
+	}
+	if !strings.Contains(outs[0].String(), "forwarded:") || strings.Contains(outs[0].String(), " 0 datagrams") {
+		t.Errorf("forwarder: %s", outs[0].String())
+	}
+	if tun.NetNSExists(nsA) || tun.NetNSExists(nsB) {
+		t.Fatalf("namespaces left behind")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func testRelay(t *testing.T, tag string, net3 int, flags []string) {
