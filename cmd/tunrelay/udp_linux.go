@@ -43,9 +43,12 @@ const (
 	maxRun    = 65507 / (chunkHdr + chunkData)
 	maxChunks = (1<<16 + chunkData - 1) / chunkData // of one segment
 	rxBatch   = 8                                   // messages per recvmmsg
-	rxRing    = 8 * rxBatch                         // receive buffers, reused in turn
-	rxBufLen  = 1<<16 + 512                         // a coalesced (UDP_GRO) run
-	ctrlLen   = 32                                  // ≥ unix.CmsgSpace(4)
+	// rxRing receive buffers are reused in turn by a side: a segment's chunks stay where
+	// they arrived until it is written, at most maxChunks messages (one datagram each,
+	// without UDP_GRO) after its first. Few, so that they stay in the CPU's cache.
+	rxRing   = 3 * rxBatch
+	rxBufLen = 1<<16 + 512 // a coalesced (UDP_GRO) run
+	ctrlLen  = 32          // ≥ unix.CmsgSpace(4)
 )
 
 // chainStats counts what one direction of a chain process moved.
@@ -201,9 +204,10 @@ type rxBatchState struct {
 	count int
 }
 
-func newRxBatch() *rxBatchState {
-	b := &rxBatchState{ring: make([][]byte, rxRing)}
-	mem := make([]byte, rxRing*rxBufLen)
+// newRxBatch makes a batch over a ring of n buffers (a multiple of rxBatch).
+func newRxBatch(n int) *rxBatchState {
+	b := &rxBatchState{ring: make([][]byte, n)}
+	mem := make([]byte, n*rxBufLen)
 	for i := range b.ring {
 		b.ring[i] = mem[i*rxBufLen : (i+1)*rxBufLen : (i+1)*rxBufLen]
 	}
@@ -213,7 +217,7 @@ func newRxBatch() *rxBatchState {
 // read receives up to rxBatch messages into the ring's next buffers, blocking in the
 // poller until one arrives.
 func (b *rxBatchState) read(rc syscall.RawConn) error {
-	if b.next+rxBatch > rxRing {
+	if b.next+rxBatch > len(b.ring) {
 		b.next = 0
 	}
 	for i := range b.msgs {
@@ -320,7 +324,7 @@ func chainSend(dev tun.Offloader, rc syscall.RawConn, to unix.RawSockaddrInet4) 
 // dropped (loopback keeps order).
 func chainReceive(dev tun.Offloader, rc syscall.RawConn) (chainStats, error) {
 	var st chainStats
-	b := newRxBatch()
+	b := newRxBatch(rxRing)
 	var (
 		active      bool
 		seq         uint32
@@ -382,7 +386,7 @@ func chainReceive(dev tun.Offloader, rc syscall.RawConn) (chainStats, error) {
 // forward sends each datagram from a to b and from b to a, from its receive buffer.
 func forward(rc syscall.RawConn, a, b unix.RawSockaddrInet4) (chainStats, error) {
 	var st chainStats
-	rx := newRxBatch()
+	rx := newRxBatch(rxBatch) // each batch is sent on before the next is received
 	var msgs [rxBatch]mmsghdr
 	var iovs [rxBatch]unix.Iovec
 	var ctrl [rxBatch * ctrlLen]byte
