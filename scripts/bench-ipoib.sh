@@ -20,6 +20,9 @@
 #           udpcm's; each segment crosses in datagrams of a UDP link's sizes (4,096 bytes
 #           behind 42 of header, UDP_SEGMENT and UDP_GRO), with no IB processing, checksum,
 #           acknowledgement or copy in user space.
+#   udpcrc  udpchain with -crc: also the per-byte work a UDP link's data path must do —
+#           the sender completes the TCP checksum and makes each datagram's CRC-32 and
+#           CRC-16 (ICRC, VCRC), the forwarder checks the CRC-16, the receiver both.
 # For each: ping RTT (median of 200 pings) and iperf3 TCP throughput (10 s), and pibgw's
 # ratios to the relay; for the relays and pibgw, the CPU their processes used during the
 # iperf3 run, per Gbit/s moved (% of one CPU per Gbit/s, from /proc/PID/stat; for the
@@ -47,7 +50,7 @@ DURATION=${DURATION:-10}
 MTU=${MTU:-2044}
 ROUNDS=${ROUNDS:-3}
 RELAY_MAXPROCS=${RELAY_MAXPROCS:-}
-SETUPS=${SETUPS:-veth relay pibgw relay64k gso64k connected udp udpcm udpchain}
+SETUPS=${SETUPS:-veth relay pibgw relay64k gso64k connected udp udpcm udpchain udpcrc}
 PIBGW_MAXPROCS=${PIBGW_MAXPROCS:-0}
 TCP_CC=${TCP_CC:-}
 tag=$$
@@ -104,7 +107,7 @@ start_relay() {
 	for _ in $(seq 50); do ip -n "$ns" addr show dev "$dev" 2>/dev/null | grep -q "${ip%/*}" && break; sleep 0.1; done
 }
 
-all=(veth relay pibgw relay64k gso64k connected udp udpcm udpchain)
+all=(veth relay pibgw relay64k gso64k connected udp udpcm udpchain udpcrc)
 names=()
 for n in "${all[@]}"; do [[ " $SETUPS " == *" $n "* ]] && names+=("$n"); done
 for n in $SETUPS; do
@@ -230,18 +233,21 @@ if want udpcm; then
 	procs[udpcm]="$swpid ${pids[-2]} ${pids[-1]}"
 	client[udpcm]=bench-udpcm-a-$tag server[udpcm]=bench-udpcm-b-$tag addr[udpcm]=10.77.7.2
 fi
-if want udpchain; then
-	a=bench-uc-a-$tag b=bench-uc-b-$tag
-	ucport=$((40000 + tag % 8000))
+start_chain() { if [ -n "$RELAY_MAXPROCS" ]; then GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" "$@" & else "$work/tunrelay" "$@" & fi; pids+=($!); }
+# udp_chain NAME NET PORT [FLAG...]: the UDP chain's three processes, 10.77.NET.1 → .2.
+udp_chain() {
+	local a=bench-$1-a-$tag b=bench-$1-b-$tag p=$3
 	netns+=("$a" "$b") # tunrelay creates and removes them
-	start_chain() { if [ -n "$RELAY_MAXPROCS" ]; then GOMAXPROCS=$RELAY_MAXPROCS "$work/tunrelay" "$@" & else "$work/tunrelay" "$@" & fi; pids+=($!); }
-	start_chain -forward "127.0.0.1:$ucport" -between "127.0.0.1:$((ucport + 1)),127.0.0.1:$((ucport + 2))"
-	start_chain -mtu 65520 -a "$a:ib0:10.77.9.1/24" -udp "127.0.0.1:$((ucport + 1))" -peer "127.0.0.1:$ucport"
-	start_chain -mtu 65520 -a "$b:ib0:10.77.9.2/24" -udp "127.0.0.1:$((ucport + 2))" -peer "127.0.0.1:$ucport"
-	procs[udpchain]="${pids[-3]} ${pids[-2]} ${pids[-1]}"
-	client[udpchain]=$a server[udpchain]=$b addr[udpchain]=10.77.9.2
-fi
-for n in udp udpcm udpchain; do
+	start_chain -forward "127.0.0.1:$p" -between "127.0.0.1:$((p + 1)),127.0.0.1:$((p + 2))" "${@:4}"
+	start_chain -mtu 65520 -a "$a:ib0:10.77.$2.1/24" -udp "127.0.0.1:$((p + 1))" -peer "127.0.0.1:$p" "${@:4}"
+	start_chain -mtu 65520 -a "$b:ib0:10.77.$2.2/24" -udp "127.0.0.1:$((p + 2))" -peer "127.0.0.1:$p" "${@:4}"
+	procs[$1]="${pids[-3]} ${pids[-2]} ${pids[-1]}"
+	client[$1]=$a server[$1]=$b addr[$1]=10.77.$2.2
+}
+ucport=$((40000 + tag % 8000))
+if want udpchain; then udp_chain udpchain 9 "$ucport"; fi
+if want udpcrc; then udp_chain udpcrc 10 $((ucport + 3)) -crc; fi
+for n in udp udpcm udpchain udpcrc; do
 	want $n || continue
 	for _ in $(seq 200); do ip netns exec "${client[$n]}" ping -c 1 -W 1 "${addr[$n]}" >/dev/null 2>&1 && break; sleep 0.1; done
 done
@@ -303,10 +309,10 @@ done
 echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"
 echo "connected mode (MTU 65520): TCP $(ratio "${tcp[connected]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[connected]:-}" "${tcp[relay64k]:-}") relay64k (targets: ≥ 1.5×, ≥ 1.0×), $(ratio "${tcp[connected]:-}" "${tcp[gso64k]:-}") gso64k"
 echo "the TUN ceiling at MTU 65520: gso64k TCP $(ratio "${tcp[gso64k]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[relay64k]:-}" "${tcp[pibgw]:-}") for relay64k"
-for n in udp udpcm udpchain; do
+for n in udp udpcm udpchain udpcrc; do
 	want $n || continue
 	read -r s a b <<<"${cpuparts[$n]}"
 	echo "$n CPU%/Gbit by process: switch $s, host A (sender) $a, host B (receiver) $b"
 done
 echo "multi-host over UDP links: datagram TCP $(ratio "${tcp[udp]:-}" "${tcp[pibgw]:-}") single-host, connected $(ratio "${tcp[udpcm]:-}" "${tcp[connected]:-}") single-host (targets: ≥ 0.5×, ≥ 0.5×)"
-echo "the UDP ceiling at MTU 65520: udpchain TCP $(ratio "${tcp[udpchain]:-}" "${tcp[connected]:-}") single-host connected; udpcm $(ratio "${tcp[udpcm]:-}" "${tcp[udpchain]:-}") udpchain"
+echo "the UDP ceiling at MTU 65520: udpchain TCP $(ratio "${tcp[udpchain]:-}" "${tcp[connected]:-}") single-host connected, udpcrc $(ratio "${tcp[udpcrc]:-}" "${tcp[connected]:-}"); udpcm $(ratio "${tcp[udpcm]:-}" "${tcp[udpchain]:-}") udpchain, $(ratio "${tcp[udpcm]:-}" "${tcp[udpcrc]:-}") udpcrc"

@@ -82,12 +82,13 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	peer := fs.String("peer", "", "UDP chain side: where the device's segments go (the forwarder)")
 	fwd := fs.String("forward", "", "UDP chain forwarder: the local IPv4ADDR:PORT; no devices")
 	between := fs.String("between", "", "UDP chain forwarder: the two sides, A,B")
+	crc := fs.Bool("crc", false, "UDP chain: also do a UDP link's per-byte work — checksum completion, CRC-32 and CRC-16 per datagram, checked by forwarder and receiver")
 	verbose := fs.Bool("v", false, "log device events")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *fwd != "" {
-		return runForward(*fwd, *between, stderr, stop)
+		return runForward(*fwd, *between, *crc, stderr, stop)
 	}
 	if *udp != "" {
 		*b = "-"
@@ -160,7 +161,7 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		devs[i] = d
 	}
 	if *udp != "" {
-		return runSide(devs[0], *udp, *peer, log, stderr, sig, stop)
+		return runSide(devs[0], *udp, *peer, *crc, log, stderr, sig, stop)
 	}
 	log.Info("relaying", "a", fmt.Sprintf("%s/%s", sides[0].netns, sides[0].name),
 		"b", fmt.Sprintf("%s/%s", sides[1].netns, sides[1].name), "mtu", *mtu, "batch", devs[0].BatchSize())

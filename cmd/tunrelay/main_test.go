@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/tun"
+	"github.com/pibgw/pibgw/wire"
 )
 
 func TestParseSide(t *testing.T) {
@@ -68,8 +70,14 @@ func TestUDPChain(t *testing.T) {
 	if _, err := os.Stat("/dev/net/tun"); err != nil {
 		t.Skipf("skipping: no /dev/net/tun (%v)", err)
 	}
+	t.Run("plain", func(t *testing.T) { testUDPChain(t, "p", 96, nil) })
+	t.Run("crc", func(t *testing.T) { testUDPChain(t, "c", 95, []string{"-crc"}) })
+}
+
+func testUDPChain(t *testing.T, tag string, net2 int, flags []string) {
 	pid := os.Getpid()
-	nsA, nsB := fmt.Sprintf("pibgwu-%d-a", pid), fmt.Sprintf("pibgwu-%d-b", pid)
+	nsA, nsB := fmt.Sprintf("pibgwu-%d-%sa", pid, tag), fmt.Sprintf("pibgwu-%d-%sb", pid, tag)
+	addrA, addrB := fmt.Sprintf("10.%d.0.1", net2), fmt.Sprintf("10.%d.0.2", net2)
 	t.Cleanup(func() {
 		for _, ns := range []string{nsA, nsB} {
 			if tun.NetNSExists(ns) {
@@ -77,17 +85,19 @@ func TestUDPChain(t *testing.T) {
 			}
 		}
 	})
-	port := 30000 + pid%20000
+	port := 30000 + pid%20000 + 3*(100-net2)
 	fw, sa, sb := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", port+1), fmt.Sprintf("127.0.0.1:%d", port+2)
 	stop := make(chan struct{})
 	var outs [3]syncBuffer
 	done := make(chan int, 3)
-	go func() { done <- run([]string{"-forward", fw, "-between", sa + "," + sb}, &outs[0], stop) }()
 	go func() {
-		done <- run([]string{"-a", nsA + ":ib0:10.96.0.1/24", "-udp", sa, "-peer", fw, "-mtu", "65520"}, &outs[1], stop)
+		done <- run(append([]string{"-forward", fw, "-between", sa + "," + sb}, flags...), &outs[0], stop)
 	}()
 	go func() {
-		done <- run([]string{"-a", nsB + ":ib0:10.96.0.2/24", "-udp", sb, "-peer", fw, "-mtu", "65520"}, &outs[2], stop)
+		done <- run(append([]string{"-a", nsA + ":ib0:" + addrA + "/24", "-udp", sa, "-peer", fw, "-mtu", "65520"}, flags...), &outs[1], stop)
+	}()
+	go func() {
+		done <- run(append([]string{"-a", nsB + ":ib0:" + addrB + "/24", "-udp", sb, "-peer", fw, "-mtu", "65520"}, flags...), &outs[2], stop)
 	}()
 	stopped := false
 	stopAll := func() []int {
@@ -105,7 +115,7 @@ func TestUDPChain(t *testing.T) {
 	defer stopAll()
 	for _, ns := range []string{nsA, nsB} {
 		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(func() string { b, _ := exec.Command("ip", "-n", ns, "addr", "show", "ib0").Output(); return string(b) }(), "10.96.0.") {
+		for !strings.Contains(func() string { b, _ := exec.Command("ip", "-n", ns, "addr", "show", "ib0").Output(); return string(b) }(), fmt.Sprintf("10.%d.0.", net2)) {
 			if time.Now().After(deadline) {
 				t.Fatalf("side %s did not come up: %s %s", ns, outs[1].String(), outs[2].String())
 			}
@@ -113,7 +123,7 @@ func TestUDPChain(t *testing.T) {
 		}
 	}
 	var ln net.Listener
-	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", "10.96.0.2:5201"); return }); err != nil {
+	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", addrB+":5201"); return }); err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
@@ -131,7 +141,7 @@ func TestUDPChain(t *testing.T) {
 	}()
 	var c net.Conn
 	if err := tun.InNetNS(nsA, func() (err error) {
-		c, err = net.DialTimeout("tcp4", "10.96.0.2:5201", 5*time.Second)
+		c, err = net.DialTimeout("tcp4", addrB+":5201", 5*time.Second)
 		return
 	}); err != nil {
 		t.Fatal(err)
@@ -161,11 +171,34 @@ func TestUDPChain(t *testing.T) {
 		t.Errorf("side A sent %d bytes in %d segments, %d datagrams, %d dropped: want segments larger than a datagram, datagrams of at most %d bytes, none dropped",
 			n, segs, dgrams, dropped, chunkData)
 	}
-	if !strings.Contains(outs[0].String(), "forwarded:") || strings.Contains(outs[0].String(), " 0 datagrams") {
+	_, rx, _ := strings.Cut(outs[2].String(), "udp→device:")
+	if _, err := fmt.Sscanf(rx, " %d segments, %d bytes, %d datagrams, %d dropped", &segs, &n, &dgrams, &dropped); err != nil || n < len(payload) || dropped != 0 {
+		t.Errorf("side B received %d bytes, %d dropped (%v): want all, none dropped", n, dropped, err)
+	}
+	if !strings.Contains(outs[0].String(), "forwarded:") || !strings.Contains(outs[0].String(), ", 0 dropped") || strings.Contains(outs[0].String(), " 0 datagrams") {
 		t.Errorf("forwarder: %s", outs[0].String())
 	}
 	if tun.NetNSExists(nsA) || tun.NetNSExists(nsB) {
 		t.Fatalf("namespaces left behind")
+	}
+}
+
+// TestChunkCRC: with -crc, a chunk whose payload changed after its CRCs were made fails
+// the receiver's check (both CRCs) and the forwarder's (the CRC-16).
+func TestChunkCRC(t *testing.T) {
+	d := make([]byte, chunkHdr+chunkData)
+	for i := range d {
+		d[i] = byte(i * 7)
+	}
+	h, p := d[:chunkHdr], d[chunkHdr:]
+	binary.BigEndian.PutUint32(h[hdrCRC32:], wire.ICRC(p))
+	binary.BigEndian.PutUint16(h[hdrCRC16:], wire.VCRC(p))
+	if !crcOK(h, p, false) || !forwardOK(d, len(d)) {
+		t.Fatal("a correct chunk failed")
+	}
+	p[100] ^= 1
+	if crcOK(h, p, false) || forwardOK(d, len(d)) {
+		t.Fatal("a corrupted chunk passed")
 	}
 }
 

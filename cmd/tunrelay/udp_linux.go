@@ -14,6 +14,13 @@ package main
 // (-forward LISTEN -between A,B) sends every datagram from A to B and from B to A from
 // the buffer it arrived in, as `pibgw switch` forwards. No checksum, CRC, acknowledgement
 // or copy in user space: what two hosts and a switch process move over loopback UDP here.
+//
+// With -crc each process also does the per-byte work a UDP link's data path cannot leave
+// out, over the same bytes: the sender completes a segment's deferred TCP/UDP checksum
+// (pibgw's wire.Finalize) and computes each chunk's CRC-32 and CRC-16 (an IB packet's
+// ICRC and VCRC), the forwarder checks the CRC-16 (the switch's VCRC check), the
+// receiver both (the HCA's). The results go into the chunk header; a chunk that fails
+// is dropped.
 
 import (
 	"encoding/binary"
@@ -32,7 +39,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/pibgw/pibgw/internal/csum"
 	"github.com/pibgw/pibgw/tun"
+	"github.com/pibgw/pibgw/wire"
 )
 
 const (
@@ -65,7 +74,8 @@ type mmsghdr struct {
 
 // Chunk header: segment number (4), offset (4), segment length (4), then the segment's
 // virtio-net metadata: GSO type (1), flags (1: NeedsCsum, ECN), CsumStart, CsumOffset,
-// HdrLen, Size (2 each); zero to chunkHdr.
+// HdrLen, Size (2 each); with -crc the completed checksum (2), the payload's CRC-32 (4)
+// and CRC-16 (2); zero to chunkHdr.
 func putChunkHdr(h []byte, seq uint32, off, total int, g tun.GSO) {
 	binary.BigEndian.PutUint32(h[0:], seq)
 	binary.BigEndian.PutUint32(h[4:], uint32(off))
@@ -264,8 +274,24 @@ func (b *rxBatchState) message(i int) ([]byte, int) {
 	return b.bufs[i][:n], seg
 }
 
+// Where -crc's results go in a chunk header.
+const (
+	hdrCsum  = 22
+	hdrCRC32 = 24
+	hdrCRC16 = 28
+)
+
+// crcOK reports whether a chunk's payload p has the CRCs its header h carries; with vcrcOnly,
+// only the CRC-16 is checked.
+func crcOK(h, p []byte, vcrcOnly bool) bool {
+	if binary.BigEndian.Uint16(h[hdrCRC16:]) != wire.VCRC(p) {
+		return false
+	}
+	return vcrcOnly || binary.BigEndian.Uint32(h[hdrCRC32:]) == wire.ICRC(p)
+}
+
 // chainSend reads dev's segments and sends them to the peer to as chunk datagrams.
-func chainSend(dev tun.Offloader, rc syscall.RawConn, to unix.RawSockaddrInet4) (chainStats, error) {
+func chainSend(dev tun.Offloader, rc syscall.RawConn, to unix.RawSockaddrInet4, crc bool) (chainStats, error) {
 	var st chainStats
 	buf := make([]byte, tun.MinOffset+1<<16)
 	hdrs := make([]byte, maxChunks*chunkHdr)
@@ -283,11 +309,20 @@ func chainSend(dev tun.Offloader, rc syscall.RawConn, to unix.RawSockaddrInet4) 
 		}
 		seq++
 		seg := buf[tun.MinOffset : tun.MinOffset+n]
+		var sum uint16
+		if crc && g.NeedsCsum && int(g.CsumStart) < n {
+			sum = ^csum.Fold(csum.Sum(seg[g.CsumStart:], 0))
+		}
 		chunks := (n + chunkData - 1) / chunkData
 		for k := range chunks {
 			h := hdrs[k*chunkHdr : (k+1)*chunkHdr]
 			putChunkHdr(h, seq, k*chunkData, n, g)
 			p := seg[k*chunkData : min((k+1)*chunkData, n)]
+			if crc {
+				binary.BigEndian.PutUint16(h[hdrCsum:], sum)
+				binary.BigEndian.PutUint32(h[hdrCRC32:], wire.ICRC(p))
+				binary.BigEndian.PutUint16(h[hdrCRC16:], wire.VCRC(p))
+			}
 			iovs[2*k].Base, iovs[2*k+1].Base = &h[0], &p[0]
 			iovs[2*k].SetLen(chunkHdr)
 			iovs[2*k+1].SetLen(len(p))
@@ -322,7 +357,7 @@ func chainSend(dev tun.Offloader, rc syscall.RawConn, to unix.RawSockaddrInet4) 
 // chainReceive receives chunk datagrams and writes each whole segment to dev, from the
 // receive buffers its chunks arrived in. A segment whose chunks do not arrive in order is
 // dropped (loopback keeps order).
-func chainReceive(dev tun.Offloader, rc syscall.RawConn) (chainStats, error) {
+func chainReceive(dev tun.Offloader, rc syscall.RawConn, crc bool) (chainStats, error) {
 	var st chainStats
 	b := newRxBatch(rxRing)
 	var (
@@ -353,6 +388,11 @@ func chainReceive(dev tun.Offloader, rc syscall.RawConn) (chainStats, error) {
 					continue
 				}
 				s, off, tot, g := chunkMeta(d)
+				if crc && !crcOK(d, d[chunkHdr:], false) {
+					st.dropped++
+					active = false
+					continue
+				}
 				switch {
 				case off == 0:
 					if active {
@@ -384,7 +424,7 @@ func chainReceive(dev tun.Offloader, rc syscall.RawConn) (chainStats, error) {
 }
 
 // forward sends each datagram from a to b and from b to a, from its receive buffer.
-func forward(rc syscall.RawConn, a, b unix.RawSockaddrInet4) (chainStats, error) {
+func forward(rc syscall.RawConn, a, b unix.RawSockaddrInet4, crc bool) (chainStats, error) {
 	var st chainStats
 	rx := newRxBatch(rxBatch) // each batch is sent on before the next is received
 	var msgs [rxBatch]mmsghdr
@@ -407,6 +447,10 @@ func forward(rc syscall.RawConn, a, b unix.RawSockaddrInet4) (chainStats, error)
 			case from.Port == b.Port && from.Addr == b.Addr:
 				to = &a
 			default:
+				st.dropped++
+				continue
+			}
+			if crc && !forwardOK(msg, size) {
 				st.dropped++
 				continue
 			}
@@ -436,8 +480,19 @@ func forward(rc syscall.RawConn, a, b unix.RawSockaddrInet4) (chainStats, error)
 	}
 }
 
+// forwardOK checks the CRC-16 of every chunk of a received message of size-byte datagrams.
+func forwardOK(msg []byte, size int) bool {
+	for o := 0; o < len(msg); o += size {
+		d := msg[o:min(o+size, len(msg))]
+		if len(d) < chunkHdr || !crcOK(d, d[chunkHdr:], true) {
+			return false
+		}
+	}
+	return true
+}
+
 // runSide relays dev to peer and what arrives on local to dev, until a signal (or stop).
-func runSide(dev *tun.Kernel, local, peer string, log *slog.Logger, stderr io.Writer, sig <-chan os.Signal, stop <-chan struct{}) int {
+func runSide(dev *tun.Kernel, local, peer string, crc bool, log *slog.Logger, stderr io.Writer, sig <-chan os.Signal, stop <-chan struct{}) int {
 	if !dev.Offloads() {
 		fmt.Fprintln(stderr, "tunrelay: -udp needs a device with offloads")
 		return 1
@@ -458,8 +513,8 @@ func runSide(dev *tun.Kernel, local, peer string, log *slog.Logger, stderr io.Wr
 	var wg sync.WaitGroup
 	ended := make(chan struct{}, 2)
 	wg.Add(2)
-	go func() { defer wg.Done(); st[0], errs[0] = chainSend(dev, rc, to); ended <- struct{}{} }()
-	go func() { defer wg.Done(); st[1], errs[1] = chainReceive(dev, rc); ended <- struct{}{} }()
+	go func() { defer wg.Done(); st[0], errs[0] = chainSend(dev, rc, to, crc); ended <- struct{}{} }()
+	go func() { defer wg.Done(); st[1], errs[1] = chainReceive(dev, rc, crc); ended <- struct{}{} }()
 	wait(log, sig, stop, ended)
 	dev.Close()
 	c.Close()
@@ -468,7 +523,7 @@ func runSide(dev *tun.Kernel, local, peer string, log *slog.Logger, stderr io.Wr
 }
 
 // runForward forwards between the two addresses of between until a signal (or stop).
-func runForward(local, between string, stderr io.Writer, stop <-chan struct{}) int {
+func runForward(local, between string, crc bool, stderr io.Writer, stop <-chan struct{}) int {
 	as, bs, ok := strings.Cut(between, ",")
 	a, err1 := sockaddr4(as)
 	b, err2 := sockaddr4(bs)
@@ -489,7 +544,7 @@ func runForward(local, between string, stderr io.Writer, stop <-chan struct{}) i
 	var st chainStats
 	var ferr error
 	ended := make(chan struct{}, 1)
-	go func() { st, ferr = forward(rc, a, b); ended <- struct{}{} }()
+	go func() { st, ferr = forward(rc, a, b, crc); ended <- struct{}{} }()
 	wait(log, sig, stop, ended)
 	c.Close()
 	<-ended
