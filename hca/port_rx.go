@@ -98,6 +98,15 @@ func runHandler(cq *CQ) {
 
 var packetPool = sync.Pool{New: func() any { return new(Packet) }}
 
+// RxBudget is how many packets of a batch a port takes in before it runs the completion
+// handlers (and the deferred kicks) of what it has taken: a consumer hears of at most
+// this many receives at a time and re-posts their buffers before the next ones fill, as
+// Linux's NAPI polls a device 64 completions at a time (NAPI_POLL_WEIGHT). A batch from
+// a UDP link can hold hundreds of small packets; without a budget, a UD receive queue
+// shorter than the batch would drop the rest (no receive WQE) while its consumer waits
+// for the batch's end.
+const RxBudget = 64
+
 // Receive takes packets arriving from the fabric (fabric.Receiver). Every packet that is
 // not delivered increments a named counter; nothing here panics on bad input.
 func (p *Port) Receive(pkts [][]byte) { p.ReceiveFrom(pkts, false) }
@@ -110,8 +119,11 @@ func (p *Port) ReceiveFrom(pkts [][]byte, loopback bool) {
 		p.traceRx(pkts)
 	}
 	pk := packetPool.Get().(*Packet)
-	for _, b := range pkts {
+	for i, b := range pkts {
 		p.receiveOne(pk, b, loopback)
+		if (i+1)%RxBudget == 0 && i+1 < len(pkts) {
+			pk.runHandlers()
+		}
 	}
 	pk.Packet = wire.Packet{}
 	pk.Raw = nil

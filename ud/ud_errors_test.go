@@ -2,10 +2,12 @@ package ud_test
 
 import (
 	"errors"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/hca/hcatest"
 )
@@ -440,5 +442,73 @@ func TestSRQLimitEvent(t *testing.T) {
 	}
 	if got := srq.Query().SRQLimit; got != 0 {
 		t.Fatalf("limit after the event = %d, want 0 (disarmed)", got)
+	}
+}
+
+// TestUDReceiveBudget: a batch of packets four times the receive queue, handed to the
+// port in one call (as a UDP link hands over a recvmmsg batch), all arrive at a consumer
+// that re-posts its buffers from its completion handler: the port runs the handler every
+// hca.RxBudget packets, not only at the batch's end, so the queue never runs dry.
+func TestUDReceiveBudget(t *testing.T) {
+	if hcatest.AttachedFromEnv() {
+		t.Skip("hands packets to the daemon's port directly")
+	}
+	var (
+		mu   sync.Mutex
+		held [][]byte
+	)
+	f := hcatest.NewFabric(t, 2, hcatest.Options{Wrap: func(i int, d fabric.Direction, l fabric.Link) fabric.Link {
+		if i != 0 || d != fabric.AtoB {
+			return l
+		}
+		return linkFunc(func(pkts [][]byte) { // what HCA 0 sends, kept
+			mu.Lock()
+			for _, p := range pkts {
+				held = append(held, append([]byte(nil), p...))
+			}
+			mu.Unlock()
+		})
+	}})
+	a := newEndpoint(t, f.Devs[0], 8192, hca.AccessLocalWrite)
+	b := newEndpoint(t, f.Devs[1], 8192, hca.AccessLocalWrite)
+	const depth, slot = 64, 128 // newEndpoint's MaxRecvWR; room for GRH + 16 bytes
+	for k := range depth {
+		b.postRecv(t, uint64(k), k*slot, slot)
+	}
+	received := 0
+	b.rcq.SetCompHandler(func(cq *hca.CQ) {
+		var wcs [16]hca.WC
+		for n := cq.Poll(wcs[:]); n > 0; n = cq.Poll(wcs[:]) {
+			for _, wc := range wcs[:n] {
+				if wc.Status != hca.WCSuccess {
+					t.Errorf("receive %d: %v", wc.WRID, wc.Status)
+				}
+				received++
+				b.postRecv(t, wc.WRID, int(wc.WRID)*slot, slot)
+			}
+		}
+	})
+	const n = 4 * depth
+	ah := a.ah(t, 2, false, [16]byte{})
+	for sent := 0; sent < n; sent += depth {
+		wrs := make([]hca.SendWR, depth)
+		for k := range wrs {
+			wrs[k] = sendWR(a, ah, b, 16)
+		}
+		if _, err := a.qp.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		pollN(t, f, a.scq, depth)
+	}
+	mu.Lock()
+	batch := held
+	mu.Unlock()
+	if len(batch) != n {
+		t.Fatalf("%d packets sent, want %d", len(batch), n)
+	}
+	b.port.Receive(batch)
+	if received != n || b.port.Counters().Get(hca.CntDropNoRecvWQE) != 0 {
+		t.Fatalf("%d of %d received in one batch, %d dropped for want of a receive WQE (the port's budget: %d)",
+			received, n, b.port.Counters().Get(hca.CntDropNoRecvWQE), hca.RxBudget)
 	}
 }
