@@ -59,6 +59,45 @@ func TestRelay(t *testing.T) {
 	t.Run("gso", func(t *testing.T) { testRelay(t, "g", 98, []string{"-gso"}) })
 }
 
+// sendTCP sends payload over TCP from netns nsA to addrB:5201 in nsB and checks that it
+// arrives whole.
+func sendTCP(t *testing.T, nsA, nsB, addrB string, payload []byte) {
+	t.Helper()
+	var ln net.Listener
+	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", addrB+":5201"); return }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		got <- b
+	}()
+	var c net.Conn
+	if err := tun.InNetNS(nsA, func() (err error) {
+		c, err = net.DialTimeout("tcp4", addrB+":5201", 5*time.Second)
+		return
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.Write(payload)
+	c.Close()
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, payload) {
+			t.Fatalf("received %d bytes, sent %d", len(b), len(payload))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("TCP did not finish")
+	}
+}
+
 // TestUDPChain (root): two sides and a forwarder (-udp, -forward), each its own run as
 // the benchmark starts three processes; a TCP transfer at MTU 65520 crosses whole, in
 // segments larger than one datagram that went over UDP in datagrams of at most
@@ -122,40 +161,8 @@ func testUDPChain(t *testing.T, tag string, net2 int, flags []string) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	var ln net.Listener
-	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", addrB+":5201"); return }); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	payload := bytes.Repeat([]byte("udp chain "), 2<<20)
-	got := make(chan []byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- nil
-			return
-		}
-		b, _ := io.ReadAll(c)
-		c.Close()
-		got <- b
-	}()
-	var c net.Conn
-	if err := tun.InNetNS(nsA, func() (err error) {
-		c, err = net.DialTimeout("tcp4", addrB+":5201", 5*time.Second)
-		return
-	}); err != nil {
-		t.Fatal(err)
-	}
-	c.Write(payload)
-	c.Close()
-	select {
-	case b := <-got:
-		if !bytes.Equal(b, payload) {
-			t.Fatalf("received %d bytes, sent %d", len(b), len(payload))
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("TCP through the chain did not finish")
-	}
+	sendTCP(t, nsA, nsB, addrB, payload)
 	for i, st := range stopAll() {
 		if st != 0 {
 			t.Fatalf("process %d exit status %d: %s", i, st, outs[i].String())
@@ -250,40 +257,8 @@ func testRelay(t *testing.T, tag string, net3 int, flags []string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var ln net.Listener
-	if err := tun.InNetNS(nsB, func() (err error) { ln, err = net.Listen("tcp4", addrB+":5201"); return }); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	payload := bytes.Repeat([]byte("tunrelay "), 1<<20)
-	got := make(chan []byte, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- nil
-			return
-		}
-		b, _ := io.ReadAll(c)
-		c.Close()
-		got <- b
-	}()
-	var c net.Conn
-	if err := tun.InNetNS(nsA, func() (err error) {
-		c, err = net.DialTimeout("tcp4", addrB+":5201", 5*time.Second)
-		return
-	}); err != nil {
-		t.Fatal(err)
-	}
-	c.Write(payload)
-	c.Close()
-	select {
-	case b := <-got:
-		if !bytes.Equal(b, payload) {
-			t.Fatalf("received %d bytes, sent %d", len(b), len(payload))
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("TCP through the relay did not finish")
-	}
+	sendTCP(t, nsA, nsB, addrB, payload)
 	close(stop)
 	if st := <-done; st != 0 {
 		t.Fatalf("relay exit status %d: %s", st, out.String())
