@@ -33,7 +33,7 @@
 # setting (daemon.max_procs: half the CPUs), the relay with Go's (all CPUs);
 # RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, and PIBGW_MAXPROCS=N pibgw
 # with daemon.max_procs = N, to compare at equal settings. SETUPS="pibgw udp" measures only
-# the setups named (default: all eight); TCP_CC=cubic has iperf3 use that congestion
+# the setups named (default: all ten); TCP_CC=cubic has iperf3 use that congestion
 # control (default: the system's, printed in the header — the figures depend on it: BBR
 # paces at its estimate, CUBIC fills the queues); a ratio whose baseline was not measured
 # prints "-". Needs root, ip, ping, iperf3 (scripts/test.sh installs it) and Go.
