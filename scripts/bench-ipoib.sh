@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench-ipoib.sh — IPoIB datagram mode against its ceilings, in one run, on this machine.
 #
-# Three setups, each two network namespaces at MTU 2044, all set up before measuring:
+# Ten setups, each two network namespaces (MTU 2044 unless said), all set up before measuring:
 #   veth    a veth pair (the kernel's own ceiling, no TUN at all);
 #   relay   two TUN devices joined by cmd/tunrelay, a plain relay with no IB processing —
 #           the ceiling for any TUN design;
