@@ -30,6 +30,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,17 +88,15 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if *fwd != "" {
-		return runForward(*fwd, *between, *crc, stderr, stop)
-	}
+	specs := []string{*a, *b} // the devices: two, or a UDP chain side's one
 	if *udp != "" {
-		*b = "-"
+		specs = specs[:1]
 		if *peer == "" {
 			fmt.Fprintln(stderr, "tunrelay: -udp needs -peer")
 			return 2
 		}
 	}
-	if *a == "" || *b == "" || fs.NArg() > 0 {
+	if *fwd == "" && (slices.Contains(specs, "") || fs.NArg() > 0) {
 		fmt.Fprintln(stderr, "tunrelay: need -a and -b (and no other arguments)")
 		fs.Usage()
 		return 2
@@ -107,22 +106,26 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	var sides [2]side
-	for i, s := range []string{*a, *b} {
-		if s == "-" {
-			continue // a UDP chain side has one device
+	var sides []side
+	for i, s := range specs {
+		if *fwd != "" {
+			break // a forwarder has no devices
 		}
-		var err error
-		if sides[i], err = parseSide(s); err != nil {
+		sd, err := parseSide(s)
+		if err != nil {
 			fmt.Fprintf(stderr, "tunrelay: -%c %v\n", 'a'+i, err)
 			return 2
 		}
+		sides = append(sides, sd)
 	}
 
 	// Catch signals before creating anything, so that none leaves devices behind.
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sig)
+	if *fwd != "" {
+		return runForward(*fwd, *between, *crc, log, stderr, sig, stop)
+	}
 
 	var created []string
 	defer func() {
@@ -132,7 +135,7 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 			}
 		}
 	}()
-	var devs [2]*tun.Kernel
+	devs := make([]*tun.Kernel, len(sides))
 	defer func() {
 		for _, d := range devs {
 			if d != nil {
@@ -141,9 +144,6 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		}
 	}()
 	for i, sd := range sides {
-		if sd.name == "" {
-			continue
-		}
 		if !tun.NetNSExists(sd.netns) {
 			if err := tun.CreateNetNS(sd.netns); err != nil {
 				fmt.Fprintf(stderr, "tunrelay: %v\n", err)
@@ -182,13 +182,7 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 			ended <- struct{}{}
 		}()
 	}
-	select {
-	case s := <-sig:
-		log.Info("stopping", "signal", s)
-	case <-stop:
-	case <-ended:
-		log.Error("a device went away")
-	}
+	wait(log, sig, stop, ended, "a device went away")
 	for _, d := range devs {
 		d.Close()
 	}
@@ -204,4 +198,15 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 		}
 	}
 	return status
+}
+
+// wait returns at a signal, at stop, or when a relaying goroutine ended (logged as gone).
+func wait(log *slog.Logger, sig <-chan os.Signal, stop <-chan struct{}, ended <-chan struct{}, gone string) {
+	select {
+	case s := <-sig:
+		log.Info("stopping", "signal", s)
+	case <-stop:
+	case <-ended:
+		log.Error(gone)
+	}
 }

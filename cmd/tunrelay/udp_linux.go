@@ -31,7 +31,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -515,7 +514,7 @@ func runSide(dev *tun.Kernel, local, peer string, crc bool, log *slog.Logger, st
 	wg.Add(2)
 	go func() { defer wg.Done(); st[0], errs[0] = chainSend(dev, rc, to, crc); ended <- struct{}{} }()
 	go func() { defer wg.Done(); st[1], errs[1] = chainReceive(dev, rc, crc); ended <- struct{}{} }()
-	wait(log, sig, stop, ended)
+	wait(log, sig, stop, ended, "a socket or device went away")
 	dev.Close()
 	c.Close()
 	wg.Wait()
@@ -523,7 +522,7 @@ func runSide(dev *tun.Kernel, local, peer string, crc bool, log *slog.Logger, st
 }
 
 // runForward forwards between the two addresses of between until a signal (or stop).
-func runForward(local, between string, crc bool, stderr io.Writer, stop <-chan struct{}) int {
+func runForward(local, between string, crc bool, log *slog.Logger, stderr io.Writer, sig <-chan os.Signal, stop <-chan struct{}) int {
 	as, bs, ok := strings.Cut(between, ",")
 	a, err1 := sockaddr4(as)
 	b, err2 := sockaddr4(bs)
@@ -531,21 +530,17 @@ func runForward(local, between string, crc bool, stderr io.Writer, stop <-chan s
 		fmt.Fprintf(stderr, "tunrelay: -between %q: want A,B (IPv4ADDR:PORT each)\n", between)
 		return 2
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
 	c, rc, err := udpSock(local)
 	if err != nil {
 		fmt.Fprintf(stderr, "tunrelay: -forward %v\n", err)
 		return 1
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
 	log.Info("forwarding", "local", local, "between", between)
 	var st chainStats
 	var ferr error
 	ended := make(chan struct{}, 1)
 	go func() { st, ferr = forward(rc, a, b, crc); ended <- struct{}{} }()
-	wait(log, sig, stop, ended)
+	wait(log, sig, stop, ended, "the socket went away")
 	c.Close()
 	<-ended
 	fmt.Fprintf(stderr, "tunrelay: forwarded: %d bytes in %d datagrams, %d dropped\n", st.bytes, st.datagrams, st.dropped)
@@ -554,16 +549,6 @@ func runForward(local, between string, crc bool, stderr io.Writer, stop <-chan s
 		return 1
 	}
 	return 0
-}
-
-func wait(log *slog.Logger, sig <-chan os.Signal, stop <-chan struct{}, ended <-chan struct{}) {
-	select {
-	case s := <-sig:
-		log.Info("stopping", "signal", s)
-	case <-stop:
-	case <-ended:
-		log.Error("a socket or device went away")
-	}
 }
 
 func report(stderr io.Writer, dirs []string, st []chainStats, errs []error) int {
