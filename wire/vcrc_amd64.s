@@ -185,3 +185,89 @@ donex:
 	MOVQ    AX, lo+40(FP)
 	MOVQ    BX, hi+48(FP)
 	RET
+
+// The 128-bit remainder of a fold to the CRC register, by carry-less multiplication
+// instead of the slicing tables, whose lookups miss the cache when a packet's bytes have
+// just gone through it. For a bit-reflected CRC of degree n the register holds X·x^n mod P
+// for the 128 bits X (first byte, least significant bit first, the highest power): the
+// upper 64 bits fold onto the lower (k[0] = x^(64+n) mod P), n bits at a time onto the
+// rest (k[1] = x^(2n) mod P) until 2n bits remain, and Barrett's reduction (k[2] = P,
+// k[3] = ⌊x^(2n)/P⌋) leaves the register in bits n…2n−1; each constant bit-reflected over
+// n+1 bits (reduceConsts). As Intel's "Fast CRC Computation for Generic Polynomials Using
+// PCLMULQDQ Instruction" (2009) ends, and Linux's crc32-pclmul with the same constants.
+
+// func crc32Reduce(lo, hi uint64, k *[4]uint64) uint32
+TEXT ·crc32Reduce(SB), NOSPLIT, $0-28
+	MOVQ   lo+0(FP), X1
+	MOVQ   hi+8(FP), AX
+	PINSRQ $1, AX, X1
+	MOVQ   k+16(FP), DX
+	MOVOU  0(DX), X4  // k[0], k[1]
+	MOVOU  16(DX), X5 // P, μ
+	MOVL   $0xffffffff, AX
+	MOVQ   AX, X3     // the low n bits
+
+	MOVO      X1, X2
+	PCLMULQDQ $0x00, X4, X2
+	PSRLDQ    $8, X1
+	PXOR      X2, X1 // 96 bits
+
+	MOVO      X1, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x10, X4, X2
+	PSRLDQ    $4, X1
+	PXOR      X2, X1 // 64 bits
+
+	MOVO      X1, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x10, X5, X2 // × μ
+	PAND      X3, X2
+	PCLMULQDQ $0x00, X5, X2 // × P
+	PXOR      X2, X1
+	PEXTRD    $1, X1, AX
+	MOVL      AX, ret+24(FP)
+	RET
+
+// func crc16Reduce(lo, hi uint64, k *[4]uint64) uint16
+TEXT ·crc16Reduce(SB), NOSPLIT, $0-26
+	MOVQ   lo+0(FP), X1
+	MOVQ   hi+8(FP), AX
+	PINSRQ $1, AX, X1
+	MOVQ   k+16(FP), DX
+	MOVOU  0(DX), X4
+	MOVOU  16(DX), X5
+	MOVL   $0xffff, AX
+	MOVQ   AX, X3
+
+	MOVO      X1, X2
+	PCLMULQDQ $0x00, X4, X2
+	PSRLDQ    $8, X1
+	PXOR      X2, X1 // 80 bits
+
+	MOVO      X1, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x10, X4, X2
+	PSRLDQ    $2, X1
+	PXOR      X2, X1 // 64 bits
+
+	MOVO      X1, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x10, X4, X2
+	PSRLDQ    $2, X1
+	PXOR      X2, X1 // 48 bits
+
+	MOVO      X1, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x10, X4, X2
+	PSRLDQ    $2, X1
+	PXOR      X2, X1 // 32 bits
+
+	MOVO      X1, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x10, X5, X2
+	PAND      X3, X2
+	PCLMULQDQ $0x00, X5, X2
+	PXOR      X2, X1
+	PEXTRW    $1, X1, AX
+	MOVW      AX, ret+24(FP)
+	RET
