@@ -126,7 +126,7 @@ func ICRC(pkt []byte) uint32 {
 		copy(h[:], b)
 		h[0] |= 0xf0
 		h[LRHLen+4] = 0xff
-		return crcUpd(crcSmall(0, h[:]), b[len(h):])
+		return crcUpd(crcHead(h[:]), b[len(h):])
 	}
 	return crcUpd(0, b)
 }

@@ -10,10 +10,10 @@ import (
 // TestReduceConsts: reduceConsts gives Linux's crc32-pclmul constants for the ICRC's
 // polynomial (R4, R5, P', μ there), and the VCRC's that the model in crc16Reduce needs.
 func TestReduceConsts(t *testing.T) {
-	if got, want := *reduceConsts(0x104C11DB7, 32), [4]uint64{0xccaa009e, 0x163cd6124, 0x1db710641, 0x1f7011641}; got != want {
+	if got, want := [4]uint64(reduceConsts(0x104C11DB7, 32)[:4]), [4]uint64{0xccaa009e, 0x163cd6124, 0x1db710641, 0x1f7011641}; got != want {
 		t.Fatalf("CRC-32 constants %#x, want %#x", got, want)
 	}
-	if got, want := *vcrcReduceK, [4]uint64{0x1e9de, 0xffb0, 0x1a011, 0xb111}; got != want {
+	if got, want := [4]uint64(vcrcReduceK[:4]), [4]uint64{0x1e9de, 0xffb0, 0x1a011, 0xb111}; got != want {
 		t.Fatalf("CRC-16 constants %#x, want %#x", got, want)
 	}
 }
@@ -30,10 +30,10 @@ func TestReduceMatchesTable(t *testing.T) {
 		var b [16]byte
 		binary.LittleEndian.PutUint64(b[:], lo)
 		binary.LittleEndian.PutUint64(b[8:], hi)
-		if got, want := crc32Reduce(lo, hi, icrcReduceK), ^crcSmall(0xFFFFFFFF, b[:]); got != want {
+		if got, want := crc32Reduce(0, 0, lo, hi, icrcReduceK), ^crcSmall(0xFFFFFFFF, b[:]); got != want {
 			t.Fatalf("crc32Reduce(%#x, %#x) = %#08x, table %#08x", lo, hi, got, want)
 		}
-		if got, want := crc16Reduce(lo, hi, vcrcReduceK), updateVCRCTable(0, b[:]); got != want {
+		if got, want := crc16Reduce(0, 0, lo, hi, vcrcReduceK), updateVCRCTable(0, b[:]); got != want {
 			t.Fatalf("crc16Reduce(%#x, %#x) = %#04x, table %#04x", lo, hi, got, want)
 		}
 	}
@@ -78,6 +78,30 @@ func BenchmarkCRCReduce(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestCRCHead: the carry-less CRC of a packet's first 16 to 32 bytes is the table's, for
+// random bytes and for every single bit.
+func TestCRCHead(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var h [32]byte
+	for n := 16; n <= 32; n++ {
+		for i := range 8 * n {
+			clear(h[:])
+			h[i/8] = 1 << (i % 8)
+			if got, want := crcHead(h[:n]), crcSmall(0, h[:n]); got != want {
+				t.Fatalf("%d bytes, bit %d: %#08x, table %#08x", n, i, got, want)
+			}
+		}
+		for range 2000 {
+			for i := range h {
+				h[i] = byte(r.Uint32())
+			}
+			if got, want := crcHead(h[:n]), crcSmall(0, h[:n]); got != want {
+				t.Fatalf("%d bytes %x: %#08x, table %#08x", n, h[:n], got, want)
+			}
 		}
 	}
 }

@@ -186,26 +186,37 @@ donex:
 	MOVQ    BX, hi+48(FP)
 	RET
 
-// The 128-bit remainder of a fold to the CRC register, by carry-less multiplication
-// instead of the slicing tables, whose lookups miss the cache when a packet's bytes have
-// just gone through it. For a bit-reflected CRC of degree n the register holds X·x^n mod P
-// for the 128 bits X (first byte, least significant bit first, the highest power): the
-// upper 64 bits fold onto the lower (k[0] = x^(64+n) mod P), n bits at a time onto the
-// rest (k[1] = x^(2n) mod P) until 2n bits remain, and Barrett's reduction (k[2] = P,
-// k[3] = ⌊x^(2n)/P⌋) leaves the register in bits n…2n−1; each constant bit-reflected over
-// n+1 bits (reduceConsts). As Intel's "Fast CRC Computation for Generic Polynomials Using
-// PCLMULQDQ Instruction" (2009) ends, and Linux's crc32-pclmul with the same constants.
+// A fold's remainder to the CRC register, by carry-less multiplication instead of the
+// slicing tables, whose lines miss the cache when a packet's bytes have just gone through
+// it. For a bit-reflected CRC of degree n, the register after 32 bytes A‖B from zero holds
+// (A·x^128 + B)·x^n mod P: A folds onto B (k[4], k[5]: fold by 128 bits, as in vcrcFold),
+// the upper 64 bits of the result onto the lower (k[0] = x^(64+n) mod P), n bits at a time
+// onto the rest (k[1] = x^(2n) mod P) until 2n bits remain, and Barrett's reduction
+// (k[2] = P, k[3] = ⌊x^(2n)/P⌋) leaves the register in bits n…2n−1; k[0]…k[3]
+// bit-reflected over n+1 bits (reduceConsts). As Intel's "Fast CRC Computation for Generic
+// Polynomials Using PCLMULQDQ Instruction" (2009) ends, and Linux's crc32-pclmul with the
+// same constants. A zero A leaves B's register: a fold's remainder alone.
 
-// func crc32Reduce(lo, hi uint64, k *[4]uint64) uint32
-TEXT ·crc32Reduce(SB), NOSPLIT, $0-28
-	MOVQ   lo+0(FP), X1
-	MOVQ   hi+8(FP), AX
+// func crc32Reduce(a0, a1, b0, b1 uint64, k *[6]uint64) uint32
+TEXT ·crc32Reduce(SB), NOSPLIT, $0-44
+	MOVQ   a0+0(FP), X0
+	MOVQ   a1+8(FP), AX
+	PINSRQ $1, AX, X0
+	MOVQ   b0+16(FP), X1
+	MOVQ   b1+24(FP), AX
 	PINSRQ $1, AX, X1
-	MOVQ   k+16(FP), DX
+	MOVQ   k+32(FP), DX
 	MOVOU  0(DX), X4  // k[0], k[1]
 	MOVOU  16(DX), X5 // P, μ
+	MOVOU  32(DX), X6 // fold by 128 bits
 	MOVL   $0xffffffff, AX
 	MOVQ   AX, X3     // the low n bits
+
+	MOVO      X0, X2
+	PCLMULQDQ $0x00, X6, X0
+	PCLMULQDQ $0x11, X6, X2
+	PXOR      X0, X1
+	PXOR      X2, X1 // 128 bits
 
 	MOVO      X1, X2
 	PCLMULQDQ $0x00, X4, X2
@@ -225,19 +236,29 @@ TEXT ·crc32Reduce(SB), NOSPLIT, $0-28
 	PCLMULQDQ $0x00, X5, X2 // × P
 	PXOR      X2, X1
 	PEXTRD    $1, X1, AX
-	MOVL      AX, ret+24(FP)
+	MOVL      AX, ret+40(FP)
 	RET
 
-// func crc16Reduce(lo, hi uint64, k *[4]uint64) uint16
-TEXT ·crc16Reduce(SB), NOSPLIT, $0-26
-	MOVQ   lo+0(FP), X1
-	MOVQ   hi+8(FP), AX
+// func crc16Reduce(a0, a1, b0, b1 uint64, k *[6]uint64) uint16
+TEXT ·crc16Reduce(SB), NOSPLIT, $0-42
+	MOVQ   a0+0(FP), X0
+	MOVQ   a1+8(FP), AX
+	PINSRQ $1, AX, X0
+	MOVQ   b0+16(FP), X1
+	MOVQ   b1+24(FP), AX
 	PINSRQ $1, AX, X1
-	MOVQ   k+16(FP), DX
+	MOVQ   k+32(FP), DX
 	MOVOU  0(DX), X4
 	MOVOU  16(DX), X5
+	MOVOU  32(DX), X6
 	MOVL   $0xffff, AX
 	MOVQ   AX, X3
+
+	MOVO      X0, X2
+	PCLMULQDQ $0x00, X6, X0
+	PCLMULQDQ $0x11, X6, X2
+	PXOR      X0, X1
+	PXOR      X2, X1 // 128 bits
 
 	MOVO      X1, X2
 	PCLMULQDQ $0x00, X4, X2
@@ -269,5 +290,5 @@ TEXT ·crc16Reduce(SB), NOSPLIT, $0-26
 	PCLMULQDQ $0x00, X5, X2
 	PXOR      X2, X1
 	PEXTRW    $1, X1, AX
-	MOVW      AX, ret+24(FP)
+	MOVW      AX, ret+40(FP)
 	RET
