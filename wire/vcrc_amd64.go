@@ -10,10 +10,10 @@ import (
 // VCRC with carry-less multiplication (PCLMULQDQ), as in Intel's "Fast CRC Computation
 // for Generic Polynomials Using PCLMULQDQ Instruction" (2009) for a bit-reflected CRC:
 // the data is folded 64 bytes at a time into four 128-bit lanes, the lanes into one, and
-// the last 128-bit remainder, congruent to the data modulo the VCRC polynomial, is reduced
-// to the register by carry-less multiplication too (crc16Reduce); the bytes past the last
-// 16 go through the slicing table. The table-only CRC takes over below vcrcFoldMin bytes
-// and on CPUs without PCLMULQDQ/SSE4.1.
+// the last 128-bit remainder, congruent to the data modulo the VCRC polynomial, and the
+// bytes past the last 16 are reduced to the register by carry-less multiplication too
+// (crc16Reduce). The table-only CRC takes over below vcrcFoldMin bytes and on CPUs without
+// PCLMULQDQ/SSE4.1.
 
 // vcrcFold folds p (len(p) ≥ 64, a multiple of 16) whose first two bytes are first XORed
 // with init, and returns the 128-bit remainder as two little-endian words.
@@ -134,9 +134,9 @@ func remainder(lo, hi uint64) (r [16]byte) {
 }
 
 // crcUpdFold continues a crc32.Update-style CRC-32 over p (len(p) ≥ 256) with fold512,
-// where the CPU has AVX-512 VPCLMULQDQ: the 128-bit remainder is reduced by crc32Reduce,
-// the tail goes through the slicing table. hash/crc32's own carry-less multiplication
-// folds 64 bytes a round.
+// where the CPU has AVX-512 VPCLMULQDQ: the 128-bit remainder and the bytes past it are
+// reduced by crc32Reduce. hash/crc32's own carry-less multiplication folds 64 bytes a
+// round.
 func crcUpdFold(crc uint32, p []byte) uint32 {
 	n := len(p) &^ 15
 	lo, hi := fold512(uint64(^crc), p[:n], &icrcK512)
