@@ -1,5 +1,48 @@
 #include "textflag.h"
 
+// REDUCE_START (crc32Reduce, crc16Reduce below) loads A into X0, B into X1, k[0], k[1]
+// into X4, P and μ into X5, the fold by 128 bits into X6 and the mask of the low n bits
+// into X3; it folds A onto B, then the upper 64 bits of X1 onto the lower by k[0].
+#define REDUCE_START(mask) \
+	MOVQ      a0+0(FP), X0; \
+	MOVQ      a1+8(FP), AX; \
+	PINSRQ    $1, AX, X0; \
+	MOVQ      b0+16(FP), X1; \
+	MOVQ      b1+24(FP), AX; \
+	PINSRQ    $1, AX, X1; \
+	MOVQ      k+32(FP), DX; \
+	MOVOU     0(DX), X4; \
+	MOVOU     16(DX), X5; \
+	MOVOU     32(DX), X6; \
+	MOVL      mask, AX; \
+	MOVQ      AX, X3; \
+	MOVO      X0, X2; \
+	PCLMULQDQ $0x00, X6, X0; \
+	PCLMULQDQ $0x11, X6, X2; \
+	PXOR      X0, X1; \
+	PXOR      X2, X1; \
+	MOVO      X1, X2; \
+	PCLMULQDQ $0x00, X4, X2; \
+	PSRLDQ    $8, X1; \
+	PXOR      X2, X1
+
+// REDUCE_FOLD folds the low n bits (n/8 = bytes) onto the rest by k[1].
+#define REDUCE_FOLD(bytes) \
+	MOVO      X1, X2; \
+	PAND      X3, X2; \
+	PCLMULQDQ $0x10, X4, X2; \
+	PSRLDQ    bytes, X1; \
+	PXOR      X2, X1
+
+// REDUCE_BARRETT leaves the register in bits n…2n−1 of X1.
+#define REDUCE_BARRETT \
+	MOVO      X1, X2; \
+	PAND      X3, X2; \
+	PCLMULQDQ $0x10, X5, X2; \
+	PAND      X3, X2; \
+	PCLMULQDQ $0x00, X5, X2; \
+	PXOR      X2, X1
+
 // func vcrcFold(init uint64, p []byte, k *[4]uint64) (lo, hi uint64)
 // k[0], k[1]: the fold-by-4 constants (low, high lane word); k[2], k[3]: fold-by-1.
 TEXT ·vcrcFold(SB), NOSPLIT, $0-56
@@ -199,96 +242,20 @@ donex:
 
 // func crc32Reduce(a0, a1, b0, b1 uint64, k *[6]uint64) uint32
 TEXT ·crc32Reduce(SB), NOSPLIT, $0-44
-	MOVQ   a0+0(FP), X0
-	MOVQ   a1+8(FP), AX
-	PINSRQ $1, AX, X0
-	MOVQ   b0+16(FP), X1
-	MOVQ   b1+24(FP), AX
-	PINSRQ $1, AX, X1
-	MOVQ   k+32(FP), DX
-	MOVOU  0(DX), X4  // k[0], k[1]
-	MOVOU  16(DX), X5 // P, μ
-	MOVOU  32(DX), X6 // fold by 128 bits
-	MOVL   $0xffffffff, AX
-	MOVQ   AX, X3     // the low n bits
-
-	MOVO      X0, X2
-	PCLMULQDQ $0x00, X6, X0
-	PCLMULQDQ $0x11, X6, X2
-	PXOR      X0, X1
-	PXOR      X2, X1 // 128 bits
-
-	MOVO      X1, X2
-	PCLMULQDQ $0x00, X4, X2
-	PSRLDQ    $8, X1
-	PXOR      X2, X1 // 96 bits
-
-	MOVO      X1, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x10, X4, X2
-	PSRLDQ    $4, X1
-	PXOR      X2, X1 // 64 bits
-
-	MOVO      X1, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x10, X5, X2 // × μ
-	PAND      X3, X2
-	PCLMULQDQ $0x00, X5, X2 // × P
-	PXOR      X2, X1
-	PEXTRD    $1, X1, AX
-	MOVL      AX, ret+40(FP)
+	REDUCE_START($0xffffffff) // 96 bits
+	REDUCE_FOLD($4)           // 64
+	REDUCE_BARRETT
+	PEXTRD $1, X1, AX
+	MOVL   AX, ret+40(FP)
 	RET
 
 // func crc16Reduce(a0, a1, b0, b1 uint64, k *[6]uint64) uint16
 TEXT ·crc16Reduce(SB), NOSPLIT, $0-42
-	MOVQ   a0+0(FP), X0
-	MOVQ   a1+8(FP), AX
-	PINSRQ $1, AX, X0
-	MOVQ   b0+16(FP), X1
-	MOVQ   b1+24(FP), AX
-	PINSRQ $1, AX, X1
-	MOVQ   k+32(FP), DX
-	MOVOU  0(DX), X4
-	MOVOU  16(DX), X5
-	MOVOU  32(DX), X6
-	MOVL   $0xffff, AX
-	MOVQ   AX, X3
-
-	MOVO      X0, X2
-	PCLMULQDQ $0x00, X6, X0
-	PCLMULQDQ $0x11, X6, X2
-	PXOR      X0, X1
-	PXOR      X2, X1 // 128 bits
-
-	MOVO      X1, X2
-	PCLMULQDQ $0x00, X4, X2
-	PSRLDQ    $8, X1
-	PXOR      X2, X1 // 80 bits
-
-	MOVO      X1, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x10, X4, X2
-	PSRLDQ    $2, X1
-	PXOR      X2, X1 // 64 bits
-
-	MOVO      X1, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x10, X4, X2
-	PSRLDQ    $2, X1
-	PXOR      X2, X1 // 48 bits
-
-	MOVO      X1, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x10, X4, X2
-	PSRLDQ    $2, X1
-	PXOR      X2, X1 // 32 bits
-
-	MOVO      X1, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x10, X5, X2
-	PAND      X3, X2
-	PCLMULQDQ $0x00, X5, X2
-	PXOR      X2, X1
-	PEXTRW    $1, X1, AX
-	MOVW      AX, ret+40(FP)
+	REDUCE_START($0xffff) // 80 bits
+	REDUCE_FOLD($2)       // 64
+	REDUCE_FOLD($2)       // 48
+	REDUCE_FOLD($2)       // 32
+	REDUCE_BARRETT
+	PEXTRW $1, X1, AX
+	MOVW   AX, ret+40(FP)
 	RET
