@@ -914,6 +914,11 @@ func (i *Interface) cmPostLocked(tx *cmTx, msg []byte, lkey uint32, at csumAt) {
 		return
 	}
 	i.cmReapLocked(false)
+	if len(c.freeSlot) == 0 {
+		// Every message of the ring in flight: across processes, until the peer's ACKs
+		// come back (the counter tells a multi-host sender waiting on the round trip).
+		i.cnt.inc(cCMTxRingFull)
+	}
 	for len(c.freeSlot) == 0 {
 		if !i.cmReapLocked(true) {
 			return // closing

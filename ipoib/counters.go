@@ -54,6 +54,7 @@ const (
 	cCMReaped          // idle connections closed
 	cCMFailed          // connections refused, timed out or broken
 	cCMRejected        // connection requests we refused
+	cCMTxRingFull      // connected-mode sends that waited for a send-ring slot (a completion)
 	numCounters
 )
 
@@ -104,6 +105,7 @@ var counterNames = [numCounters]string{
 	cCMReaped:          "cm_reaped",
 	cCMFailed:          "cm_failed",
 	cCMRejected:        "cm_rejected",
+	cCMTxRingFull:      "cm_tx_ring_full",
 }
 
 // counters are padded apart from nothing: the tx and rx loops touch different ones.
