@@ -260,9 +260,8 @@ func (cq *CQ) signal() {
 // SetCompHandler installs a completion handler, like the kernel verbs' comp_handler: it
 // runs on the goroutine that delivered packets to a QP using this CQ as its receive CQ,
 // once per batch of packets (every RxBudget packets of a larger one), after their
-// completions are queued — so a consumer
-// can poll and pass a whole burst on (IPoIB writes it to its TUN device) without waking
-// another goroutine. The handler must not block for long and must poll the CQ itself;
+// completions are queued — so a consumer can poll and pass a whole burst on (IPoIB writes
+// it to its TUN device) without waking another goroutine. The handler must not block for long and must poll the CQ itself;
 // completion channel events are raised as before. nil removes it.
 func (cq *CQ) SetCompHandler(h func(*CQ)) {
 	if h == nil {

@@ -88,13 +88,16 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	specs := []string{*a, *b} // the devices: two, or a UDP chain side's one
+	specs := []string{*a, *b} // the devices: two, a UDP chain side's one, a forwarder's none
 	if *udp != "" {
 		specs = specs[:1]
 		if *peer == "" {
 			fmt.Fprintln(stderr, "tunrelay: -udp needs -peer")
 			return 2
 		}
+	}
+	if *fwd != "" {
+		specs = nil
 	}
 	if *fwd == "" && (slices.Contains(specs, "") || fs.NArg() > 0) {
 		fmt.Fprintln(stderr, "tunrelay: need -a and -b (and no other arguments)")
@@ -108,9 +111,6 @@ func run(args []string, stderr io.Writer, stop <-chan struct{}) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	var sides []side
 	for i, s := range specs {
-		if *fwd != "" {
-			break // a forwarder has no devices
-		}
 		sd, err := parseSide(s)
 		if err != nil {
 			fmt.Fprintf(stderr, "tunrelay: -%c %v\n", 'a'+i, err)
