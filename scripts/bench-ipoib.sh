@@ -26,10 +26,12 @@
 # For each: ping RTT (median of 200 pings) and iperf3 TCP throughput (10 s), and pibgw's
 # ratios to the relay; for the relays and pibgw, the CPU their processes used during the
 # iperf3 run, per Gbit/s moved (% of one CPU per Gbit/s, from /proc/PID/stat; for the
-# multi-host setups also each process's: switch, host A, host B). The measurements are interleaved — pings in bursts of 50 taken in
-# turn, iperf3 runs in turn (order reversed every round) — so that the load of a shared
-# machine, which drifts over seconds, weighs on all setups alike. ROUNDS=N repeats the
-# iperf3 runs and reports each setup's median. pibgw runs with its default scheduler
+# multi-host setups also each process's: switch, host A, host B), the share of it spent
+# in the kernel (kernel%), and what iperf3's client and server used per Gbit/s (as iperf3
+# reports it: user and system time of the two processes). The measurements are
+# interleaved — pings in bursts of 50 taken in turn, iperf3 runs in turn (order reversed
+# every round) — so that the load of a shared machine, which drifts over seconds, weighs
+# on all setups alike. ROUNDS=N repeats the iperf3 runs and reports each setup's median. pibgw runs with its default scheduler
 # setting (daemon.max_procs: half the CPUs), the relay with Go's (all CPUs);
 # RELAY_MAXPROCS=N runs the relay with GOMAXPROCS=N instead, and PIBGW_MAXPROCS=N pibgw
 # with daemon.max_procs = N, to compare at equal settings. SETUPS="pibgw udp" measures only
@@ -91,6 +93,11 @@ tcp_gbps() {
 	ip netns exec "$1" iperf3 -c "$3" -p 5201 -t "$DURATION" ${TCP_CC:+-C "$TCP_CC"} -J >"$work/iperf.json"
 	wait "$srv" || true
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f" % (d["end"]["sum_received"]["bits_per_second"]/1e9))' "$work/iperf.json"
+}
+
+# iperf_cpu: the last iperf3 run's client and server CPU together, % of a CPU per Gbit/s.
+iperf_cpu() {
+	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); e=d["end"]; g=e["sum_received"]["bits_per_second"]/1e9; c=e["cpu_utilization_percent"]; print("%.2f" % ((c["host_total"]+c["remote_total"])/g) if g > 0 else "")' "$work/iperf.json"
 }
 
 # start_relay MTU NS:DEV:ADDR NS:DEV:ADDR [FLAG...]: cmd/tunrelay between two namespaces
@@ -265,11 +272,13 @@ done
 
 # cputicks PID...: each process's user and system CPU so far, in clock ticks, one per line.
 cputicks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0; done; }
+# systicks PID...: the system (kernel) CPU of all of them so far, in clock ticks.
+systicks() { for p in "$@"; do awk '{print $15}' "/proc/$p/stat" 2>/dev/null || echo 0; done | awk '{s += $1} END {print s + 0}'; }
 hz=$(getconf CLK_TCK)
 
 # iperf3: one run per setup per round, in turn; the order alternates. Each run also
 # records, per process of the setup, % of a CPU per Gbit/s over the run.
-for n in "${names[@]}"; do : >"$work/tcp-$n"; : >"$work/cpu-$n"; done
+for n in "${names[@]}"; do : >"$work/tcp-$n"; : >"$work/cpu-$n"; : >"$work/sys-$n"; : >"$work/ipc-$n"; done
 for ((r = 0; r < ROUNDS; r++)); do
 	order=("${names[@]}")
 	if ((r % 2 == 1)); then
@@ -278,20 +287,28 @@ for ((r = 0; r < ROUNDS; r++)); do
 	fi
 	for n in "${order[@]}"; do
 		# shellcheck disable=SC2086 # procs holds a list of PIDs
-		c0=$(cputicks ${procs[$n]:-})
+		c0=$(cputicks ${procs[$n]:-}) s0=$(systicks ${procs[$n]:-})
 		g=$(tcp_gbps "${client[$n]}" "${server[$n]}" "${addr[$n]}")
-		echo "$g" >>"$work/tcp-$n"
 		# shellcheck disable=SC2086
-		paste <(echo "$c0") <(cputicks ${procs[$n]:-}) | awk -v hz="$hz" -v d="$DURATION" -v g="$g" \
+		c1=$(cputicks ${procs[$n]:-}) s1=$(systicks ${procs[$n]:-})
+		echo "$g" >>"$work/tcp-$n"
+		iperf_cpu >>"$work/ipc-$n"
+		paste <(echo "$c0") <(echo "$c1") | awk -v hz="$hz" -v d="$DURATION" -v g="$g" \
 			'NF == 2 && g > 0 {printf "%.2f ", 100 * ($2 - $1) / hz / d / g} END {print ""}' >>"$work/cpu-$n"
+		# the share of that CPU spent in the kernel
+		paste <(echo "$c0") <(echo "$c1") | awk -v s="$((s1 - s0))" \
+			'NF == 2 {c += $2 - $1} END {if (c > 0) printf "%.0f\n", 100 * s / c}' >>"$work/sys-$n"
 	done
 done
 
-declare -A rtt tcp runs cpu cpuparts
+declare -A rtt tcp runs cpu cpuparts sys ipc
 for n in "${names[@]}"; do
 	rtt[$n]=$(median <"$work/rtt-$n") tcp[$n]=$(median <"$work/tcp-$n") runs[$n]=$(paste -sd/ "$work/tcp-$n")
 	cpu[$n]=$(awk 'NF {s = 0; for (i = 1; i <= NF; i++) s += $i; print s}' "$work/cpu-$n" | median)
 	[ "${cpu[$n]}" = nan ] && cpu[$n]=-
+	sys[$n]=$(median <"$work/sys-$n") ipc[$n]=$(median <"$work/ipc-$n")
+	[ "${sys[$n]}" = nan ] && sys[$n]=-
+	[ "${ipc[$n]}" = nan ] && ipc[$n]=-
 	parts=()
 	for ((i = 1; i <= $(wc -w <<<"${procs[$n]:-}"); i++)); do parts+=("$(awk -v i="$i" 'NF {print $i}' "$work/cpu-$n" | median)"); done
 	cpuparts[$n]=${parts[*]}
@@ -301,10 +318,10 @@ done
 ratio() { awk -v x="$1" -v y="$2" 'BEGIN{if (x == "" || y == "" || y + 0 == 0) print "-"; else printf "%.2f×", x/y}'; }
 echo
 echo "IPoIB datagram mode vs. its ceilings, MTU $MTU ($PINGS pings each, interleaved; iperf3 ${DURATION} s × $ROUNDS round(s); $(nproc) CPUs, relay GOMAXPROCS ${RELAY_MAXPROCS:-default}, pibgw max_procs $PIBGW_MAXPROCS; TCP ${TCP_CC:-$(cat /proc/sys/net/ipv4/tcp_congestion_control)})"
-printf '%-10s %14s %12s %14s %12s %10s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "CPU%/Gbit" "runs"
+printf '%-10s %14s %12s %14s %12s %10s %8s %12s  %s\n' setup "ping p50 (ms)" "RTT/relay" "TCP (Gbit/s)" "TCP/relay" "CPU%/Gbit" "kernel%" "iperf3%/Gbit" "runs"
 for n in "${names[@]}"; do
-	printf '%-10s %14s %12s %14s %12s %10s  %s\n' "$n" "${rtt[$n]}" "$(ratio "${rtt[$n]}" "${rtt[relay]:-}")" \
-		"${tcp[$n]}" "$(ratio "${tcp[$n]}" "${tcp[relay]:-}")" "${cpu[$n]}" "${runs[$n]}"
+	printf '%-10s %14s %12s %14s %12s %10s %8s %12s  %s\n' "$n" "${rtt[$n]}" "$(ratio "${rtt[$n]}" "${rtt[relay]:-}")" \
+		"${tcp[$n]}" "$(ratio "${tcp[$n]}" "${tcp[relay]:-}")" "${cpu[$n]}" "${sys[$n]}" "${ipc[$n]}" "${runs[$n]}"
 done
 echo "targets: pibgw RTT ≤ 1.5× relay, TCP ≥ 1.0× relay"
 echo "connected mode (MTU 65520): TCP $(ratio "${tcp[connected]:-}" "${tcp[pibgw]:-}") datagram mode, $(ratio "${tcp[connected]:-}" "${tcp[relay64k]:-}") relay64k (targets: ≥ 1.5×, ≥ 1.0×), $(ratio "${tcp[connected]:-}" "${tcp[gso64k]:-}") gso64k"
