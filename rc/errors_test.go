@@ -148,6 +148,41 @@ func TestRCRemoteAccessErrors(t *testing.T) {
 	})
 }
 
+// TestRCZeroLengthRDMA: a zero-length RDMA WRITE or READ carries no valid R_Key or VA
+// and the responder does not check them (IBA C9-88) — UCX's rc_verbs flushes an endpoint
+// with a zero-length WRITE to R_Key 0 — while the QP's remote access flags still apply.
+func TestRCZeroLengthRDMA(t *testing.T) {
+	f, a, b := connect(t, connOpts{})
+	b.postRecv(t, 9, 0, 64)
+	a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRRDMAWrite, SendFlags: hca.SendSignaled})
+	a.post(t, hca.SendWR{WRID: 2, Opcode: hca.WRRDMARead, SendFlags: hca.SendSignaled, RemoteAddr: 0x1000, RKey: 0xdead})
+	a.post(t, hca.SendWR{WRID: 3, Opcode: hca.WRRDMAWriteWithImm, SendFlags: hca.SendSignaled, ImmData: 0x12345678})
+	wcs := drain(t, f, a.scq, 3)
+	if len(wcs) != 3 {
+		t.Fatalf("requester completions %+v", wcs)
+	}
+	for i, wc := range wcs {
+		if wc.Status != hca.WCSuccess || wc.WRID != uint64(i+1) {
+			t.Fatalf("requester completion %d: %+v, want WRID %d SUCCESS", i, wc, i+1)
+		}
+	}
+	r := drain(t, f, b.rcq, 1)
+	if len(r) != 1 || r[0].Status != hca.WCSuccess || r[0].Opcode != hca.WCRecvRDMAWithImm || r[0].ByteLen != 0 || r[0].ImmData != 0x12345678 {
+		t.Fatalf("responder completions %+v, want RECV_RDMA_WITH_IMM of 0 bytes", r)
+	}
+	if a.qp.State() != hca.QPStateRTS || b.qp.State() != hca.QPStateRTS {
+		t.Fatalf("states %s/%s, want RTS", a.qp.State(), b.qp.State())
+	}
+
+	t.Run("QP without REMOTE_WRITE", func(t *testing.T) {
+		_, a, _ := connect(t, connOpts{qpAccess: hca.AccessRemoteRead})
+		a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRRDMAWrite, SendFlags: hca.SendSignaled})
+		if wc := waitWC(t, a.scq, nil); wc.Status != hca.WCRemAccessErr {
+			t.Fatalf("WC %s, want REM_ACCESS_ERR", wc.Status)
+		}
+	})
+}
+
 func TestRCLocalProtectionError(t *testing.T) {
 	f, a, b := connect(t, connOpts{})
 	b.postRecv(t, 1, 0, 64)

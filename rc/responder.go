@@ -382,11 +382,18 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 
 // access_ checks an R_Key for an access (IBA 9.7.5.2.4): it names an MR of the QP's
 // PD, or a memory window bound in it, that allows the access, the QP allows it too, and
-// [va, va+n) lies inside. It returns the MR and where in it the access starts.
+// [va, va+n) lies inside. It returns the MR and where in it the access starts (no MR
+// for a zero-length access, whose R_Key is not checked).
 func (r *responder) access_(qp *hca.QP, pk *hca.Packet, rkey uint32, va, n uint64, acc hca.AccessFlags) (*hca.MR, uint64, bool) {
 	if r.access&acc == 0 {
 		qp.ExplainRemoteAccess(rkey, acc, r.access)
 		return nil, 0, false
+	}
+	if n == 0 {
+		// C9-88: a zero-length RDMA READ or WRITE need not carry a valid R_Key or
+		// VA, and the responder does not check them (UCX's rc_verbs flushes an
+		// endpoint with a zero-length WRITE whose R_Key is 0). It touches no memory.
+		return nil, 0, true
 	}
 	if r.xrc {
 		// Annex A14: an XRC request reaches memory through its XRC SRQ's PD.
