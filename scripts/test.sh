@@ -42,6 +42,7 @@ TOOLS=(
 	"ibsim ibsim-utils"
 	"/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so libumad2sim0"
 	"ibnetdiscover infiniband-diags"
+	"ucx_perftest ucx-utils"
 )
 # Fuzz targets: package and function.
 FUZZ=(

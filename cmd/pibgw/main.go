@@ -48,7 +48,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	cli.VersionPrinter = func(c *cli.Context) { fmt.Fprintf(c.App.Writer, "pibgw %s\n", c.App.Version) }
 	cmds := []*cli.Command{
 		upCommand(e), showCommand(e), neighCommand(e), modeCommand(e), childCommand(e), captureCommand(e),
-		devinfoCommand(e), statCommand(e), psCommand(e), execCommand(e), switchCommand(e), nodesCommand(e), countersCommand(e),
+		devinfoCommand(e), statCommand(e), psCommand(e), execCommand(e), devnodesCommand(e), switchCommand(e), nodesCommand(e), countersCommand(e),
 		inspectCommand(e), injectCommand(e), linkCommand(e), faultCommand(e), traceCommand(e), mannerCommand(e),
 	}
 	setUsageHandlers(cmds, "")

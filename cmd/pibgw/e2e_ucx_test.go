@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestE2EUCX runs UCX (Debian's ucx-utils, unmodified) on the daemon's HCAs through
+// `pibgw exec`, as root: with the nodes `pibgw devnodes` makes, ucx_info lists pib_0 and
+// pib_1 with the rc_verbs and ud_verbs transports, and ucx_perftest runs between two
+// processes — UCT active messages over rc_verbs (whose endpoint flush is a zero-length
+// RDMA WRITE to R_Key 0, IBA C9-88: it ended in REM_ACCESS_ERR before), UCT RDMA WRITEs
+// of 64 KiB, and UCP tagged messages of 1 MiB over rc_verbs (ud_verbs for the wire-up).
+func TestE2EUCX(t *testing.T) {
+	requireE2E(t, "gcc", "ucx_info", "ucx_perftest")
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
+	}
+	if _, err := os.Stat(kernelVerbsDir); err == nil {
+		t.Skipf("the kernel has uverbs devices (%s): UCX would see those", kernelVerbsDir)
+	}
+	libDir := t.TempDir()
+	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
+		t.Fatalf("build-libs.sh: %v\n%s", err, out)
+	}
+	ns := e2eNetNS("ucx")
+	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24"), ns)
+	if _, err := os.Stat("/dev/infiniband/uverbs1"); err != nil {
+		// Made here, removed here; nodes that were there stay.
+		d.MustPibgw("devnodes")
+		t.Cleanup(func() { d.Pibgw("devnodes", "--remove") })
+	}
+	pexec := func(env []string, args ...string) *exec.Cmd {
+		cmd := exec.Command(d.Bin, append([]string{"exec", "--control", d.Sock, "--"}, args...)...)
+		cmd.Env = append(append(os.Environ(), "PIBGW_LIBDIR="+libDir), env...)
+		cmd.Dir = t.TempDir()
+		return cmd
+	}
+
+	out, err := pexec(nil, "ucx_info", "-d").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ucx_info -d: %v\n%s", err, out)
+	}
+	for _, dev := range []string{"pib_0:1", "pib_1:1"} {
+		for _, tl := range []string{"rc_verbs", "ud_verbs"} {
+			if !regexpTransport(string(out), tl, dev) {
+				t.Errorf("ucx_info -d lists no %s on %s:\n%s", tl, dev, out)
+			}
+		}
+	}
+
+	port := 19400 + os.Getpid()%500
+	perf := func(env []string, args ...string) string {
+		t.Helper()
+		port++
+		var sout, cout bytes.Buffer
+		s := pexec(append(env, "UCX_NET_DEVICES=pib_1:1"), "ucx_perftest", "-p", strconv.Itoa(port))
+		s.Stdout, s.Stderr = &sout, &sout
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Process.Kill()
+		var cerr error
+		for try := 0; try < 50; try++ { // until the server listens
+			time.Sleep(100 * time.Millisecond)
+			cout.Reset()
+			c := pexec(append(env, "UCX_NET_DEVICES=pib_0:1"), append([]string{"ucx_perftest", "127.0.0.1", "-p", strconv.Itoa(port)}, args...)...)
+			c.Stdout, c.Stderr = &cout, &cout
+			c.WaitDelay = time.Second
+			done := make(chan error, 1)
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { done <- c.Wait() }()
+			select {
+			case cerr = <-done:
+			case <-time.After(60 * time.Second):
+				c.Process.Kill()
+				cerr = <-done
+			}
+			if cerr == nil || !strings.Contains(cout.String(), "Connection refused") {
+				break
+			}
+		}
+		s.Wait()
+		if cerr != nil || !strings.Contains(cout.String(), "Final:") {
+			t.Fatalf("ucx_perftest %v: %v\nclient:\n%s\nserver:\n%s", args, cerr, cout.String(), sout.String())
+		}
+		return cout.String()
+	}
+	perf(nil, "-t", "am_lat", "-x", "rc_verbs", "-d", "pib_0:1", "-n", "2000")
+	perf(nil, "-t", "put_bw", "-x", "rc_verbs", "-d", "pib_0:1", "-s", "65536", "-D", "zcopy", "-n", "500")
+	perf(nil, "-t", "am_lat", "-x", "ud_verbs", "-d", "pib_0:1", "-n", "2000")
+	perf([]string{"UCX_TLS=rc_verbs,ud_verbs,self"}, "-t", "tag_bw", "-s", "1048576", "-n", "200")
+}
+
+// regexpTransport reports whether ucx_info -d's output has transport tl on device dev
+// ("#      Transport: rc_verbs" followed by "#         Device: pib_0:1").
+func regexpTransport(out, tl, dev string) bool {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.TrimSpace(strings.TrimPrefix(l, "#")) == "Transport: "+tl && i+1 < len(lines) &&
+			strings.TrimSpace(strings.TrimPrefix(lines[i+1], "#")) == "Device: "+dev {
+			return true
+		}
+	}
+	return false
+}
