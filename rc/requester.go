@@ -16,7 +16,8 @@ import (
 type swqe struct {
 	wr       hca.SendWR
 	sgl      [hca.MaxSGE]hca.SGE
-	inline   []byte
+	inline   []byte // an inline WR's bytes, copied at post; nil for any other WR
+	buf      []byte // the slot's buffer for inline bytes, kept from WR to WR
 	length   uint64
 	mtu      int
 	npkts    uint32 // packets of the message (READ: response packets)
@@ -103,12 +104,14 @@ func (r *requester) post(c *conn, p *path, wr *hca.SendWR) error {
 		return hca.Errorf("post_send", hca.EINVAL, "%s is not valid on a UC QP", wr.Opcode)
 	}
 	w := &r.ring[r.tail]
-	inline := w.inline
-	*w = swqe{wr: *wr, inline: inline[:0], mtu: p.mtu}
+	*w = swqe{wr: *wr, buf: w.buf, mtu: p.mtu}
 	w.wr.SGL = w.sgl[:copy(w.sgl[:], wr.SGL)]
 	w.length = hca.MessageLen(wr.SGL)
 	if wr.SendFlags&hca.SendInline != 0 {
-		w.inline = hca.InlineBytes(wr, w.inline)
+		// The slot's buffer is reused, but only an inline WR points at it: a WR that
+		// is not inline, posted into a slot an inline one had, gathers its SGL.
+		w.buf = hca.InlineBytes(wr, w.buf)
+		w.inline = w.buf
 	}
 	switch wr.Opcode {
 	case hca.WRRDMARead:
@@ -281,7 +284,7 @@ func (r *requester) build(c *conn, p *path, b *batch, w *swqe) bool {
 		dst := buf[o : o+n]
 		st := hca.WCSuccess
 		switch {
-		case w.inline != nil || wr.SendFlags&hca.SendInline != 0:
+		case w.inline != nil:
 			copy(dst, w.inline[off:])
 		case n >= wire.PayloadRefMin && !c.uc && i >= w.hiSent && qp.Device().PayloadRefs():
 			// RC in process: the receiver reads the bytes from here (wire.SetPayloadRef),

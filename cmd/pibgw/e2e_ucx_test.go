@@ -15,7 +15,8 @@ import (
 // pib_1 with the rc_verbs and ud_verbs transports, and ucx_perftest runs between two
 // processes — UCT active messages over rc_verbs (whose endpoint flush is a zero-length
 // RDMA WRITE to R_Key 0, IBA C9-88: it ended in REM_ACCESS_ERR before), UCT RDMA WRITEs
-// of 64 KiB, and UCP tagged messages of 1 MiB over rc_verbs (ud_verbs for the wire-up).
+// of 64 KiB, and over rc_verbs (ud_verbs for the wire-up) UCP tagged messages of 1 MiB,
+// synchronous sends and atomic adds.
 func TestE2EUCX(t *testing.T) {
 	requireE2E(t, "gcc", "ucx_info", "ucx_perftest")
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
@@ -96,7 +97,13 @@ func TestE2EUCX(t *testing.T) {
 	perf(nil, "-t", "am_lat", "-x", "rc_verbs", "-d", "pib_0:1", "-n", "2000")
 	perf(nil, "-t", "put_bw", "-x", "rc_verbs", "-d", "pib_0:1", "-s", "65536", "-D", "zcopy", "-n", "500")
 	perf(nil, "-t", "am_lat", "-x", "ud_verbs", "-d", "pib_0:1", "-n", "2000")
-	perf([]string{"UCX_TLS=rc_verbs,ud_verbs,self"}, "-t", "tag_bw", "-s", "1048576", "-n", "200")
+	rc := []string{"UCX_TLS=rc_verbs,ud_verbs,self"}
+	perf(rc, "-t", "tag_bw", "-s", "1048576", "-n", "200")
+	// Synchronous sends and atomics (emulated by UCP with active messages) mix short
+	// messages, sent inline, with messages sent from UCX's buffers on one QP: a gathered
+	// message used to go out with the bytes of an inline one before it.
+	perf(rc, "-t", "tag_sync_lat", "-n", "2000")
+	perf(rc, "-t", "ucp_add", "-n", "2000")
 }
 
 // regexpTransport reports whether ucx_info -d's output has transport tl on device dev
