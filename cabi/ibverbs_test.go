@@ -364,6 +364,10 @@ func TestVerbsCheck(t *testing.T) {
 		t.Skipf("cannot build testdata/verbs_check.c against rdma-core's libibverbs: %v\n%s", err, out)
 	}
 	out := fb.run(t, bin)
+	// The event of ecq the program left unread is no pitfall (it is dropped with the CQ).
+	if strings.Contains(out, "destroy_unacked_cq") {
+		t.Errorf("destroy_cq of a CQ whose only unacknowledged event was never taken warned:\n%s", out)
+	}
 	for _, check := range []string{"reg_mr_bad_access", "post_send_reset_EINVAL", "modify_qp_bad_transition_EINVAL",
 		"destroy_cq_busy_EBUSY", "dealloc_pd_busy_EBUSY", "unsupported_EOPNOTSUPP", "wr_api", "bad_lkey_LOC_PROT_ERR",
 		"qp_error_state", "bad_rkey_REM_ACCESS_ERR", "comp_channel", "cq_event", "async_event", "cq_ex",

@@ -130,6 +130,18 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // Pending reports how many completions are queued, without taking the CQ's lock.
 func (cq *CQ) Pending() int { return int(cq.queued.Load()) }
 
+// WithdrawEvents takes back n of the CQ's channel events its consumer never took (the
+// C library's queue, which it empties of a CQ being destroyed): they need no
+// acknowledgement.
+func (cq *CQ) WithdrawEvents(n int) {
+	cq.mu.Lock()
+	cq.events -= uint32(min(n, int(cq.events)))
+	cq.mu.Unlock()
+}
+
+// Busy reports whether a QP uses the CQ (ibv_destroy_cq would fail with EBUSY).
+func (cq *CQ) Busy() bool { return cq.refs.Load() > 0 }
+
 // AckEvents acknowledges n channel events (ibv_ack_cq_events).
 func (cq *CQ) AckEvents(n int) {
 	cq.mu.Lock()

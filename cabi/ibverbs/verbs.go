@@ -569,6 +569,14 @@ func pibgo_destroy_cq(h C.uint64_t) C.int {
 	if !ok {
 		return einval
 	}
+	if cq.Busy() {
+		return errno(cq.Destroy()) // EBUSY, and nothing withdrawn
+	}
+	// The CQ's events still queued on its channel were never handed to the program: the
+	// kernel drops them with the CQ, and ibv_destroy_cq waits only for the events
+	// ibv_get_cq_event returned (rdma-core's comp_events_reported), so only those need
+	// an ibv_ack_cq_events.
+	cq.WithdrawEvents(dropQueuedEvents(cq))
 	if err := cq.Destroy(); err != nil {
 		return errno(err)
 	}
@@ -577,6 +585,28 @@ func pibgo_destroy_cq(h C.uint64_t) C.int {
 	delete(cqPtr, cq)
 	ptrMu.Unlock()
 	return 0
+}
+
+// dropQueuedEvents removes cq's events from every channel's queue and returns how many.
+func dropQueuedEvents(cq *hca.CQ) int {
+	chans.mu.RLock()
+	defer chans.mu.RUnlock()
+	n := 0
+	for _, c := range chans.m {
+		c.mu.Lock()
+		q := c.queue[:0]
+		for _, x := range c.queue {
+			if x == cq {
+				n++
+				continue
+			}
+			q = append(q, x)
+		}
+		clear(c.queue[len(q):])
+		c.queue = q
+		c.mu.Unlock()
+	}
+	return n
 }
 
 //export pibgo_resize_cq
