@@ -43,6 +43,8 @@ TOOLS=(
 	"/usr/lib/x86_64-linux-gnu/umad2sim/libumad2sim.so libumad2sim0"
 	"ibnetdiscover infiniband-diags"
 	"ucx_perftest ucx-utils"
+	"mpirun openmpi-bin"
+	"mpicc libopenmpi-dev"
 )
 # Fuzz targets: package and function.
 FUZZ=(

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,4 +119,53 @@ func regexpTransport(out, tl, dev string) bool {
 		}
 	}
 	return false
+}
+
+// TestE2EMPI runs an Open MPI program (Debian's openmpi-bin, its UCX point-to-point
+// layer) as two ranks on the daemon's HCAs through `pibgw exec`, as root: messages of 8
+// bytes to 1 MiB go back and forth over UCX's rc_verbs, every byte checked, and an
+// allreduce sums the ranks.
+func TestE2EMPI(t *testing.T) {
+	requireE2E(t, "gcc", "mpicc", "mpirun", "ucx_info")
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
+	}
+	if _, err := os.Stat(kernelVerbsDir); err == nil {
+		t.Skipf("the kernel has uverbs devices (%s): UCX would see those", kernelVerbsDir)
+	}
+	libDir := t.TempDir()
+	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
+		t.Fatalf("build-libs.sh: %v\n%s", err, out)
+	}
+	prog := filepath.Join(t.TempDir(), "mpi_pingpong")
+	if out, err := exec.Command("mpicc", "-O2", "-o", prog, "testdata/mpi_pingpong.c").CombinedOutput(); err != nil {
+		t.Fatalf("mpicc: %v\n%s", err, out)
+	}
+	ns := e2eNetNS("mpi")
+	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24"), ns)
+	if _, err := os.Stat("/dev/infiniband/uverbs1"); err != nil {
+		d.MustPibgw("devnodes")
+		t.Cleanup(func() { d.Pibgw("devnodes", "--remove") })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, d.Bin, "exec", "--control", d.Sock, "--",
+		"mpirun", "--allow-run-as-root", "-np", "2", "--mca", "pml", "ucx", "--mca", "btl", "^openib",
+		"-x", "UCX_TLS=rc_verbs,ud_verbs,self", "-x", "UCX_NET_DEVICES=pib_0:1", "-x", "LD_LIBRARY_PATH", "-x", "PIBGW_ATTACH",
+		prog)
+	cmd.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+	for _, n := range []string{"8", "4096", "65536", "1048576"} {
+		if !strings.Contains(string(out), "size "+n+": ") {
+			t.Errorf("no result for %s bytes:\n%s", n, out)
+		}
+	}
+	if strings.Count(string(out), ", 0 bad bytes") != 4 || !strings.Contains(string(out), "allreduce 3 of 2 ranks") {
+		t.Errorf("mpi_pingpong:\n%s", out)
+	}
+	t.Logf("%s", out)
 }
