@@ -150,7 +150,7 @@ func TestE2EMPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, d.Bin, "exec", "--control", d.Sock, "--",
-		"mpirun", "--allow-run-as-root", "-np", "2", "--mca", "pml", "ucx", "--mca", "btl", "^openib",
+		"mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "--mca", "pml", "ucx", "--mca", "btl", "^openib",
 		"-x", "UCX_TLS=rc_verbs,ud_verbs,self", "-x", "UCX_NET_DEVICES=pib_0:1", "-x", "LD_LIBRARY_PATH", "-x", "PIBGW_ATTACH",
 		prog)
 	cmd.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir)
