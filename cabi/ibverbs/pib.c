@@ -23,6 +23,36 @@
 #define ctx_of(c) ((struct pib_context *)((char *)(c) - offsetof(struct pib_context, vctx.context)))
 #define H(p, type) (((struct type *)(p))->h)
 
+// ---- fork -------------------------------------------------------------------------------
+
+// The Go runtime behind this library runs threads of its own, and fork(2) copies only the
+// calling thread: in a child of a process that loaded the library the runtime cannot run
+// (a call waits forever for a goroutine whose thread is gone). A child that exec()s starts
+// afresh and is fine; one that goes on to use verbs or rdma_cm gets ENOSYS and one line
+// on stderr instead of hanging. (qperf's server forks for each client.)
+static volatile int forked;
+
+static void atfork_child(void) { forked = 1; }
+
+__attribute__((constructor)) static void init_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
+
+// pibcm_forked reports (and says once) that this process is such a child: -1, errno ENOSYS.
+// librdmacm.so.1 asks it too.
+EXPORT int pibcm_forked(void)
+{
+	static int said;
+	if (!forked)
+		return 0;
+	if (!said) {
+		said = 1;
+		fprintf(stderr, "libibverbs (pibgw): this process was forked from one that had loaded pibgw's "
+				"library, whose Go runtime does not survive fork(2); exec a program instead "
+				"(or fork before loading the library)\n");
+	}
+	errno = ENOSYS;
+	return -1;
+}
+
 // ---- devices --------------------------------------------------------------------------
 
 static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -60,6 +90,8 @@ static int load_devices(void)
 
 EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
+	if (pibcm_forked())
+		return NULL;
 	int n = load_devices();
 	if (n < 0) {
 		// No daemon to attach to: no devices, as on a host without RDMA hardware.
@@ -108,6 +140,8 @@ static int bind_mw_op(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *
 
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
+	if (pibcm_forked())
+		return NULL;
 	struct pib_device *d = (struct pib_device *)device;
 	struct pib_context *pc = calloc(1, sizeof(*pc));
 	if (!pc) {

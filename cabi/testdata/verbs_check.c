@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 #define CHECK(cond, ...)                                                        \
@@ -294,6 +296,21 @@ int main(void)
 	CHECK(!ibv_reg_mr(a.pd, tmp, sizeof(tmp), IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
 	      "reg_mr REMOTE_WRITE without LOCAL_WRITE: errno %d", errno);
 	OK("reg_mr_bad_access");
+
+	// A forked child cannot use the library (its Go runtime's threads stay in the parent):
+	// ENOSYS at once, not a hang; the parent carries on.
+	pid_t pid = fork();
+	CHECK(pid >= 0, "fork: %m");
+	if (pid == 0) {
+		int n = -1;
+		errno = 0;
+		struct ibv_device **l = ibv_get_device_list(&n);
+		_exit(!l && errno == ENOSYS ? 0 : 1);
+	}
+	int status = 0;
+	CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	      "forked child: status %#x", status);
+	OK("fork_child_ENOSYS");
 
 	a.qp = make_qp(&a, a.cq, a.cq, NULL, 1);
 	b.qp = make_qp(&b, b.cq, b.cq, NULL, 0);
