@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -71,6 +72,26 @@ func tail(s string) string {
 }
 
 // TestUcmatose runs rdma-core's ucmatose: 16 connections, 100 messages each way on each.
+// TestGetaddrinfoHints: a passive rdma_getaddrinfo with neither node nor service binds to
+// the hints' source address, and the endpoint made from it has that address's device, as
+// with rdma-core (it used to bind the wildcard: no device, and libfabric's verbs provider
+// found none).
+func TestGetaddrinfoHints(t *testing.T) {
+	requireTools(t, "gcc")
+	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
+		t.Skip("librdmacm's headers are missing (librdmacm-dev)")
+	}
+	fb := startFabric(t)
+	bin := filepath.Join(t.TempDir(), "getaddrinfo_check")
+	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, "testdata/getaddrinfo_check.c", "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
+		t.Skipf("cannot build testdata/getaddrinfo_check.c: %v\n%s", err, out)
+	}
+	out := fb.run(t, bin, "10.10.0.2")
+	if !strings.Contains(out, "source 10.10.0.2\n") || !strings.Contains(out, "device pib_1\n") {
+		t.Errorf("getaddrinfo_check 10.10.0.2:\n%s", out)
+	}
+}
+
 func TestUcmatose(t *testing.T) {
 	fb := startFabric(t)
 	requireRDMACM(t, buildLibs(t), "ucmatose")

@@ -773,30 +773,41 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 	if (!ai->ai_qp_type)
 		ai->ai_qp_type = ai->ai_port_space == RDMA_PS_UDP || ai->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
 	int passive = ai->ai_flags & RAI_PASSIVE;
+	// As rdma-core's: node and service name the address (the source when passive), and
+	// an address the result lacks comes from the hints' ai_src_addr / ai_dst_addr — a
+	// passive lookup with neither node nor service binds to the hints' source (libfabric's
+	// verbs provider asks so), else to the wildcard.
 	if (passive) {
-		ai->ai_src_addr = lookup(node, service, ai->ai_family, 1, &ai->ai_src_len);
-		if (!ai->ai_src_addr)
-			goto bad;
-	} else {
-		if (!node && !service)
-			goto bad;
+		if (node || service || !hints || !hints->ai_src_addr || !hints->ai_src_len)
+			ai->ai_src_addr = lookup(node, service, ai->ai_family, 1, &ai->ai_src_len);
+	} else if (node || service) {
 		ai->ai_dst_addr = lookup(node, service, ai->ai_family, 0, &ai->ai_dst_len);
 		if (!ai->ai_dst_addr)
 			goto bad;
-		if (hints && hints->ai_src_addr && hints->ai_src_len) {
-			ai->ai_src_addr = malloc(hints->ai_src_len);
-			if (ai->ai_src_addr) {
-				memcpy(ai->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-				ai->ai_src_len = hints->ai_src_len;
-			}
+	}
+	if (!ai->ai_src_addr && hints && hints->ai_src_addr && hints->ai_src_len) {
+		ai->ai_src_addr = malloc(hints->ai_src_len);
+		if (ai->ai_src_addr) {
+			memcpy(ai->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
+			ai->ai_src_len = hints->ai_src_len;
 		}
 	}
+	if (!passive && !ai->ai_dst_addr && hints && hints->ai_dst_addr && hints->ai_dst_len) {
+		ai->ai_dst_addr = malloc(hints->ai_dst_len);
+		if (ai->ai_dst_addr) {
+			memcpy(ai->ai_dst_addr, hints->ai_dst_addr, hints->ai_dst_len);
+			ai->ai_dst_len = hints->ai_dst_len;
+		}
+	}
+	if (passive ? !ai->ai_src_addr : !ai->ai_dst_addr)
+		goto bad;
 	struct sockaddr *a = passive ? ai->ai_src_addr : ai->ai_dst_addr;
 	ai->ai_family = a->sa_family;
 	*res = ai;
 	return 0;
 bad:
 	free(ai->ai_src_addr);
+	free(ai->ai_dst_addr);
 	free(ai);
 	errno = ENODEV;
 	return -1;
