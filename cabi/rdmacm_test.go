@@ -29,15 +29,18 @@ func requireRDMACM(t *testing.T, lib string, tools ...string) {
 }
 
 // TestRping runs rdma-core's rping as server and client, two processes, with data
-// verification (-v): 100 and then 10000 iterations.
+// verification (-v): 100 and then 10000 iterations, then 100 over 127.0.0.1.
 func TestRping(t *testing.T) {
 	fb := startFabric(t)
 	requireRDMACM(t, buildLibs(t), "rping")
 	fb.timeout = 5 * time.Minute // 10000 verified iterations take about a minute on a busy machine
-	for _, n := range []string{"100", "10000"} {
+	for _, tc := range []struct{ addr, n string }{{"10.10.0.2", "100"}, {"10.10.0.2", "10000"}, {"127.0.0.1", "100"}} {
+		// 127.0.0.1: both ends on the first device's port, through the HCA, as Linux's
+		// rdma_cm binds and resolves a loopback address.
+		n := tc.n
 		sout, cout := fb.pair(t,
-			[]string{"rping", "-s", "-a", "10.10.0.2", "-v", "-C", n},
-			[]string{"rping", "-c", "-a", "10.10.0.2", "-v", "-C", n})
+			[]string{"rping", "-s", "-a", tc.addr, "-v", "-C", n},
+			[]string{"rping", "-c", "-a", tc.addr, "-v", "-C", n})
 		el := fb.client
 		t.Logf("rping -C %s -v: the client ran %v, %.0f iterations/s (its start and connection included)", n, el.Round(time.Millisecond), float64(atoi(t, n))/el.Seconds())
 		// The client's event thread writes to stderr between its buffered stdout.
@@ -71,7 +74,6 @@ func tail(s string) string {
 	return s
 }
 
-// TestUcmatose runs rdma-core's ucmatose: 16 connections, 100 messages each way on each.
 // TestGetaddrinfoHints: a passive rdma_getaddrinfo with neither node nor service binds to
 // the hints' source address, and the endpoint made from it has that address's device, as
 // with rdma-core (it used to bind the wildcard: no device, and libfabric's verbs provider
@@ -92,6 +94,7 @@ func TestGetaddrinfoHints(t *testing.T) {
 	}
 }
 
+// TestUcmatose runs rdma-core's ucmatose: 16 connections, 100 messages each way on each.
 func TestUcmatose(t *testing.T) {
 	fb := startFabric(t)
 	requireRDMACM(t, buildLibs(t), "ucmatose")

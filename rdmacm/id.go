@@ -169,7 +169,13 @@ func (id *ID) BindAddr(a netip.AddrPort) error {
 }
 
 func (id *ID) bindLocked(a netip.AddrPort) error {
-	if !a.Addr().IsUnspecified() {
+	if a.Addr().Unmap().IsLoopback() {
+		dev, err := loopbackDevice(id.host)
+		if err != nil {
+			return fmt.Errorf("rdmacm: bind %v: %w", a, err)
+		}
+		id.dev = dev
+	} else if !a.Addr().IsUnspecified() {
 		dev, err := id.host.LocalDevice(a.Addr())
 		if err != nil {
 			return fmt.Errorf("rdmacm: bind %v: %w", a, err)
@@ -184,6 +190,21 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 	return nil
 }
 
+// loopbackDevice is the device a loopback address binds to, as Linux's cma_bind_loopback
+// picks it: the first with an active port, else the first.
+func loopbackDevice(h Host) (Device, error) {
+	devs := h.Devices()
+	if len(devs) == 0 {
+		return Device{}, syscall.ENODEV
+	}
+	for _, d := range devs {
+		if d.Port != nil && d.Port.State() == hca.PortActive {
+			return d, nil
+		}
+	}
+	return devs[0], nil
+}
+
 // ResolveAddr is rdma_resolve_addr: it picks the local address (src, or the one the
 // host would use) and resolves dst to its GID, then reports ADDR_RESOLVED or
 // ADDR_ERROR on the channel. timeout bounds the neighbour resolution.
@@ -193,8 +214,11 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		id.mu.Unlock()
 		return fmt.Errorf("rdmacm: resolve_addr: %w", syscall.EINVAL)
 	}
+	loop := dst.Addr().Unmap().IsLoopback()
 	if !id.src.IsValid() {
-		if !src.IsValid() || src.IsUnspecified() {
+		if loop && (!src.IsValid() || src.IsUnspecified()) {
+			src = dst.Addr() // cma_resolve_loopback: the loopback device, from the loopback address
+		} else if !src.IsValid() || src.IsUnspecified() {
 			s, err := id.host.Source(dst.Addr())
 			if err != nil {
 				id.mu.Unlock()
@@ -206,6 +230,13 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 			id.mu.Unlock()
 			return err
 		}
+	} else if id.src.Addr().IsUnspecified() && loop {
+		dev, err := loopbackDevice(id.host)
+		if err != nil {
+			id.mu.Unlock()
+			return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)
+		}
+		id.src, id.dev = netip.AddrPortFrom(dst.Addr(), id.src.Port()), dev
 	} else if id.src.Addr().IsUnspecified() {
 		s, err := id.host.Source(dst.Addr())
 		if err != nil {
@@ -230,6 +261,20 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 			return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)
 		}
 		id.dgid = mgid
+		id.state = stAddrResolved
+		id.mu.Unlock()
+		go id.emit(&Event{Type: EventAddrResolved})
+		return nil
+	}
+	if loop {
+		// Linux's cma_resolve_loopback: the destination is the ID's own port (its GID),
+		// reached through the HCA, as rping -a 127.0.0.1 does on a host with RDMA.
+		gid, ok := id.dev.Port.GID(0)
+		if !ok {
+			id.mu.Unlock()
+			return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, syscall.EADDRNOTAVAIL)
+		}
+		id.dgid = gid
 		id.state = stAddrResolved
 		id.mu.Unlock()
 		go id.emit(&Event{Type: EventAddrResolved})

@@ -1,0 +1,73 @@
+package rdmacm_test
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/rdmacm"
+)
+
+// TestLoopback: as Linux's rdma_cm (cma_bind_loopback, cma_resolve_loopback), an ID bound
+// to 127.0.0.1 takes the first device with an active port, and one resolving 127.0.0.1
+// finds that device's own GID: a client and a listener on 127.0.0.1 connect through the
+// HCA (rping -a 127.0.0.1), and a message crosses.
+func TestLoopback(t *testing.T) {
+	h := newTestHost(t, 2)
+	lo := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 7480)
+	sch := rdmacm.CreateEventChannel()
+	listen, err := rdmacm.CreateID(h, sch, nil, rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := listen.BindAddr(lo); err != nil {
+		t.Fatal(err)
+	}
+	if listen.Device().Port != h.devs[0].Port {
+		t.Fatalf("127.0.0.1 bound to %v, want the first device's port", listen.Device().Port)
+	}
+	if err := listen.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+	cid, cch := resolve(t, h, rdmacm.PSTCP, lo)
+	if cid.Device().Port != h.devs[0].Port || cid.LocalAddr().Addr() != lo.Addr() {
+		t.Fatalf("client on %v from %v, want the first device from 127.0.0.1", cid.Device().Port, cid.LocalAddr())
+	}
+	if r, ok := cid.Route(); !ok || r.DLID != r.SLID {
+		t.Fatalf("route %+v (ok %v), want a path to the port itself", r, ok)
+	}
+	ce := newEndpoint(t, cid.Device())
+	cqp, err := cid.CreateQP(ce.pd, ce.initAttr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cid.Connect(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	req := getEvent(t, sch, rdmacm.EventConnectRequest)
+	sid := req.ID
+	if sid.PeerAddr() != cid.LocalAddr() || sid.LocalAddr() != lo {
+		t.Fatalf("server sees %v → %v", sid.PeerAddr(), sid.LocalAddr())
+	}
+	req.Ack()
+	se := newEndpoint(t, sid.Device())
+	sqp, err := sid.CreateQP(se.pd, se.initAttr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqp.PostRecv([]hca.RecvWR{{WRID: 1, SGL: se.sge(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sid.Accept(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cch, rdmacm.EventEstablished).Ack()
+	getEvent(t, sch, rdmacm.EventEstablished).Ack()
+	copy(ce.buf, "over loopback")
+	if _, err := cqp.PostSend([]hca.SendWR{{WRID: 2, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: ce.sge(0, 13)}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := se.poll(t); wc.Status != hca.WCSuccess || string(se.buf[:wc.ByteLen]) != "over loopback" {
+		t.Fatalf("recv: %v %q", wc.Status, se.buf[:wc.ByteLen])
+	}
+}
