@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/pibgw/pibgw/hca"
@@ -161,12 +162,18 @@ func CreateEventChannel() *EventChannel { return &EventChannel{notify: make(chan
 // ErrChannelClosed is returned by GetEvent after Destroy.
 var ErrChannelClosed = errors.New("rdmacm: event channel destroyed")
 
-func (c *EventChannel) push(e *Event) {
+// push queues e; with owner (the emitting ID's channel), only if that is still c —
+// false when the ID moved to another channel meanwhile (Migrate), to push there instead.
+func (c *EventChannel) push(e *Event, owner *atomic.Pointer[EventChannel]) bool {
 	e.ch = c
 	c.mu.Lock()
+	if owner != nil && owner.Load() != c {
+		c.mu.Unlock()
+		return false
+	}
 	if c.closed {
 		c.mu.Unlock()
-		return
+		return true
 	}
 	c.q = append(c.q, e)
 	c.mu.Unlock()
@@ -174,6 +181,7 @@ func (c *EventChannel) push(e *Event) {
 	case c.notify <- struct{}{}:
 	default:
 	}
+	return true
 }
 
 // GetEvent waits for the next event (rdma_get_cm_event), or ctx's end.

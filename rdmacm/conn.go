@@ -272,8 +272,9 @@ func (id *ID) onListenCM(c *ibcm.ID, ev *ibcm.Event) {
 		}
 		return
 	}
-	n := &ID{host: id.host, ch: id.ch, ps: id.ps, qpType: id.qpType, Context: id.Context,
+	n := &ID{host: id.host, ps: id.ps, qpType: id.qpType, Context: id.Context,
 		state: stConnect, src: h.dst, dst: h.src, dev: dev, cmid: c, listenID: id}
+	n.ch.Store(id.ch.Load())
 	n.acked = sync.NewCond(&n.mu)
 	n.dev.PKey = ev.Req.PKey
 	if n.dev.PKey == 0 {
@@ -438,7 +439,8 @@ func (id *ID) Destroy() error {
 }
 
 func (id *ID) chClosed() bool {
-	id.ch.mu.Lock()
-	defer id.ch.mu.Unlock()
-	return id.ch.closed
+	ch := id.ch.Load()
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.closed
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,7 +43,7 @@ const (
 // ID is an rdma_cm identifier (struct rdma_cm_id).
 type ID struct {
 	host    Host
-	ch      *EventChannel
+	ch      atomic.Pointer[EventChannel] // rdma_migrate_id moves it (Migrate)
 	ps      PortSpace
 	qpType  hca.QPType
 	Context any
@@ -86,9 +87,43 @@ func CreateID(host Host, ch *EventChannel, ctx any, ps PortSpace) (*ID, error) {
 	default:
 		return nil, fmt.Errorf("rdmacm: port space %v: %w", ps, syscall.EPROTONOSUPPORT)
 	}
-	id := &ID{host: host, ch: ch, ps: ps, qpType: t, Context: ctx}
+	id := &ID{host: host, ps: ps, qpType: t, Context: ctx}
+	id.ch.Store(ch)
 	id.acked = sync.NewCond(&id.mu)
 	return id, nil
+}
+
+// Migrate is rdma_migrate_id: the ID's events go to ch from now on, with those still
+// queued on its old channel (the kernel's ucma_migrate_id moves them too); requests to a
+// listening ID follow it.
+func (id *ID) Migrate(ch *EventChannel) error {
+	if ch == nil {
+		return fmt.Errorf("rdmacm: migrate_id: %w", syscall.EINVAL)
+	}
+	old := id.ch.Load()
+	if old == ch {
+		return nil
+	}
+	// Under the old channel's lock an emit that read the old channel finds it moved and
+	// tries again (push's check), so nothing lands there after the move.
+	old.mu.Lock()
+	id.ch.Store(ch)
+	var moved []*Event
+	q := old.q[:0]
+	for _, e := range old.q {
+		if e.ID == id || e.ListenID == id {
+			moved = append(moved, e)
+		} else {
+			q = append(q, e)
+		}
+	}
+	clear(old.q[len(q):])
+	old.q = q
+	old.mu.Unlock()
+	for _, e := range moved {
+		ch.push(e, nil)
+	}
+	return nil
 }
 
 // PortSpace is the ID's port space.
@@ -139,13 +174,15 @@ func (id *ID) emit(e *Event) {
 		owner.mu.Lock()
 		owner.pending++
 		owner.mu.Unlock()
-		id.ch.push(e)
+		for !id.ch.Load().push(e, &id.ch) {
+		}
 		return
 	}
 	owner.mu.Lock()
 	owner.pending++
 	owner.mu.Unlock()
-	id.ch.push(e)
+	for !id.ch.Load().push(e, &id.ch) {
+	}
 }
 
 func (id *ID) ackOne() {

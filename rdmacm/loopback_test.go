@@ -1,8 +1,10 @@
 package rdmacm_test
 
 import (
+	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/rdmacm"
@@ -70,4 +72,63 @@ func TestLoopback(t *testing.T) {
 	if wc := se.poll(t); wc.Status != hca.WCSuccess || string(se.buf[:wc.ByteLen]) != "over loopback" {
 		t.Fatalf("recv: %v %q", wc.Status, se.buf[:wc.ByteLen])
 	}
+}
+
+// TestMigrate: rdma_migrate_id moves an ID's queued events and all later ones to the new
+// channel, and a listener's connection requests follow it (libfabric's verbs provider
+// moves its listening ID to the endpoint's channel so).
+func TestMigrate(t *testing.T) {
+	h := newTestHost(t, 2)
+	lo := netip.AddrPortFrom(h.addr(1), 7482)
+	old, ch := rdmacm.CreateEventChannel(), rdmacm.CreateEventChannel()
+	listen, err := rdmacm.CreateID(h, old, nil, rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := listen.BindAddr(lo); err != nil {
+		t.Fatal(err)
+	}
+	if err := listen.Listen(8); err != nil {
+		t.Fatal(err)
+	}
+	if err := listen.Migrate(ch); err != nil {
+		t.Fatal(err)
+	}
+	cold, cch := rdmacm.CreateEventChannel(), rdmacm.CreateEventChannel()
+	cid, err := rdmacm.CreateID(h, cold, nil, rdmacm.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cid.ResolveAddr(netip.Addr{}, lo, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// ADDR_RESOLVED may be queued on the old channel already: it moves with the ID.
+	time.Sleep(10 * time.Millisecond)
+	if err := cid.Migrate(cch); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cch, rdmacm.EventAddrResolved).Ack()
+	if err := cid.ResolveRoute(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	getEvent(t, cch, rdmacm.EventRouteResolved).Ack()
+	ce := newEndpoint(t, cid.Device())
+	if _, err := cid.CreateQP(ce.pd, ce.initAttr()); err != nil {
+		t.Fatal(err)
+	}
+	if err := cid.Connect(rdmacm.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		t.Fatal(err)
+	}
+	req := getEvent(t, ch, rdmacm.EventConnectRequest)
+	if req.ListenID != listen {
+		t.Fatalf("request for %v", req.ListenID)
+	}
+	for _, c := range []*rdmacm.EventChannel{old, cold} {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		if e, err := c.GetEvent(ctx); err == nil {
+			t.Errorf("an event stayed on the old channel: %v", e.Type)
+		}
+		cancel()
+	}
+	req.Ack()
 }

@@ -45,6 +45,7 @@ TOOLS=(
 	"ucx_perftest ucx-utils"
 	"mpirun openmpi-bin"
 	"mpicc libopenmpi-dev"
+	"fi_pingpong libfabric-bin"
 )
 # Fuzz targets: package and function.
 FUZZ=(

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -38,8 +39,8 @@ type cmChan struct {
 type cmID struct {
 	id   *rdmacm.ID
 	h    uint64
-	cptr unsafe.Pointer // its struct rdma_cm_id (C memory)
-	ch   *cmChan
+	cptr unsafe.Pointer         // its struct rdma_cm_id (C memory)
+	ch   atomic.Pointer[cmChan] // changed by rdma_migrate_id under the old channel's mu
 }
 
 var (
@@ -78,13 +79,87 @@ func pibcm_create_channel(fd C.int) C.uint64_t {
 			if err != nil {
 				return
 			}
-			c.mu.Lock()
-			c.q = append(c.q, e)
-			c.mu.Unlock()
-			signal(c.fd)
+			// An event the Go channel gave out just before its ID moved (rdma_migrate_id)
+			// goes to the ID's channel now: checked under that channel's lock, which the
+			// move holds.
+			for {
+				dst := eventChan(e, c)
+				dst.mu.Lock()
+				if eventChan(e, c) != dst {
+					dst.mu.Unlock()
+					continue
+				}
+				dst.q = append(dst.q, e)
+				dst.mu.Unlock()
+				signal(dst.fd)
+				break
+			}
 		}
 	}()
 	return C.uint64_t(cmChans.add(c))
+}
+
+// eventChan is the channel e belongs on: its ID's (a connection request's: the listening
+// ID's), or c for an ID not registered yet.
+func eventChan(e *rdmacm.Event, c *cmChan) *cmChan {
+	id := e.ID
+	if e.Type == rdmacm.EventConnectRequest {
+		id = e.ListenID
+	}
+	cmMu.Lock()
+	h, ok := cmHandle[id]
+	cmMu.Unlock()
+	if !ok {
+		return c
+	}
+	if o, ok := cmIDs.get(C.uint64_t(h)); ok {
+		if ch := o.ch.Load(); ch != nil {
+			return ch
+		}
+	}
+	return c
+}
+
+// pibcm_migrate is rdma_migrate_id: the ID's events — those queued on its channel too —
+// go to channel ch from now on.
+//
+//export pibcm_migrate
+func pibcm_migrate(h, ch C.uint64_t) C.int {
+	o, ok := cmIDs.get(h)
+	n, ok2 := cmChans.get(ch)
+	if !ok || !ok2 {
+		return einval
+	}
+	old := o.ch.Load()
+	if old == n {
+		return 0
+	}
+	if err := o.id.Migrate(n.ch); err != nil {
+		return cmErr(err)
+	}
+	var moved []*rdmacm.Event
+	old.mu.Lock()
+	o.ch.Store(n)
+	q := old.q[:0]
+	for _, e := range old.q {
+		if e.ID == o.id || e.ListenID == o.id {
+			moved = append(moved, e)
+		} else {
+			q = append(q, e)
+		}
+	}
+	clear(old.q[len(q):])
+	old.q = q
+	old.mu.Unlock()
+	if len(moved) > 0 {
+		n.mu.Lock()
+		n.q = append(n.q, moved...)
+		n.mu.Unlock()
+		for range moved {
+			signal(n.fd)
+		}
+	}
+	return 0
 }
 
 // drop acknowledges and removes the queued events of id (and the requests to it).
@@ -159,7 +234,8 @@ func idHandle(id *rdmacm.ID, ch *cmChan) (uint64, bool) {
 	if h, ok := cmHandle[id]; ok {
 		return h, false
 	}
-	o := &cmID{id: id, ch: ch}
+	o := &cmID{id: id}
+	o.ch.Store(ch)
 	o.h = cmIDs.add(o)
 	cmHandle[id] = o.h
 	return o.h, true
@@ -268,8 +344,8 @@ wait:
 		case err = <-done:
 			break wait
 		case <-tick.C:
-			if o.ch != nil {
-				o.ch.drop(o.id)
+			if ch := o.ch.Load(); ch != nil {
+				ch.drop(o.id)
 			}
 		}
 	}

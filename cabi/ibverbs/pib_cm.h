@@ -55,6 +55,7 @@ int pibcm_bind(uint64_t id, struct sockaddr *a);
 int pibcm_resolve_addr(uint64_t id, struct sockaddr *src, struct sockaddr *dst, int ms);
 int pibcm_resolve_route(uint64_t id, int ms);
 int pibcm_listen(uint64_t id, int backlog);
+int pibcm_migrate(uint64_t id, uint64_t ch);
 int pibcm_connect(uint64_t id, struct pib_cm_param *p);
 int pibcm_accept(uint64_t id, struct pib_cm_param *p);
 int pibcm_reject(uint64_t id, void *priv, int len);

@@ -577,11 +577,63 @@ EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *
 	return 0;
 }
 
+// rdma_migrate_id moves the ID, its queued events with it, to channel ch; no channel makes
+// it synchronous on a channel of its own, as rdma-core's does. A channel the ID had of its
+// own is destroyed.
 EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
 {
-	if (ch && ch == id->channel)
+	struct cm_id *p = ID(id);
+	struct rdma_event_channel *own = NULL;
+	if (!p)
+		return fail(EINVAL);
+	if (!ch) {
+		if (p->sync)
+			return 0;
+		own = ch = rdma_create_event_channel();
+		if (!ch)
+			return -1;
+	}
+	if (ch == id->channel)
 		return 0;
-	return fail(ENOSYS); // package rdmacm's IDs keep their channel
+	int err = pibcm_migrate(p->h, CHAN(ch)->h);
+	if (err) {
+		if (own)
+			rdma_destroy_event_channel(own);
+		return fail(err);
+	}
+	// The ID's events a synchronous wait on the old channel stashed move too.
+	struct cm_chan *oc = CHAN(id->channel);
+	struct cm_event *moved = NULL, **mt = &moved;
+	pthread_mutex_lock(&oc->mu);
+	struct cm_event **pp = &oc->backlog;
+	while (*pp) {
+		struct cm_event *e = *pp;
+		if (e->ev.id == id || e->ev.listen_id == id) {
+			*pp = e->next;
+			e->next = NULL;
+			*mt = e;
+			mt = &e->next;
+		} else {
+			pp = &e->next;
+		}
+	}
+	oc->tail = pp;
+	pthread_mutex_unlock(&oc->mu);
+	while (moved) {
+		struct cm_event *e = moved;
+		moved = e->next;
+		stash(CHAN(ch), e);
+	}
+	if (p->own_channel) {
+		if (id->event) {
+			rdma_ack_cm_event(id->event);
+			id->event = NULL;
+		}
+		rdma_destroy_event_channel(id->channel);
+	}
+	id->channel = ch;
+	p->sync = p->own_channel = own != NULL;
+	return 0;
 }
 
 EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
