@@ -830,8 +830,12 @@ EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct 
 	// passive lookup with neither node nor service binds to the hints' source (libfabric's
 	// verbs provider asks so), else to the wildcard.
 	if (passive) {
-		if (node || service || !hints || !hints->ai_src_addr || !hints->ai_src_len)
+		int from_hints = !node && !service && hints && hints->ai_src_addr && hints->ai_src_len;
+		if (!from_hints) {
 			ai->ai_src_addr = lookup(node, service, ai->ai_family, 1, &ai->ai_src_len);
+			if (!ai->ai_src_addr)
+				goto bad;
+		}
 	} else if (node || service) {
 		ai->ai_dst_addr = lookup(node, service, ai->ai_family, 0, &ai->ai_dst_len);
 		if (!ai->ai_dst_addr)
