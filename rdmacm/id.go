@@ -109,16 +109,7 @@ func (id *ID) Migrate(ch *EventChannel) error {
 	old.mu.Lock()
 	id.ch.Store(ch)
 	var moved []*Event
-	q := old.q[:0]
-	for _, e := range old.q {
-		if e.ID == id || e.ListenID == id {
-			moved = append(moved, e)
-		} else {
-			q = append(q, e)
-		}
-	}
-	clear(old.q[len(q):])
-	old.q = q
+	old.q, moved = TakeEvents(old.q, id)
 	old.mu.Unlock()
 	for _, e := range moved {
 		ch.push(e, nil)
@@ -240,6 +231,21 @@ func loopbackDevice(h Host) (Device, error) {
 		}
 	}
 	return devs[0], nil
+}
+
+// TakeEvents removes from q (in place) the events of id and the connection requests to it,
+// and returns what is left and what it took, both in order.
+func TakeEvents(q []*Event, id *ID) (rest, taken []*Event) {
+	rest = q[:0]
+	for _, e := range q {
+		if e.ID == id || e.ListenID == id {
+			taken = append(taken, e)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	clear(q[len(rest):])
+	return rest, taken
 }
 
 // ResolveAddr is rdma_resolve_addr: it picks the local address (src, or the one the

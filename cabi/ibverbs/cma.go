@@ -140,16 +140,7 @@ func pibcm_migrate(h, ch C.uint64_t) C.int {
 	var moved []*rdmacm.Event
 	old.mu.Lock()
 	o.ch.Store(n)
-	q := old.q[:0]
-	for _, e := range old.q {
-		if e.ID == o.id || e.ListenID == o.id {
-			moved = append(moved, e)
-		} else {
-			q = append(q, e)
-		}
-	}
-	clear(old.q[len(q):])
-	old.q = q
+	old.q, moved = rdmacm.TakeEvents(old.q, o.id)
 	old.mu.Unlock()
 	if len(moved) > 0 {
 		n.mu.Lock()
@@ -164,17 +155,9 @@ func pibcm_migrate(h, ch C.uint64_t) C.int {
 
 // drop acknowledges and removes the queued events of id (and the requests to it).
 func (c *cmChan) drop(id *rdmacm.ID) {
-	c.mu.Lock()
-	q := c.q[:0]
 	var gone []*rdmacm.Event
-	for _, e := range c.q {
-		if e.ID == id || e.ListenID == id {
-			gone = append(gone, e)
-		} else {
-			q = append(q, e)
-		}
-	}
-	c.q = q
+	c.mu.Lock()
+	c.q, gone = rdmacm.TakeEvents(c.q, id)
 	c.mu.Unlock()
 	for _, e := range gone {
 		e.Ack()

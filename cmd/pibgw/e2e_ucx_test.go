@@ -20,24 +20,7 @@ import (
 // of 64 KiB, and over rc_verbs (ud_verbs for the wire-up) UCP tagged messages of 1 MiB,
 // synchronous sends and atomic adds.
 func TestE2EUCX(t *testing.T) {
-	requireE2E(t, "gcc", "ucx_info", "ucx_perftest")
-	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
-		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
-	}
-	if _, err := os.Stat(kernelVerbsDir); err == nil {
-		t.Skipf("the kernel has uverbs devices (%s): UCX would see those", kernelVerbsDir)
-	}
-	libDir := t.TempDir()
-	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
-		t.Fatalf("build-libs.sh: %v\n%s", err, out)
-	}
-	ns := e2eNetNS("ucx")
-	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24"), ns)
-	if _, err := os.Stat("/dev/infiniband/uverbs1"); err != nil {
-		// Made here, removed here; nodes that were there stay.
-		d.MustPibgw("devnodes")
-		t.Cleanup(func() { d.Pibgw("devnodes", "--remove") })
-	}
+	d, libDir := startUCXDaemon(t, "ucx", "ucx_perftest")
 	pexec := func(env []string, args ...string) *exec.Cmd {
 		cmd := exec.Command(d.Bin, append([]string{"exec", "--control", d.Sock, "--"}, args...)...)
 		cmd.Env = append(append(os.Environ(), "PIBGW_LIBDIR="+libDir), env...)
@@ -126,26 +109,10 @@ func regexpTransport(out, tl, dev string) bool {
 // bytes to 1 MiB go back and forth over UCX's rc_verbs, every byte checked, and an
 // allreduce sums the ranks.
 func TestE2EMPI(t *testing.T) {
-	requireE2E(t, "gcc", "mpicc", "mpirun", "ucx_info")
-	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
-		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
-	}
-	if _, err := os.Stat(kernelVerbsDir); err == nil {
-		t.Skipf("the kernel has uverbs devices (%s): UCX would see those", kernelVerbsDir)
-	}
-	libDir := t.TempDir()
-	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
-		t.Fatalf("build-libs.sh: %v\n%s", err, out)
-	}
+	d, libDir := startUCXDaemon(t, "mpi", "mpicc", "mpirun")
 	prog := filepath.Join(t.TempDir(), "mpi_pingpong")
 	if out, err := exec.Command("mpicc", "-O2", "-o", prog, "testdata/mpi_pingpong.c").CombinedOutput(); err != nil {
 		t.Fatalf("mpicc: %v\n%s", err, out)
-	}
-	ns := e2eNetNS("mpi")
-	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24"), ns)
-	if _, err := os.Stat("/dev/infiniband/uverbs1"); err != nil {
-		d.MustPibgw("devnodes")
-		t.Cleanup(func() { d.Pibgw("devnodes", "--remove") })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -168,4 +135,30 @@ func TestE2EMPI(t *testing.T) {
 		t.Errorf("mpi_pingpong:\n%s", out)
 	}
 	t.Logf("%s", out)
+}
+
+// startUCXDaemon skips unless UCX (and tools) can run, builds pibgw's libraries into a
+// temporary directory and starts `pibgw up` with one interface in namespace
+// pibgwe2e-PID-name, with /dev/infiniband/uverbsN for UCX (made by `pibgw devnodes` and
+// removed when the test ends, unless they were there).
+func startUCXDaemon(t *testing.T, name string, tools ...string) (*e2eDaemon, string) {
+	t.Helper()
+	requireE2E(t, append([]string{"gcc", "ucx_info"}, tools...)...)
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
+	}
+	if _, err := os.Stat(kernelVerbsDir); err == nil {
+		t.Skipf("the kernel has uverbs devices (%s): UCX would see those", kernelVerbsDir)
+	}
+	libDir := t.TempDir()
+	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
+		t.Fatalf("build-libs.sh: %v\n%s", err, out)
+	}
+	ns := e2eNetNS(name)
+	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24"), ns)
+	if _, err := os.Stat("/dev/infiniband/uverbs1"); err != nil {
+		d.MustPibgw("devnodes")
+		t.Cleanup(func() { d.Pibgw("devnodes", "--remove") })
+	}
+	return d, libDir
 }
