@@ -94,21 +94,24 @@ func TestGetaddrinfoHints(t *testing.T) {
 	}
 }
 
-// TestFiPingpong runs libfabric's fi_pingpong (libfabric-bin) with the verbs provider's
-// message endpoints on 127.0.0.1: its listening ID moves to the endpoint's event channel
-// (rdma_migrate_id), the connection goes through the HCA, and every size from 64 bytes to
-// 1 MiB comes back intact (-c).
+// TestFiPingpong runs libfabric's fi_pingpong (libfabric-bin) on 127.0.0.1 with the verbs
+// provider's message endpoints — its listening ID moves to the endpoint's event channel
+// (rdma_migrate_id), the connection goes through the HCA — and with reliable datagram
+// endpoints over them (ofi_rxm, large messages by RDMA READ): every size from 64 bytes to
+// 1 MiB (rdm: 6 MiB) comes back intact (-c).
 func TestFiPingpong(t *testing.T) {
 	fb := startFabric(t)
 	requireRDMACM(t, buildLibs(t), "fi_pingpong")
 	fb.timeout = 3 * time.Minute
-	port := freePort(t)
-	sout, cout := fb.pair(t,
-		[]string{"fi_pingpong", "-p", "verbs", "-e", "msg", "-B", port, "-c", "-I", "20", "-S", "all"},
-		[]string{"fi_pingpong", "-p", "verbs", "-e", "msg", "-P", port, "-c", "-I", "20", "-S", "all", "127.0.0.1"})
-	for _, size := range []string{"64 ", "4k ", "64k ", "1m "} {
-		if !regexp.MustCompile(`(?m)^` + size).MatchString(cout) {
-			t.Errorf("fi_pingpong client: no line for %s\nclient:\n%s\nserver:\n%s", size, tail(cout), tail(sout))
+	for _, tc := range []struct{ prov, ep, last string }{{"verbs", "msg", "1m "}, {"verbs;ofi_rxm", "rdm", "6m "}} {
+		port := freePort(t)
+		sout, cout := fb.pair(t,
+			[]string{"fi_pingpong", "-p", tc.prov, "-e", tc.ep, "-B", port, "-c", "-I", "10", "-S", "all"},
+			[]string{"fi_pingpong", "-p", tc.prov, "-e", tc.ep, "-P", port, "-c", "-I", "10", "-S", "all", "127.0.0.1"})
+		for _, size := range []string{"64 ", "4k ", "64k ", tc.last} {
+			if !regexp.MustCompile(`(?m)^` + size).MatchString(cout) {
+				t.Errorf("fi_pingpong -e %s client: no line for %s\nclient:\n%s\nserver:\n%s", tc.ep, size, tail(cout), tail(sout))
+			}
 		}
 	}
 }
