@@ -34,7 +34,7 @@ func TestE2EUCX(t *testing.T) {
 	}
 	for _, dev := range []string{"pib_0:1", "pib_1:1"} {
 		for _, tl := range []string{"rc_verbs", "ud_verbs"} {
-			if !regexpTransport(string(out), tl, dev) {
+			if !hasTransport(string(out), tl, dev) {
 				t.Errorf("ucx_info -d lists no %s on %s:\n%s", tl, dev, out)
 			}
 		}
@@ -91,9 +91,9 @@ func TestE2EUCX(t *testing.T) {
 	perf(rc, "-t", "ucp_add", "-n", "2000")
 }
 
-// regexpTransport reports whether ucx_info -d's output has transport tl on device dev
+// hasTransport reports whether ucx_info -d's output has transport tl on device dev
 // ("#      Transport: rc_verbs" followed by "#         Device: pib_0:1").
-func regexpTransport(out, tl, dev string) bool {
+func hasTransport(out, tl, dev string) bool {
 	lines := strings.Split(out, "\n")
 	for i, l := range lines {
 		if strings.TrimSpace(strings.TrimPrefix(l, "#")) == "Transport: "+tl && i+1 < len(lines) &&
