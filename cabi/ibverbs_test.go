@@ -143,8 +143,8 @@ func (fb *fabric) pair(t *testing.T, server, client []string) (string, string) {
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// The clients retry their connection for a while, but give the server a head start.
-	time.Sleep(300 * time.Millisecond)
+	// Most clients do not retry a refused connection: start one when the server listens.
+	fb.waitListening(t, s.Process.Pid)
 	c := fb.command(ctx, client[0], client[1:]...)
 	c.Stdout, c.Stderr = &cout, &cerr
 	cstart := time.Now()
@@ -159,6 +159,54 @@ func (fb *fabric) pair(t *testing.T, server, client []string) (string, string) {
 			server, serverErr, clientErr, sout.String()+serr.String(), cout.String()+cerr.String())
 	}
 	return sout.String() + serr.String(), cout.String() + cerr.String()
+}
+
+// waitListening waits until the process pid listens — on an rdma_cm ID (its attach
+// session counts the listen) or on a TCP socket (the examples' and perftest's exchange of
+// QP numbers) — or has exited, for at most 20 s; a fixed head start was too short under
+// load (a client refused).
+func (fb *fabric) waitListening(t *testing.T, pid int) {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < 20*time.Second {
+		for _, x := range fb.f.Attached() {
+			if x.PID == pid && x.Listens > 0 {
+				return
+			}
+		}
+		if tcpListening(pid) {
+			return
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/fd", pid)); err != nil {
+			return // exited: the client's run will say what failed
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("pid %d did not listen within 20 s; starting the client anyway", pid)
+}
+
+// tcpListening says whether the process pid has a TCP socket in state LISTEN.
+func tcpListening(pid int) bool {
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	if len(inodes) == 0 {
+		return false
+	}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, _ := os.ReadFile(f)
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode (proc(5))
+			if fs := strings.Fields(line); len(fs) > 9 && fs[3] == "0A" && inodes[fs[9]] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // freePort is a TCP port on the loopback address nobody listens on now.

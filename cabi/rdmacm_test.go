@@ -214,7 +214,7 @@ func TestRdmacmFailures(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Process.Kill()
-		time.Sleep(300 * time.Millisecond)
+		fb.waitListening(t, s.Process.Pid)
 		c := fb.command(ctx, "rping", "-c", "-a", "10.10.0.2", "-v", "-C", "1000000")
 		c.Stdout, c.Stderr = &cout, &cout
 		if err := c.Start(); err != nil {
