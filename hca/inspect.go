@@ -134,6 +134,7 @@ type TransportInfo struct {
 	RNRNAKs       uint64 `json:"rnr_naks"`
 	Retransmitted uint64 `json:"retransmitted"`
 	Duplicates    uint64 `json:"duplicates"`
+	Ghosts        uint64 `json:"ghosts"` // ACKs/NAKs for PSNs the QP never sent (psn_mismatch)
 	LastFatal     string `json:"last_fatal,omitempty"`
 }
 

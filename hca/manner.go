@@ -67,6 +67,7 @@ const (
 	PitfallUDQKeyHighBit                     // UD remote Q_Key with the high bit set
 	PitfallRecvNoLocalWrite                  // post_recv into an MR without LOCAL_WRITE
 	PitfallRDMANoRemoteAccess                // RDMA/atomic to an MR (or QP) without the remote access it needs
+	PitfallPSNMismatch                       // ACKs/NAKs for PSNs never sent: the peer's rq_psn is not this sq_psn
 	NumPitfalls
 )
 
@@ -89,6 +90,7 @@ var pitfalls = [NumPitfalls]PitfallInfo{
 	{"ud_qkey_high_bit", "a Q_Key with the high bit set is a controlled Q_Key: an HCA may substitute the QP's own (IBA 10.2.5, C10-15)"},
 	{"recv_no_local_write", "receive buffers need IBV_ACCESS_LOCAL_WRITE: the HCA writes into them (completion IBV_WC_LOC_PROT_ERR otherwise)"},
 	{"rdma_no_remote_access", "the target of an RDMA WRITE, READ or atomic needs the matching IBV_ACCESS_REMOTE_* on its MR and on its QP (IBA 10.6.3.1, 9.7.5.2)"},
+	{"psn_mismatch", "each side's sq_psn must be the other's rq_psn: a QP answered for PSNs it never sent retries and fails with IBV_WC_RETRY_EXC_ERR (IBA 9.7.5.1)"},
 }
 
 // Pitfalls lists the checks in order.

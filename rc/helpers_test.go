@@ -42,6 +42,8 @@ type connOpts struct {
 	cqe      int
 	// csumPartial creates the QPs with IPCsumPartial.
 	csumPartial bool
+	// rqSkew is added to the rq_psn bring gives: the QP expects PSNs its peer does not send.
+	rqSkew uint32
 }
 
 func (o *connOpts) defaults() {
@@ -122,7 +124,7 @@ func bring(t testing.TB, s, peer *side, o connOpts) {
 	if err := s.qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrAccessFlags); err != nil {
 		t.Fatal(err)
 	}
-	a = hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: o.mtu, DestQPNum: peer.qp.Num(), RQPSN: 0x100 + peer.qp.Num(),
+	a = hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: o.mtu, DestQPNum: peer.qp.Num(), RQPSN: (0x100 + peer.qp.Num() + o.rqSkew) & 0xFFFFFF,
 		AHAttr: hca.AHAttr{DLID: peer.port.LID(), PortNum: 1}, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
 	mask := hca.QPAttrState | hca.QPAttrAV | hca.QPAttrPathMTU | hca.QPAttrDestQPN | hca.QPAttrRQPSN
 	if o.typ == hca.QPTypeRC {

@@ -17,6 +17,7 @@ func (t *Transport) InspectQP(qp *hca.QP) *hca.TransportInfo {
 	ti := &hca.TransportInfo{
 		Timeouts: c.stats.Timeouts.Load(), SeqNAKs: c.stats.SeqNAKs.Load(), RNRNAKs: c.stats.RNRNAKs.Load(),
 		Retransmitted: c.stats.Retransmitted.Load(), Duplicates: c.stats.Duplicates.Load(),
+		Ghosts: c.stats.Ghosts.Load(),
 	}
 	c.mu.Lock()
 	ti.NextPSN, ti.AckedPSN, ti.SendQueued = c.req.nextPSN, c.req.ackedPSN, c.req.count

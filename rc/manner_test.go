@@ -45,6 +45,33 @@ func TestRCPitfalls(t *testing.T) {
 			}
 		}
 	})
+	t.Run("psn_mismatch", func(t *testing.T) {
+		// The receiver expects PSNs behind what the sender sends (its sequence NAKs name
+		// a PSN long acknowledged) or ahead of it (the requests look like duplicates and
+		// are ACKed with a PSN the sender never sent): either way the SEND never arrived,
+		// and must end in RETRY_EXC_ERR — not in success, and not in a go-back loop.
+		for _, skew := range []uint32{0, 0x1000, 0xFFF000} {
+			clk := newFakeClock()
+			f, a, r := pair(t, connOpts{bufLen: 4096, clk: clk, retry: 3}, connOpts{bufLen: 4096, clk: clk, retry: 3, rqSkew: skew})
+			r.postRecv(t, 1, 0, 64)
+			a.post(t, hca.SendWR{WRID: 1, Opcode: hca.WRSend, SendFlags: hca.SendSignaled, SGL: []hca.SGE{a.sge(0, 64)}})
+			wc := waitWC(t, a.scq, clk)
+			f.Settle(t)
+			want, fired := hca.WCSuccess, uint64(0)
+			if skew != 0 {
+				want, fired = hca.WCRetryExcErr, 1
+			}
+			if wc.Status != want {
+				t.Errorf("rq_psn off by %#x: the SEND completed with %v, want %v", skew, wc.Status, want)
+			}
+			if got := pitfallCount(a.qp.Device(), "psn_mismatch"); got != fired {
+				t.Errorf("rq_psn off by %#x: psn_mismatch fired %d times, want %d", skew, got, fired)
+			}
+			if g := rc.ConnStats(a.qp).Ghosts.Load(); (g > 0) != (skew != 0) {
+				t.Errorf("rq_psn off by %#x: %d ghost responses counted", skew, g)
+			}
+		}
+	})
 	t.Run("path_mtu_mismatch", func(t *testing.T) {
 		for _, mtu := range []hca.MTU{hca.MTU1024, hca.MTU4096} {
 			clk := newFakeClock()

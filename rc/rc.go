@@ -62,6 +62,7 @@ type Stats struct {
 	Retransmitted atomic.Uint64 // request packets sent again
 	Duplicates    atomic.Uint64 // duplicate requests answered by the responder
 	Migrations    atomic.Uint64 // path migrations (IBA 17.2.8)
+	Ghosts        atomic.Uint64 // ACKs/NAKs for PSNs this QP did not send, dropped
 }
 
 // ConnStats returns the recovery counters of an RC/UC QP (nil for other QPs).

@@ -70,6 +70,7 @@ type requester struct {
 	nakSet          bool
 	drainedNotified bool
 	rnrRun          int // RNR NAKs in a row with rnr_retry 7 (the rnr_retry_forever pitfall)
+	ghostRun        int // responses in a row for PSNs never sent (the psn_mismatch pitfall)
 }
 
 func (r *requester) init(sqPSN uint32, depth int) {
@@ -447,6 +448,9 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 	switch op := rcOp(pk.BTH.OpCode()); op {
 	case wire.RCAcknowledge:
 		a := pk.AETH
+		if r.ghost(c, psn, a.IsACK()) {
+			return
+		}
 		switch {
 		case a.IsACK():
 			r.ack(c, psn)
@@ -508,6 +512,27 @@ func (r *requester) response(c *conn, pk *hca.Packet) {
 	r.complete(c)
 }
 
+// ghost reports, and counts, an ACK or NAK that answers nothing this QP sent: its PSN is
+// past the last request posted or, for a NAK, not past the last acknowledged (IBA
+// 9.7.5.1: a response whose PSN matches no outstanding request is discarded). One
+// cannot come from a peer that follows the protocol; it comes from one whose rq_psn
+// differs from this QP's sq_psn — set up wrong — whose duplicate ACKs and sequence NAKs,
+// taken at face value, would complete requests that never arrived or send the QP back
+// forever. Dropped, the ACK timer retries and ends in IBV_WC_RETRY_EXC_ERR; the
+// psn_mismatch pitfall names the cause.
+func (r *requester) ghost(c *conn, psn uint32, ack bool) bool {
+	last := psnAdd(r.nextPSN, psnMask)
+	if psnDiff(psn, last) <= 0 && (ack || psnDiff(psn, r.ackedPSN) > 0) {
+		return false
+	}
+	c.stats.Ghosts.Add(1)
+	if r.ghostRun++; r.ghostRun == 3 {
+		c.qp.Pitfall(hca.PitfallPSNMismatch, "3 ACKs/NAKs in a row for PSNs this QP did not send (last %#x; acknowledged to %#x, posted to %#x): the peer's rq_psn is not this QP's sq_psn",
+			psn, r.ackedPSN, last)
+	}
+	return true
+}
+
 // readOpcodeFits checks a READ response's opcode against its place in the message. A
 // READ re-requested from the middle is answered First…Last (or Only) from that point, so
 // only the end of the message is pinned.
@@ -560,7 +585,7 @@ func (r *requester) ack(c *conn, psn uint32) {
 	}
 	if progress {
 		r.retryLeft, r.rnrLeft = r.retryCnt, r.rnrRetry
-		r.rnrRun = 0
+		r.rnrRun, r.ghostRun = 0, 0
 		r.restartTimer(c)
 	}
 }
