@@ -342,7 +342,7 @@ func (i *Interface) acceptRx(id *ibcm.ID, req *ibcm.ReqParam) (*cmRx, error) {
 	err = i.initRC(qp, req.PKey)
 	if err == nil {
 		err = i.rtrRTS(qp, req.Path.MTU, req.Path.DLID, req.Path.SL, req.Path.PacketLifeTime,
-			req.QPN, req.StartingPSN, psn, req.RetryCount, req.RNRRetryCount)
+			req.QPN, psn, req.StartingPSN, req.RetryCount, req.RNRRetryCount)
 	}
 	if err != nil {
 		_ = qp.Destroy()
@@ -374,7 +374,10 @@ func (i *Interface) initRC(qp *hca.QP, pkey uint16) error {
 }
 
 // rtrRTS takes an INIT RC QP to RTR and RTS toward the peer's QP destQPN at dlid (IBA
-// 10.3.1), on a path of IB MTU mtu (the port's active MTU at most).
+// 10.3.1), on a path of IB MTU mtu (the port's active MTU at most). rqPSN is the Starting
+// PSN this side sent in its REQ or REP, sqPSN the one the peer sent: a Starting PSN is
+// what its sender's receive queue expects (Linux: ipoib_cm_req_handler's rq_psn is the
+// REP's, ib_cm takes each side's sq_psn from the message it received).
 func (i *Interface) rtrRTS(qp *hca.QP, mtu uint8, dlid uint16, sl, lifeTime uint8,
 	destQPN, rqPSN, sqPSN uint32, retry, rnrRetry uint8) error {
 	pmtu := hca.MTU(mtu)
@@ -725,7 +728,7 @@ func (i *Interface) onTxCM(tx *cmTx, path sa.Path, psn uint32, ev *ibcm.Event) {
 		}
 		rep := ev.Rep
 		if err := i.rtrRTS(tx.qp, path.MTU, path.DLID, path.SL, path.PacketLifeTime,
-			rep.QPN, rep.StartingPSN, psn, cmRetryCount, rep.RNRRetryCount); err != nil {
+			rep.QPN, psn, rep.StartingPSN, cmRetryCount, rep.RNRRetryCount); err != nil {
 			_ = tx.id.SendRej(wire.RejConsumerReject, nil, nil)
 			i.failTx(tx, err)
 			return

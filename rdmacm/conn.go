@@ -93,7 +93,6 @@ func (id *ID) Connect(p ConnParam) error {
 	if id.qp != nil {
 		qpn = id.qp.Num()
 	}
-	id.psn = rand.Uint32() & 0xFFFFFF
 	err := id.cmid.SendReq(ibcm.ReqParam{
 		ServiceID: sid, QPN: qpn, QPType: hca.QPTypeRC, StartingPSN: id.psn, PKey: id.dev.PKey,
 		Path: id.route, ResponderRes: p.ResponderResources, InitiatorDepth: p.InitiatorDepth,
@@ -187,8 +186,9 @@ func (id *ID) repReceived(c *ibcm.ID, ev *ibcm.Event) {
 	param := ConnParam{Private: ev.Private, ResponderResources: rep.ResponderRes, InitiatorDepth: rep.InitiatorDepth,
 		FlowControl: rep.FlowControl, RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPNum: rep.QPN}
 	if qp == nil {
+		// The peer's side of the connection, for InitQPAttr (rdma_init_qp_attr).
 		id.req = &ibcm.ReqParam{QPN: rep.QPN, StartingPSN: rep.StartingPSN, ResponderRes: rep.ResponderRes,
-			InitiatorDepth: rep.InitiatorDepth, RNRRetryCount: rep.RNRRetryCount}
+			InitiatorDepth: rep.InitiatorDepth, RetryCount: min(id.param.RetryCount, 7), RNRRetryCount: rep.RNRRetryCount}
 		id.mu.Unlock()
 		id.emit(&Event{Type: EventConnectResponse, Param: param})
 		return
@@ -212,24 +212,42 @@ func (id *ID) repReceived(c *ibcm.ID, ev *ibcm.Event) {
 }
 
 // connectQP takes an INIT QP to RTR and RTS toward the peer on the ID's route; mu held.
-func (id *ID) connectQP(qp *hca.QP, destQPN, rqPSN uint32, maxDestRd, maxRd, retry, rnrRetry uint8) error {
+// peerPSN is the Starting PSN of the peer's REQ or REP: the PSN this side sends first.
+func (id *ID) connectQP(qp *hca.QP, destQPN, peerPSN uint32, maxDestRd, maxRd, retry, rnrRetry uint8) error {
+	a, mask := id.rtrAttr(destQPN, maxDestRd)
+	if err := qp.Modify(&a, mask); err != nil {
+		return err
+	}
+	a, mask = id.rtsAttr(peerPSN, maxRd, retry, rnrRetry)
+	return qp.Modify(&a, mask)
+}
+
+// rtrAttr is the RTR transition toward the peer's QP destQPN on the ID's route. The
+// receive queue expects the PSN this side sent as its Starting PSN (id.psn): in a REQ
+// or REP, Starting PSN is what its sender's receive queue expects, and the other side's
+// send queue starts there — Linux's ib_cm sets each side's sq_psn from the Starting PSN
+// it received (cm_req_handler, cm_rep_handler), rdma_cm the rq_psn from its own
+// (rdma_init_qp_attr: rq_psn = seq_num), IPoIB-CM likewise (ipoib_cm_req_handler).
+// mu held.
+func (id *ID) rtrAttr(destQPN uint32, maxDestRd uint8) (hca.QPAttr, hca.QPAttrMask) {
 	r := id.route
 	mtu := hca.MTU(r.MTU)
 	if pm := id.dev.Port.ActiveMTU(); pm < mtu {
 		mtu = pm
 	}
-	a := hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: mtu, DestQPNum: destQPN, RQPSN: rqPSN,
+	a := hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: mtu, DestQPNum: destQPN, RQPSN: id.psn,
 		AHAttr:          hca.AHAttr{DLID: r.DLID, SL: r.SL, PortNum: id.dev.Port.Num(), StaticRate: 0},
 		MaxDestRdAtomic: maxDestRd}
-	mask := hca.QPAttrState | hca.QPAttrAV | hca.QPAttrPathMTU | hca.QPAttrDestQPN | hca.QPAttrRQPSN |
+	return a, hca.QPAttrState | hca.QPAttrAV | hca.QPAttrPathMTU | hca.QPAttrDestQPN | hca.QPAttrRQPSN |
 		hca.QPAttrMaxDestRdAtomic | hca.QPAttrMinRNRTimer
-	if err := qp.Modify(&a, mask); err != nil {
-		return err
-	}
-	a = hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: id.psn, Timeout: min(r.PacketLifeTime+1, 31),
+}
+
+// rtsAttr is the RTS transition: the send queue starts at the peer's Starting PSN; mu held.
+func (id *ID) rtsAttr(peerPSN uint32, maxRd, retry, rnrRetry uint8) (hca.QPAttr, hca.QPAttrMask) {
+	a := hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: peerPSN, Timeout: min(id.route.PacketLifeTime+1, 31),
 		RetryCnt: retry, RNRRetry: rnrRetry, MaxRdAtomic: maxRd}
-	return qp.Modify(&a, hca.QPAttrState|hca.QPAttrSQPSN|hca.QPAttrTimeout|hca.QPAttrRetryCnt|
-		hca.QPAttrRNRRetry|hca.QPAttrMaxQPRdAtomic)
+	return a, hca.QPAttrState | hca.QPAttrSQPSN | hca.QPAttrTimeout | hca.QPAttrRetryCnt |
+		hca.QPAttrRNRRetry | hca.QPAttrMaxQPRdAtomic
 }
 
 // Establish is rdma_establish: for an ID without a QP that got CONNECT_RESPONSE, it
@@ -273,7 +291,7 @@ func (id *ID) onListenCM(c *ibcm.ID, ev *ibcm.Event) {
 		return
 	}
 	n := &ID{host: id.host, ps: id.ps, qpType: id.qpType, Context: id.Context,
-		state: stConnect, src: h.dst, dst: h.src, dev: dev, cmid: c, listenID: id}
+		state: stConnect, src: h.dst, dst: h.src, dev: dev, cmid: c, listenID: id, psn: newPSN()}
 	n.ch.Store(id.ch.Load())
 	n.acked = sync.NewCond(&n.mu)
 	n.dev.PKey = ev.Req.PKey
@@ -322,7 +340,6 @@ func (id *ID) Accept(p ConnParam) error {
 		return fmt.Errorf("rdmacm: accept: %d bytes of private data, at most %d: %w", len(p.Private), MaxAcceptPrivate, syscall.EINVAL)
 	}
 	req := id.req
-	id.psn = rand.Uint32() & 0xFFFFFF
 	qpn := p.QPNum
 	if id.qp != nil {
 		qpn = id.qp.Num()

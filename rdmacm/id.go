@@ -59,8 +59,8 @@ type ID struct {
 	cmid     *ibcm.ID
 	listens  []*ibcm.ID
 	listenID *ID
-	req      *ibcm.ReqParam // passive: the REQ
-	psn      uint32
+	req      *ibcm.ReqParam // passive: the REQ; active without a QP: the REP's values
+	psn      uint32         // the Starting PSN this side sends: its receive queue's first expected PSN
 	param    ConnParam
 	dreqRcvd bool
 	// disconnected: DISCONNECTED was reported. Linux's rdma_cm reports it once, at the
@@ -87,11 +87,14 @@ func CreateID(host Host, ch *EventChannel, ctx any, ps PortSpace) (*ID, error) {
 	default:
 		return nil, fmt.Errorf("rdmacm: port space %v: %w", ps, syscall.EPROTONOSUPPORT)
 	}
-	id := &ID{host: host, ps: ps, qpType: t, Context: ctx}
+	id := &ID{host: host, ps: ps, qpType: t, Context: ctx, psn: newPSN()}
 	id.ch.Store(ch)
 	id.acked = sync.NewCond(&id.mu)
 	return id, nil
 }
+
+// newPSN is an ID's PSN, random as Linux's rdma_create_id makes seq_num (24 bits).
+func newPSN() uint32 { return rand.Uint32() & 0xFFFFFF }
 
 // Migrate is rdma_migrate_id: the ID's events go to ch from now on, with those still
 // queued on its old channel (the kernel's ucma_migrate_id moves them too); requests to a
@@ -443,6 +446,70 @@ func (id *ID) initQP(qp *hca.QP) error {
 		return err
 	}
 	return qp.Modify(&hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: rand.Uint32() & 0xFFFFFF}, hca.QPAttrState|hca.QPAttrSQPSN)
+}
+
+// InitQPAttr is rdma_init_qp_attr: the attributes, and their mask, that take a QP the
+// program made itself (not with CreateQP) to state on this ID's port and connection, as
+// Linux's rdma_init_qp_attr gives them:
+//   - before a connection exists, and always for UD (cma_ib_init_qp_attr): the ID's port,
+//     its P_Key's index, and the port space's Q_Key (UD) or no remote access (RC);
+//   - INIT on a connection (ib_cm_init_qp_attr): remote writes, and reads and atomics
+//     when the side takes any (responder resources);
+//   - RTR and RTS once the peer's REQ (passive) or REP (active, CONNECT_RESPONSE) is in:
+//     the path, the peer's QP, the PSNs and the RDMA READ depths both sides agreed.
+//
+// On a connection, RTR/RTS before the peer's message and other states are EINVAL.
+func (id *ID) InitQPAttr(state hca.QPState) (hca.QPAttr, hca.QPAttrMask, error) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	fail := func() (hca.QPAttr, hca.QPAttrMask, error) {
+		return hca.QPAttr{}, 0, fmt.Errorf("rdmacm: init_qp_attr %v: %w", state, syscall.EINVAL)
+	}
+	if id.dev.Port == nil {
+		return fail()
+	}
+	idx := id.dev.Port.FindPKey(id.dev.PKey)
+	if idx < 0 {
+		return hca.QPAttr{}, 0, fmt.Errorf("rdmacm: P_Key %#04x not in the port's table: %w", id.dev.PKey, syscall.EINVAL)
+	}
+	base := hca.QPAttr{QPState: state, PKeyIndex: uint16(idx), PortNum: id.dev.Port.Num()}
+	baseMask := hca.QPAttrState | hca.QPAttrPKeyIndex | hca.QPAttrPort
+	if id.qpType == hca.QPTypeUD || id.cmid == nil {
+		if id.qpType == hca.QPTypeUD {
+			base.QKey = UDPQKey
+			baseMask |= hca.QPAttrQKey
+		} else {
+			baseMask |= hca.QPAttrAccessFlags
+		}
+		base.RQPSN = id.psn // as Linux, whatever the state; the mask leaves it out
+		return base, baseMask, nil
+	}
+	peer := id.req
+	switch state {
+	case hca.QPStateInit:
+		resp := id.param.ResponderResources
+		if peer != nil {
+			resp = peer.InitiatorDepth
+		}
+		base.QPAccessFlags = hca.AccessRemoteWrite
+		if resp > 0 {
+			base.QPAccessFlags |= hca.AccessRemoteRead | hca.AccessRemoteAtomic
+		}
+		return base, baseMask | hca.QPAttrAccessFlags, nil
+	case hca.QPStateRTR:
+		if peer == nil {
+			return fail()
+		}
+		a, mask := id.rtrAttr(peer.QPN, peer.InitiatorDepth)
+		return a, mask, nil
+	case hca.QPStateRTS:
+		if peer == nil {
+			return fail()
+		}
+		a, mask := id.rtsAttr(peer.StartingPSN, peer.ResponderRes, peer.RetryCount, peer.RNRRetryCount)
+		return a, mask, nil
+	}
+	return fail()
 }
 
 // DestroyQP is rdma_destroy_qp.
