@@ -94,6 +94,35 @@ func TestGetaddrinfoHints(t *testing.T) {
 	}
 }
 
+// TestInitQPAttr runs testdata/init_qp_attr.c: both sides make their own QPs and take
+// them to RTS with rdma_init_qp_attr (ENOSYS before), with the masks Linux gives (INIT:
+// state, access, P_Key index, port; RTR: address vector, path MTU, destination QP, RQ PSN,
+// READ depth, RNR timer; RTS: SQ PSN, timeout, retries, READ depth), and a SEND goes each way.
+func TestInitQPAttr(t *testing.T) {
+	requireTools(t, "gcc")
+	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
+		t.Skip("librdmacm's headers are missing (librdmacm-dev)")
+	}
+	fb := startFabric(t)
+	bin := filepath.Join(t.TempDir(), "init_qp_attr")
+	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, "testdata/init_qp_attr.c", "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
+		t.Skipf("cannot build testdata/init_qp_attr.c: %v\n%s", err, out)
+	}
+	port := freePort(t)
+	sout, cout := fb.pair(t, []string{bin, "-s", "10.10.0.2", port}, []string{bin, "10.10.0.2", port})
+	for _, c := range []struct{ out, want string }{
+		{sout, "INIT mask 0x39\n"}, {sout, "RTR mask 0x129181\n"}, {sout, "RTS mask 0x12e01\n"},
+		{sout, "received hello server\n"}, {sout, "server done\n"},
+		{cout, "INIT (before the connection) mask 0x39\n"}, {cout, "RTR mask 0x129181\n"},
+		{cout, "received hello client\n"}, {cout, "client done\n"},
+	} {
+		if !strings.Contains(c.out, c.want) {
+			t.Errorf("no %q in\nserver:\n%s\nclient:\n%s", c.want, sout, cout)
+			break
+		}
+	}
+}
+
 // TestFiPingpong runs libfabric's fi_pingpong (libfabric-bin) on 127.0.0.1 with the verbs
 // provider's message endpoints — its listening ID moves to the endpoint's event channel
 // (rdma_migrate_id), the connection goes through the HCA — and with reliable datagram

@@ -25,6 +25,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/rdmacm"
 )
 
@@ -502,6 +503,23 @@ func pibcm_establish(h C.uint64_t) C.int {
 		return einval
 	}
 	return cmErr(id.Establish())
+}
+
+//export pibcm_init_qp_attr
+func pibcm_init_qp_attr(h C.uint64_t, a *C.struct_ibv_qp_attr, mask *C.int) C.int {
+	id := cmGet(h)
+	if id == nil || a == nil || mask == nil {
+		return einval
+	}
+	q, m, err := id.InitQPAttr(hca.QPState(a.qp_state))
+	if err != nil {
+		return cmErr(err)
+	}
+	// Every field, zero where the mask has none, as the kernel's ucma copies its answer.
+	*a = C.struct_ibv_qp_attr{}
+	qpAttrToC(&q, a)
+	*mask = C.int(m)
+	return 0
 }
 
 //export pibcm_mcast

@@ -61,6 +61,7 @@ int pibcm_accept(uint64_t id, struct pib_cm_param *p);
 int pibcm_reject(uint64_t id, void *priv, int len);
 int pibcm_disconnect(uint64_t id);
 int pibcm_establish(uint64_t id);
+int pibcm_init_qp_attr(uint64_t id, struct ibv_qp_attr *attr, int *mask);
 int pibcm_mcast(uint64_t id, struct sockaddr *a, int join);
 void pibcm_destroy_qp(uint64_t id);
 // pib_cm_create_qp is ibv_create_qp through the rdma_cm ID id (rdma_create_qp).

@@ -951,33 +951,35 @@ func pibgo_query_qp(h C.uint64_t, a *C.struct_ibv_qp_attr, init *C.struct_ibv_qp
 		return einval
 	}
 	q, ia := o.qp.Query()
-	a.qp_state, a.cur_qp_state = C.enum_ibv_qp_state(q.QPState), C.enum_ibv_qp_state(q.QPState)
-	a.path_mtu, a.path_mig_state = C.enum_ibv_mtu(q.PathMTU), C.enum_ibv_mig_state(q.PathMigState)
-	a.qkey, a.rq_psn, a.sq_psn, a.dest_qp_num = C.uint32_t(q.QKey), C.uint32_t(q.RQPSN), C.uint32_t(q.SQPSN), C.uint32_t(q.DestQPNum)
-	a.qp_access_flags = C.uint(q.QPAccessFlags)
-	c := ia.Cap
-	a.cap.max_send_wr, a.cap.max_recv_wr = C.uint32_t(c.MaxSendWR), C.uint32_t(c.MaxRecvWR)
-	a.cap.max_send_sge, a.cap.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
-	a.cap.max_inline_data = C.uint32_t(c.MaxInlineData)
+	q.Cap = ia.Cap
+	qpAttrToC(&q, a)
+	a.cur_qp_state = a.qp_state
 	init.cap = a.cap
 	init.sq_sig_all = 0
 	if ia.SQSigAll {
 		init.sq_sig_all = 1
 	}
+	return 0
+}
+
+// qpAttrToC fills the fields of a that q has (ibv_query_qp, rdma_init_qp_attr).
+func qpAttrToC(q *hca.QPAttr, a *C.struct_ibv_qp_attr) {
+	a.qp_state, a.cur_qp_state = C.enum_ibv_qp_state(q.QPState), C.enum_ibv_qp_state(q.CurQPState)
+	a.path_mtu, a.path_mig_state = C.enum_ibv_mtu(q.PathMTU), C.enum_ibv_mig_state(q.PathMigState)
+	a.qkey, a.rq_psn, a.sq_psn, a.dest_qp_num = C.uint32_t(q.QKey), C.uint32_t(q.RQPSN), C.uint32_t(q.SQPSN), C.uint32_t(q.DestQPNum)
+	a.qp_access_flags = C.uint(q.QPAccessFlags)
+	c := q.Cap
+	a.cap.max_send_wr, a.cap.max_recv_wr = C.uint32_t(c.MaxSendWR), C.uint32_t(c.MaxRecvWR)
+	a.cap.max_send_sge, a.cap.max_recv_sge = C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE)
+	a.cap.max_inline_data = C.uint32_t(c.MaxInlineData)
 	ahAttrToC(&q.AHAttr, &a.ah_attr)
 	ahAttrToC(&q.AltAHAttr, &a.alt_ah_attr)
 	a.pkey_index, a.alt_pkey_index = C.uint16_t(q.PKeyIndex), C.uint16_t(q.AltPKeyIndex)
-	if q.EnSQDAsyncNotify {
-		a.en_sqd_async_notify = 1
-	}
-	if q.SQDraining {
-		a.sq_draining = 1
-	}
+	a.en_sqd_async_notify, a.sq_draining = b2c(q.EnSQDAsyncNotify), b2c(q.SQDraining)
 	a.max_rd_atomic, a.max_dest_rd_atomic = C.uint8_t(q.MaxRdAtomic), C.uint8_t(q.MaxDestRdAtomic)
 	a.min_rnr_timer, a.port_num, a.timeout = C.uint8_t(q.MinRNRTimer), C.uint8_t(q.PortNum), C.uint8_t(q.Timeout)
 	a.retry_cnt, a.rnr_retry = C.uint8_t(q.RetryCnt), C.uint8_t(q.RNRRetry)
 	a.alt_port_num, a.alt_timeout = C.uint8_t(q.AltPortNum), C.uint8_t(q.AltTimeout)
-	return 0
 }
 
 //export pibgo_destroy_qp

@@ -654,12 +654,11 @@ EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 	return fail(pibcm_mcast(ID(id)->h, addr, 0));
 }
 
+// rdma_init_qp_attr: the attributes that take a QP the program made itself to
+// attr->qp_state on the ID's connection (Linux's rdma_init_qp_attr; rdmacm.ID.InitQPAttr).
 EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask)
 {
-	(void)id;
-	(void)attr;
-	(void)mask;
-	return fail(ENOSYS);
+	return fail(pibcm_init_qp_attr(ID(id)->h, attr, mask));
 }
 
 EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
