@@ -113,7 +113,9 @@ func TestInitQPAttr(t *testing.T) {
 	for _, c := range []struct{ out, want string }{
 		{sout, "INIT mask 0x39\n"}, {sout, "RTR mask 0x129181\n"}, {sout, "RTS mask 0x12e01\n"},
 		{sout, "received hello server\n"}, {sout, "server done\n"},
+		{sout, "RTS timeout 19\n"}, // the path's: packet lifetime 18, + 1
 		{cout, "INIT (before the connection) mask 0x39\n"}, {cout, "RTR mask 0x129181\n"},
+		{cout, "RTS timeout 12\n"}, // rdma_set_option's
 		{cout, "received hello client\n"}, {cout, "client done\n"},
 	} {
 		if !strings.Contains(c.out, c.want) {

@@ -246,6 +246,9 @@ func (id *ID) rtrAttr(destQPN uint32, maxDestRd uint8) (hca.QPAttr, hca.QPAttrMa
 func (id *ID) rtsAttr(peerPSN uint32, maxRd, retry, rnrRetry uint8) (hca.QPAttr, hca.QPAttrMask) {
 	a := hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: peerPSN, Timeout: min(id.route.PacketLifeTime+1, 31),
 		RetryCnt: retry, RNRRetry: rnrRetry, MaxRdAtomic: maxRd}
+	if id.ackTimeoutSet {
+		a.Timeout = id.ackTimeout // as Linux's rdma_init_qp_attr
+	}
 	return a, hca.QPAttrState | hca.QPAttrSQPSN | hca.QPAttrTimeout | hca.QPAttrRetryCnt |
 		hca.QPAttrRNRRetry | hca.QPAttrMaxQPRdAtomic
 }

@@ -61,8 +61,12 @@ type ID struct {
 	listenID *ID
 	req      *ibcm.ReqParam // passive: the REQ; active without a QP: the REP's values
 	psn      uint32         // the Starting PSN this side sends: its receive queue's first expected PSN
-	param    ConnParam
-	dreqRcvd bool
+	// ackTimeout, if ackTimeoutSet, is the RC QP's local ACK timeout (rdma_set_option's
+	// RDMA_OPTION_ID_ACK_TIMEOUT) in place of the one the path gives.
+	ackTimeout    uint8
+	ackTimeoutSet bool
+	param         ConnParam
+	dreqRcvd      bool
 	// disconnected: DISCONNECTED was reported. Linux's rdma_cm reports it once, at the
 	// first DREQ, DREP or DREQ timeout (cma_ib_handler's CONNECT → DISCONNECT exchange),
 	// whether or not the user had called rdma_disconnect before.
@@ -510,6 +514,20 @@ func (id *ID) InitQPAttr(state hca.QPState) (hca.QPAttr, hca.QPAttrMask, error) 
 		return a, mask, nil
 	}
 	return fail()
+}
+
+// SetAckTimeout is rdma_set_option's RDMA_OPTION_ID_ACK_TIMEOUT (Linux's
+// rdma_set_ack_timeout): the local ACK timeout (4.096 µs × 2^t, IBA 9.7.6.1.3) that RTS
+// gives the ID's RC QP from now on, in place of the one derived from the path's packet
+// lifetime; EINVAL for another QP type or t above 31.
+func (id *ID) SetAckTimeout(t uint8) error {
+	if id.qpType != hca.QPTypeRC || t > 31 {
+		return fmt.Errorf("rdmacm: set ack timeout %d: %w", t, syscall.EINVAL)
+	}
+	id.mu.Lock()
+	id.ackTimeout, id.ackTimeoutSet = t, true
+	id.mu.Unlock()
+	return nil
 }
 
 // DestroyQP is rdma_destroy_qp.

@@ -113,8 +113,8 @@ func TestStartingPSNAsLinux(t *testing.T) {
 
 // TestInitQPAttr: both sides make their own QPs and take them through INIT, RTR and RTS
 // with InitQPAttr (rdma_init_qp_attr) — the passive side at CONNECT_REQUEST before it
-// accepts with its QP number, the active side at CONNECT_RESPONSE before Establish —
-// and messages and an RDMA READ cross the connection.
+// accepts with its QP number, the active side at CONNECT_RESPONSE before Establish, with
+// its ACK timeout set (rdma_set_option) — and messages and an RDMA READ cross.
 func TestInitQPAttr(t *testing.T) {
 	h := newTestHost(t, 2)
 	sch := rdmacm.CreateEventChannel()
@@ -164,14 +164,18 @@ func TestInitQPAttr(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if err := cid.SetAckTimeout(12); err != nil {
+		t.Fatal(err)
+	}
 	getEvent(t, cch, rdmacm.EventConnectResponse).Ack()
 	move(cid, cqp, hca.QPStateInit, hca.QPStateRTR, hca.QPStateRTS) // INIT → INIT: the connection's access
 	if err := cid.Establish(); err != nil {
 		t.Fatal(err)
 	}
 	getEvent(t, sch, rdmacm.EventEstablished).Ack()
-	if a, _ := cqp.Query(); a.QPAccessFlags&hca.AccessRemoteRead == 0 || a.MaxRdAtomic != 2 || a.MaxDestRdAtomic != 2 {
-		t.Errorf("client QP: access %v, max_rd_atomic %d, max_dest_rd_atomic %d; want remote read, 2, 2", a.QPAccessFlags, a.MaxRdAtomic, a.MaxDestRdAtomic)
+	if a, _ := cqp.Query(); a.QPAccessFlags&hca.AccessRemoteRead == 0 || a.MaxRdAtomic != 2 || a.MaxDestRdAtomic != 2 || a.Timeout != 12 {
+		t.Errorf("client QP: access %v, max_rd_atomic %d, max_dest_rd_atomic %d, timeout %d; want remote read, 2, 2, 12 (SetAckTimeout)",
+			a.QPAccessFlags, a.MaxRdAtomic, a.MaxDestRdAtomic, a.Timeout)
 	}
 	exchange(t, ce, se, cqp, sqp)
 
@@ -191,6 +195,9 @@ func TestInitQPAttr(t *testing.T) {
 	}
 	if err := uid.BindAddr(netip.AddrPortFrom(h.addr(0), 0)); err != nil {
 		t.Fatal(err)
+	}
+	if err := uid.SetAckTimeout(12); err == nil {
+		t.Error("SetAckTimeout on a UD ID: no error")
 	}
 	a, mask, err := uid.InitQPAttr(hca.QPStateInit)
 	if err != nil || a.QKey != rdmacm.UDPQKey || a.PortNum != 1 || mask&hca.QPAttrQKey == 0 {

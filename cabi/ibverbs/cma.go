@@ -522,6 +522,15 @@ func pibcm_init_qp_attr(h C.uint64_t, a *C.struct_ibv_qp_attr, mask *C.int) C.in
 	return 0
 }
 
+//export pibcm_set_ack_timeout
+func pibcm_set_ack_timeout(h C.uint64_t, t C.uint8_t) C.int {
+	id := cmGet(h)
+	if id == nil {
+		return einval
+	}
+	return cmErr(id.SetAckTimeout(uint8(t)))
+}
+
 //export pibcm_mcast
 func pibcm_mcast(h C.uint64_t, sa *C.struct_sockaddr, join C.int) C.int {
 	id := cmGet(h)

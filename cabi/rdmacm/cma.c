@@ -6,7 +6,7 @@
 // library's, so the program's own ibv_* calls work on them.
 //
 // Built by scripts/build-libs.sh. What has no meaning here is accepted and ignored:
-// rdma_set_option (TOS, REUSEADDR, AFONLY, ACK timeout, path records...), rdma_notify.
+// rdma_set_option's TOS, REUSEADDR, AFONLY and IB path records, rdma_notify.
 // rsockets (r*) fail with ENOSYS except rpoll, which is poll(2).
 #define _GNU_SOURCE
 #include <errno.h>
@@ -565,16 +565,30 @@ EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 	return 0;
 }
 
+// rdma_set_option checks each option's size as the kernel's ucma_set_option does. The ACK
+// timeout goes to the ID's RC QP at RTS (rdma_create_qp's and rdma_init_qp_attr's); TOS,
+// REUSEADDR, AFONLY and IB path records are accepted and change nothing (one fabric, one
+// path, no TCP-style TIME_WAIT for a port). Other options: ENOSYS, as the kernel's.
 EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
-	// TOS, REUSEADDR, AFONLY, IB path records, ACK timeout, min RNR timer: accepted and
-	// ignored (one fabric, one path, no TCP-style TIME_WAIT for the port).
-	(void)id;
-	(void)level;
-	(void)optname;
-	(void)optval;
-	(void)optlen;
-	return 0;
+	if (!id || !optval)
+		return fail(EINVAL);
+	if (level == RDMA_OPTION_ID) {
+		switch (optname) {
+		case RDMA_OPTION_ID_TOS:
+			return fail(optlen == sizeof(uint8_t) ? 0 : EINVAL);
+		case RDMA_OPTION_ID_REUSEADDR:
+		case RDMA_OPTION_ID_AFONLY:
+			return fail(optlen == sizeof(int) ? 0 : EINVAL);
+		case RDMA_OPTION_ID_ACK_TIMEOUT:
+			if (optlen != sizeof(uint8_t))
+				return fail(EINVAL);
+			return fail(pibcm_set_ack_timeout(ID(id)->h, *(uint8_t *)optval));
+		}
+	} else if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH) {
+		return fail(optlen && optlen % sizeof(struct ibv_path_data) == 0 ? 0 : EINVAL);
+	}
+	return fail(ENOSYS);
 }
 
 // rdma_migrate_id moves the ID, its queued events with it, to channel ch; no channel makes

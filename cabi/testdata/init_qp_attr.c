@@ -1,10 +1,12 @@
 // init_qp_attr: an rdma_cm connection whose QPs the program makes itself (ibv_create_qp,
 // not rdma_create_qp) and takes through INIT, RTR and RTS with rdma_init_qp_attr — the
 // passive side at CONNECT_REQUEST before rdma_accept, the active side at CONNECT_RESPONSE
-// before rdma_establish — then a SEND each way.
+// before rdma_establish — then a SEND each way. The client sets its ACK timeout with
+// rdma_set_option first.
 //
 //   init_qp_attr -s ADDR PORT     server
 //   init_qp_attr ADDR PORT        client
+#include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +68,8 @@ static void move(struct rdma_cm_id *id, struct side *s, enum ibv_qp_state state,
 		exit(1);
 	}
 	printf("%s mask %#x\n", name, mask);
+	if (state == IBV_QPS_RTS)
+		printf("%s timeout %u\n", name, attr.timeout);
 }
 
 static void post_recv(struct side *s)
@@ -147,6 +151,17 @@ int main(int argc, char **argv)
 		rdma_ack_cm_event(wait_event(ch, RDMA_CM_EVENT_DISCONNECTED));
 		printf("server done\n");
 		return 0;
+	}
+	// The client's QP gets ACK timeout 12 (rdma_set_option, as Linux's rdma_set_ack_timeout);
+	// a wrong size is EINVAL, an unknown option ENOSYS.
+	uint8_t timeout = 12;
+	int wide = 12;
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout))
+		die("rdma_set_option ACK_TIMEOUT");
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &wide, sizeof wide) == 0 || errno != EINVAL ||
+	    rdma_set_option(id, RDMA_OPTION_ID, 99, &timeout, sizeof timeout) == 0 || errno != ENOSYS) {
+		fprintf(stderr, "rdma_set_option: a wrong size or an unknown option was not refused\n");
+		return 1;
 	}
 	if (rdma_resolve_addr(id, NULL, ai->ai_dst_addr, 2000))
 		die("rdma_resolve_addr");
