@@ -74,20 +74,28 @@ func tail(s string) string {
 	return s
 }
 
+// buildCMProgram compiles testdata/NAME.c against the system's librdmacm headers (the
+// test runs it on pibgw's libraries), or skips the test without gcc or the headers.
+func buildCMProgram(t *testing.T, name string) string {
+	t.Helper()
+	requireTools(t, "gcc")
+	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
+		t.Skip("librdmacm's headers are missing (librdmacm-dev)")
+	}
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, "testdata/"+name+".c", "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
+		t.Skipf("cannot build testdata/%s.c: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
 // TestGetaddrinfoHints: a passive rdma_getaddrinfo with neither node nor service binds to
 // the hints' source address, and the endpoint made from it has that address's device, as
 // with rdma-core (it used to bind the wildcard: no device, and libfabric's verbs provider
 // found none).
 func TestGetaddrinfoHints(t *testing.T) {
-	requireTools(t, "gcc")
-	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
-		t.Skip("librdmacm's headers are missing (librdmacm-dev)")
-	}
 	fb := startFabric(t)
-	bin := filepath.Join(t.TempDir(), "getaddrinfo_check")
-	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, "testdata/getaddrinfo_check.c", "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
-		t.Skipf("cannot build testdata/getaddrinfo_check.c: %v\n%s", err, out)
-	}
+	bin := buildCMProgram(t, "getaddrinfo_check")
 	out := fb.run(t, bin, "10.10.0.2")
 	if !strings.Contains(out, "source 10.10.0.2\n") || !strings.Contains(out, "device pib_1\n") {
 		t.Errorf("getaddrinfo_check 10.10.0.2:\n%s", out)
@@ -99,15 +107,8 @@ func TestGetaddrinfoHints(t *testing.T) {
 // state, access, P_Key index, port; RTR: address vector, path MTU, destination QP, RQ PSN,
 // READ depth, RNR timer; RTS: SQ PSN, timeout, retries, READ depth), and a SEND goes each way.
 func TestInitQPAttr(t *testing.T) {
-	requireTools(t, "gcc")
-	if _, err := os.Stat("/usr/include/rdma/rdma_cma.h"); err != nil {
-		t.Skip("librdmacm's headers are missing (librdmacm-dev)")
-	}
 	fb := startFabric(t)
-	bin := filepath.Join(t.TempDir(), "init_qp_attr")
-	if out, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", bin, "testdata/init_qp_attr.c", "-lrdmacm", "-libverbs").CombinedOutput(); err != nil {
-		t.Skipf("cannot build testdata/init_qp_attr.c: %v\n%s", err, out)
-	}
+	bin := buildCMProgram(t, "init_qp_attr")
 	port := freePort(t)
 	sout, cout := fb.pair(t, []string{bin, "-s", "10.10.0.2", port}, []string{bin, "10.10.0.2", port})
 	for _, c := range []struct{ out, want string }{

@@ -3,7 +3,9 @@
 #
 #   libibverbs.so.1   libibverbs for unmodified programs (ibv_devinfo, the pingpongs,
 #                     perftest): their verbs run on a pibgw daemon's HCAs through the
-#                     attach socket ($PIBGW_ATTACH, else /run/pibgw/attach.sock)
+#                     attach socket ($PIBGW_ATTACH, else /run/pibgw/attach.sock); C
+#                     (cabi/libibverbs) over its Go side, libpibgw_verbs.so (cabi/ibverbs),
+#                     loaded at the first verb
 #   librdmacm.so.1    librdmacm for unmodified rdma_cm programs (rping, ucmatose, udaddy,
 #                     rdma_server/rdma_client): plain C over libibverbs.so.1 above, which
 #                     runs their rdma_cm calls (package rdmacm) in its Go runtime
@@ -27,13 +29,24 @@ if [[ ! -f /usr/include/infiniband/verbs.h ]]; then
 fi
 
 cd "$root"
-src=cabi/ibverbs
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The Go side (package cabi/ibverbs) is its own library, which libibverbs.so.1 loads at
+# the first call that needs it (cabi/libibverbs/lazy.c), so that a program that forks
+# before its first verb has children that can use verbs. -Bsymbolic: it binds its own
+# functions, which libibverbs.so.1's wrappers share the names of.
 CGO_ENABLED=1 go build -tags pibgw_cabi -buildmode=c-shared -trimpath \
-	-ldflags "-s -extldflags '-Wl,--version-script=$root/$src/libibverbs.map -Wl,-soname,libibverbs.so.1'" \
-	-o "$out/libibverbs.so.1" "./$src"
-rm -f "$out/libibverbs.so.h" "$out/libibverbs.h"
+	-ldflags "-s -extldflags '-Wl,-soname,libpibgw_verbs.so -Wl,-Bsymbolic'" \
+	-o "$out/libpibgw_verbs.so" ./cabi/ibverbs
+mv "$out/libpibgw_verbs.h" "$tmp/pibgw_go.h"
+awk -f cabi/libibverbs/lazy.awk "$tmp/pibgw_go.h" > "$tmp/lazy_gen.c"
+src=cabi/libibverbs
+gcc -shared -fPIC -O2 -Wall -Wno-unused-parameter -Wno-unused-function -fvisibility=hidden \
+	-I"$tmp" -Icabi/ibverbs -o "$out/libibverbs.so.1" \
+	"$src/pib.c" "$src/misc.c" "$src/lazy.c" "$tmp/lazy_gen.c" \
+	-Wl,--version-script="$src/libibverbs.map" -Wl,-soname,libibverbs.so.1 -Wl,--no-undefined -ldl -lpthread
 ln -sf libibverbs.so.1 "$out/libibverbs.so"
-echo "built $out/libibverbs.so.1"
+echo "built $out/libibverbs.so.1 (and its Go side, libpibgw_verbs.so)"
 
 if [[ ! -f /usr/include/rdma/rdma_cma.h ]]; then
 	echo "build-libs.sh: /usr/include/rdma/rdma_cma.h is missing (Debian: apt-get install librdmacm-dev): librdmacm.so.1 not built" >&2

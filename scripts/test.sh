@@ -46,6 +46,7 @@ TOOLS=(
 	"mpirun openmpi-bin"
 	"mpicc libopenmpi-dev"
 	"fi_pingpong libfabric-bin"
+	"qperf qperf"
 )
 # Fuzz targets: package and function.
 FUZZ=(

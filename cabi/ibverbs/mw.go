@@ -2,9 +2,9 @@
 
 package main
 
-// Memory windows and region reregistration for pib.c: ibv_alloc_mw, ibv_dealloc_mw and
-// ibv_bind_mw (inline in verbs.h, through context->ops), ibv_rereg_mr, and the window of
-// an IBV_WR_BIND_MW work request.
+// Memory windows and region reregistration for ../libibverbs/pib.c: ibv_alloc_mw,
+// ibv_dealloc_mw and ibv_bind_mw (inline in verbs.h, through context->ops), ibv_rereg_mr,
+// and the window of an IBV_WR_BIND_MW work request.
 
 /*
 #include "pib.h"

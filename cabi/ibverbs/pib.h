@@ -1,5 +1,5 @@
-// Shared between the C side (pib.c, stubs.c) and the Go side (verbs.go) of pibgw's
-// libibverbs.so.1. The verbs objects a program sees are C memory allocated here; each
+// Shared between the C side (../libibverbs: pib.c, misc.c) and the Go side (verbs.go) of
+// pibgw's libibverbs.so.1. The verbs objects a program sees are C memory allocated here; each
 // carries the handle of its Go object (h), never a Go pointer.
 #ifndef PIB_H
 #define PIB_H

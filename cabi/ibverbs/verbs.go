@@ -1,12 +1,14 @@
 //go:build pibgw_cabi
 
-// Command ibverbs is pibgw's libibverbs.so.1: built with -buildmode=c-shared (see
-// scripts/build-libs.sh), it stands in for rdma-core's library so that unmodified
-// libibverbs programs (ibv_devinfo, the pingpongs, perftest) run their verbs on the
-// HCAs of a pibgw daemon through the attach channel, with no kernel module.
+// Command ibverbs is the Go side of pibgw's libibverbs.so.1: built with
+// -buildmode=c-shared as libpibgw_verbs.so (see scripts/build-libs.sh), it stands, with
+// the C library over it, in for rdma-core's library so that unmodified libibverbs
+// programs (ibv_devinfo, the pingpongs, perftest, qperf) run their verbs on the HCAs of a
+// pibgw daemon through the attach channel, with no kernel module.
 //
-// The C side (pib.c, misc.c) has the API with rdma-core's structure layouts and symbol
-// versions; it calls the pibgo_* functions here, which run the verbs on the attach
+// The C side (../libibverbs: pib.c, misc.c) has the API with rdma-core's structure layouts
+// and symbol versions; it loads this library at its first verb (lazy.c) and calls the
+// pibgo_* functions here, which run the verbs on the attach
 // session's mirror devices (package hca). C memory holds no Go pointers: every object a
 // program sees carries the handle of its Go object from the tables below.
 //

@@ -2,7 +2,7 @@
 
 package main
 
-// XRC for pib.c (IBA Annex A14): ibv_open_xrcd/ibv_close_xrcd, XRC SRQs
+// XRC for ../libibverbs/pib.c (IBA Annex A14): ibv_open_xrcd/ibv_close_xrcd, XRC SRQs
 // (ibv_create_srq_ex with IBV_SRQT_XRC), ibv_get_srq_num, and the domain of an XRC
 // receive QP (pibgo_create_qp).
 

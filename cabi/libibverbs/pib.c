@@ -1,5 +1,6 @@
 // The C side of pibgw's libibverbs.so.1: the libibverbs API (symbols and versions from
-// rdma-core's libibverbs.map, see libibverbs.map here) over the Go verbs in verbs.go. The
+// rdma-core's libibverbs.map, see libibverbs.map here) over the Go verbs in
+// ../ibverbs/verbs.go, whose library lazy.c loads at the first call that needs it. The
 // objects programs see are allocated here with the real layouts of <infiniband/verbs.h>;
 // the inline data path (ibv_post_send, ibv_poll_cq, …) reaches Go through context->ops,
 // the extended verbs through struct verbs_context and struct ibv_qp_ex.
@@ -16,7 +17,7 @@
 #include <sys/stat.h>
 
 #include "pib.h"
-#include "_cgo_export.h"
+#include "pibgw_go.h" // the Go library's functions (build-libs.sh: cgo's header)
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -26,13 +27,17 @@
 // ---- fork -------------------------------------------------------------------------------
 
 // The Go runtime behind this library runs threads of its own, and fork(2) copies only the
-// calling thread: in a child of a process that loaded the library the runtime cannot run
-// (a call waits forever for a goroutine whose thread is gone). A child that exec()s starts
-// afresh and is fine; one that goes on to use verbs or rdma_cm gets ENOSYS and one line
-// on stderr instead of hanging. (qperf's server forks for each client.)
+// calling thread: in a child of a process that had loaded the Go side (lazy.c: at its
+// first verb) the runtime cannot run (a call waits forever for a goroutine whose thread is
+// gone). A child that exec()s starts afresh and is fine, and so is the child of a process
+// that forked before its first verb (it loads its own: qperf's server forks for each
+// client); one that inherited a runtime and goes on to use verbs or rdma_cm gets ENOSYS
+// and one line on stderr instead of hanging.
 static volatile int forked;
 
-static void atfork_child(void) { forked = 1; }
+int pib_go_loaded(void);
+
+static void atfork_child(void) { forked = pib_go_loaded(); }
 
 __attribute__((constructor)) static void init_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
 
@@ -45,9 +50,9 @@ EXPORT int pibcm_forked(void)
 		return 0;
 	if (!said) {
 		said = 1;
-		fprintf(stderr, "libibverbs (pibgw): this process was forked from one that had loaded pibgw's "
-				"library, whose Go runtime does not survive fork(2); exec a program instead "
-				"(or fork before loading the library)\n");
+		fprintf(stderr, "libibverbs (pibgw): this process was forked from one that had used verbs or "
+				"rdma_cm, whose Go runtime does not survive fork(2); exec a program instead "
+				"(or fork before the first verb)\n");
 	}
 	errno = ENOSYS;
 	return -1;
