@@ -423,7 +423,10 @@ func (r *responder) keep(x rdRes) {
 // rnr answers a request that needs a receive WQE when none is posted (IBA 9.7.5.2.8).
 func (r *responder) rnr(c *conn, psn uint32) {
 	if c.uc {
-		r.ePSN = psnAdd(psn, 1) // UC drops the message
+		// UC drops the message whole (IBA 9.8.3): its Middle and Last packets too, until
+		// the next First or Only.
+		r.ePSN = psnAdd(psn, 1)
+		r.ucSkip = true
 		return
 	}
 	r.push(out{kind: outAck, psn: psn, synd: wire.SyndromeRNR(r.minRNR), msn: r.msn})
