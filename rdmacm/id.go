@@ -427,16 +427,11 @@ func (id *ID) CreateQP(pd *hca.PD, attr hca.QPInitAttr) (*hca.QP, error) {
 
 // initQP moves a new QP to INIT (UD: through RTR to RTS) on the ID's port and P_Key.
 func (id *ID) initQP(qp *hca.QP) error {
-	idx := id.dev.Port.FindPKey(id.dev.PKey)
-	if idx < 0 {
-		return fmt.Errorf("rdmacm: P_Key %#04x not in the port's table: %w", id.dev.PKey, syscall.EINVAL)
+	a, mask, err := id.portAttr(hca.QPStateInit)
+	if err != nil {
+		return err
 	}
-	a := hca.QPAttr{QPState: hca.QPStateInit, PKeyIndex: uint16(idx), PortNum: id.dev.Port.Num()}
-	mask := hca.QPAttrState | hca.QPAttrPKeyIndex | hca.QPAttrPort
-	if id.qpType == hca.QPTypeUD {
-		a.QKey = UDPQKey
-		mask |= hca.QPAttrQKey
-	} else {
+	if id.qpType != hca.QPTypeUD {
 		a.QPAccessFlags = hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic
 		mask |= hca.QPAttrAccessFlags
 	}
@@ -450,6 +445,22 @@ func (id *ID) initQP(qp *hca.QP) error {
 		return err
 	}
 	return qp.Modify(&hca.QPAttr{QPState: hca.QPStateRTS, SQPSN: rand.Uint32() & 0xFFFFFF}, hca.QPAttrState|hca.QPAttrSQPSN)
+}
+
+// portAttr is a transition to state on the ID's port and P_Key — the port, the P_Key's
+// index and, for UD, the port space's Q_Key (Linux's cma_ib_init_qp_attr); mu held.
+func (id *ID) portAttr(state hca.QPState) (hca.QPAttr, hca.QPAttrMask, error) {
+	idx := id.dev.Port.FindPKey(id.dev.PKey)
+	if idx < 0 {
+		return hca.QPAttr{}, 0, fmt.Errorf("rdmacm: P_Key %#04x not in the port's table: %w", id.dev.PKey, syscall.EINVAL)
+	}
+	a := hca.QPAttr{QPState: state, PKeyIndex: uint16(idx), PortNum: id.dev.Port.Num()}
+	mask := hca.QPAttrState | hca.QPAttrPKeyIndex | hca.QPAttrPort
+	if id.qpType == hca.QPTypeUD {
+		a.QKey = UDPQKey
+		mask |= hca.QPAttrQKey
+	}
+	return a, mask, nil
 }
 
 // InitQPAttr is rdma_init_qp_attr: the attributes, and their mask, that take a QP the
@@ -472,20 +483,14 @@ func (id *ID) InitQPAttr(state hca.QPState) (hca.QPAttr, hca.QPAttrMask, error) 
 	if id.dev.Port == nil {
 		return fail()
 	}
-	idx := id.dev.Port.FindPKey(id.dev.PKey)
-	if idx < 0 {
-		return hca.QPAttr{}, 0, fmt.Errorf("rdmacm: P_Key %#04x not in the port's table: %w", id.dev.PKey, syscall.EINVAL)
+	base, baseMask, err := id.portAttr(state)
+	if err != nil {
+		return hca.QPAttr{}, 0, err
 	}
-	base := hca.QPAttr{QPState: state, PKeyIndex: uint16(idx), PortNum: id.dev.Port.Num()}
-	baseMask := hca.QPAttrState | hca.QPAttrPKeyIndex | hca.QPAttrPort
 	if id.qpType == hca.QPTypeUD || id.cmid == nil {
-		if id.qpType == hca.QPTypeUD {
-			base.QKey = UDPQKey
-			baseMask |= hca.QPAttrQKey
-		} else {
-			baseMask |= hca.QPAttrAccessFlags
+		if id.qpType != hca.QPTypeUD {
+			baseMask |= hca.QPAttrAccessFlags // none
 		}
-		base.RQPSN = id.psn // as Linux, whatever the state; the mask leaves it out
 		return base, baseMask, nil
 	}
 	peer := id.req

@@ -123,4 +123,9 @@ struct pib_async {
 	void *element; // the C object (ibv_qp, ibv_cq, ibv_srq), or NULL
 };
 
+// ../libibverbs/lazy.c: the Go library's function name, the library loaded at the first
+// call; whether this process has loaded it (so runs its runtime's threads).
+void *pib_go_sym(const char *name);
+int pib_go_loaded(void);
+
 #endif

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pib.h"
+
 #define GO_LIBRARY "libpibgw_verbs.so"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

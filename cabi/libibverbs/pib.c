@@ -35,8 +35,6 @@
 // and one line on stderr instead of hanging.
 static volatile int forked;
 
-int pib_go_loaded(void);
-
 static void atfork_child(void) { forked = pib_go_loaded(); }
 
 __attribute__((constructor)) static void init_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
