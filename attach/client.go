@@ -351,7 +351,8 @@ func (s *Session) rxLoop() {
 			case <-s.ctx.Done():
 				return
 			case <-grace.C:
-				s.adaptGrace(start, g)
+				rings = s.rxRings(rings)
+				s.adaptGrace(start, g, rings)
 			case <-s.rxKick:
 			}
 			continue
@@ -565,15 +566,23 @@ func (r remoteDev) Disarm() { r.s.waiting.Add(-1) }
 const pollGrace = 200 * time.Microsecond
 
 // adaptGrace adjusts the grace after a wait of g that started at start ran out. A program
-// that polled meanwhile is in a poll loop: the grace doubles back towards pollGrace. One
-// that did not poll at all stopped polling without arming a CQ — it waits for something
-// else, typically a flag in its memory that the peer's RDMA WRITE sets (ib_write_lat,
-// and RDMA programs that spin on a buffer): packets for it would wait out the grace (the
-// two waits of a round trip took ib_write_lat from 5 to 540 µs), so the grace halves,
-// and below minGrace it is none, the receive goroutine then waiting on the rings as for a
-// program that polls nothing. regainPolls empty polls in a row bring back minGrace.
-func (s *Session) adaptGrace(start int64, g time.Duration) {
-	if s.lastPoll.Load() > start {
+// that polled meanwhile is in a poll loop: the grace doubles back towards pollGrace —
+// unless a request waits in the rings that its polls would never ask for (takeSilent).
+// One that did not poll at all stopped polling without arming a CQ — it waits for
+// something else, typically a flag in its memory that the peer's RDMA WRITE sets
+// (ib_write_lat, and RDMA programs that spin on a buffer): packets for it would wait out
+// the grace (the two waits of a round trip took ib_write_lat from 5 to 540 µs), so the
+// grace halves, and below minGrace it is none, the receive goroutine then waiting on the
+// rings as for a program that polls nothing. regainPolls empty polls in a row bring back
+// minGrace.
+//
+// ib_write_lat does both in every round trip: it polls its CQ for its own write's
+// completion, then spins on its memory for the peer's write. Once the grace had grown
+// to pollGrace (each window held one of those polls) it stayed there, and every write
+// waited out a grace — which a Go timer under 1 ms often oversleeps to the millisecond
+// of the network poller's wait — 440–530 µs typical in some runs.
+func (s *Session) adaptGrace(start int64, g time.Duration, rings []*shmring.Ring) {
+	if s.lastPoll.Load() > start && !s.takeSilent(rings) {
 		s.grace.Store(int64(min(2*max(g, minGrace), pollGrace)))
 		return
 	}
@@ -581,6 +590,48 @@ func (s *Session) adaptGrace(start int64, g time.Duration) {
 		g = 0
 	}
 	s.grace.Store(int64(g))
+}
+
+// takeSilent takes in what the rings hold when one of their packets is a request the
+// program will not poll for — it completes nothing at this end (silentRequest) — and
+// reports whether it did. A program that polled during the grace and left such a packet
+// waiting at its end waits for it some other way, on its memory.
+func (s *Session) takeSilent(rings []*shmring.Ring) bool {
+	if !s.rxMu.TryLock() {
+		return false // the program is polling, and taking packets in itself
+	}
+	defer s.rxMu.Unlock()
+	for _, r := range rings {
+		if found, _ := r.Peek(silentRecord); found {
+			s.takeAll()
+			return true
+		}
+	}
+	return false
+}
+
+// silentRecord is Peek's test: the record is a packet with silentRequest's opcode.
+func silentRecord(_ uint16, pkt []byte) bool {
+	op, ok := wire.PacketOpcode(pkt)
+	return ok && silentRequest(op)
+}
+
+// silentRequest reports whether op is a request its responder carries out without a
+// completion (IBA 9.7.5.1, 9.4.3–9.4.5): an RDMA WRITE packet other than one with
+// immediate data (which consumes a receive WQE), an RDMA READ request, an atomic — on RC,
+// UC (writes only) or XRC.
+func silentRequest(op wire.Opcode) bool {
+	switch op.Transport() {
+	case wire.TransportRC, wire.TransportUC, wire.TransportXRC:
+	default:
+		return false
+	}
+	switch op & 0x1f {
+	case wire.RCRDMAWriteFirst, wire.RCRDMAWriteMiddle, wire.RCRDMAWriteLast, wire.RCRDMAWriteOnly,
+		wire.RCRDMAReadRequest, wire.RCCompareSwap, wire.RCFetchAdd:
+		return true
+	}
+	return false
 }
 
 // minGrace is the shortest grace; regainPolls the empty polls in a row that restore it.

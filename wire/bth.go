@@ -87,3 +87,13 @@ func setBit(b, mask uint8, v bool) uint8 {
 	}
 	return b &^ mask
 }
+
+// PacketOpcode returns the BTH opcode of pkt (LRH, a GRH when LNH says so, BTH …), or
+// false for a raw packet or one too short for its headers.
+func PacketOpcode(pkt []byte) (Opcode, bool) {
+	o := bthOffset(pkt)
+	if o < 0 {
+		return 0, false
+	}
+	return BTH(pkt[o:]).OpCode(), true
+}

@@ -140,11 +140,10 @@ func TestE2EIbverbs(t *testing.T) {
 	// yield its core to such a spinner for a time slice (1.5 ms typical before).
 	// Spinning programs are at the mercy of a shared machine's scheduler: a run over
 	// 300 µs is run again, and only three in a row fail (the defects above were slow in
-	// every run). RC runs still land at 440–530 µs now and then (3 of 16 CI runs on
-	// 2026-11-27/28, twice in a row in one): the receive goroutine's grace (attach's
-	// adaptGrace) sometimes settles at its longest while the program alternates CQ polls
-	// and spins on memory; a sharper rule tried on 2026-11-28 cost the attached
-	// bandwidth benchmarks a fifth and more, and was not kept.
+	// every run). RC runs also landed at 440–530 µs now and then (3 of 16 CI runs on
+	// 2026-11-27/28; 8 of 60 runs by hand): the receive goroutine's grace settled at its
+	// longest while the program alternated CQ polls and spins on memory, until a write
+	// waiting at the grace's end ended it (attach's takeSilent; 1 of 60 runs by hand).
 	const tries = 3
 	for i, qp := range []string{"RC", "UC"} {
 		for try := 0; try < tries; try++ {

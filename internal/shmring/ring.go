@@ -672,28 +672,14 @@ func (r *Ring) deliver(head uint64, max int, fn func(tag, flags uint16, pkts [][
 	batch := r.batch[:0]
 	var btag, bflags uint16
 	for pos != head {
-		off := pos & r.mask // 8-aligned, so a record header fits before the end
-		avail := head - pos // > 0 and a multiple of 8
-		w := binary.LittleEndian.Uint64(r.data[off : off+recHdr])
-		n := uint64(uint32(w))
-		tag, flags := uint16(w>>32), uint16(w>>48)
-		if n == wrapMarker {
-			skip := r.size - off
-			if off == 0 || skip > avail {
-				r.corrupt = true
-				break
-			}
-			pos += skip
+		rec, tag, flags, next, ok := r.record(pos, head)
+		if !ok {
+			r.corrupt = true
+			break
+		}
+		if rec == nil { // a wrap marker
+			pos = next
 			continue
-		}
-		if n > MaxRecord {
-			r.corrupt = true
-			break
-		}
-		rec := recLen(int(n))
-		if rec > r.size-off || rec > avail {
-			r.corrupt = true
-			break
 		}
 		if len(batch) > 0 && (tag != btag || flags != bflags || len(batch) >= max) {
 			fn(btag, bflags, batch)
@@ -701,10 +687,9 @@ func (r *Ring) deliver(head uint64, max int, fn func(tag, flags uint16, pkts [][
 			batch = batch[:0]
 			r.release(pos)
 		}
-		start := off + recHdr
-		batch = append(batch, r.data[start:start+n:start+n])
+		batch = append(batch, rec)
 		btag, bflags = tag, flags
-		pos += rec
+		pos = next
 	}
 	if r.corrupt {
 		clear(batch)
@@ -718,6 +703,63 @@ func (r *Ring) deliver(head uint64, max int, fn func(tag, flags uint16, pkts [][
 	r.batch = batch[:0]
 	r.release(pos)
 	return nil
+}
+
+// record reads the record at pos (before head): its bytes, tag and flags and where the
+// next one starts — no bytes for a wrap marker — or !ok when the ring state is corrupt.
+func (r *Ring) record(pos, head uint64) (rec []byte, tag, flags uint16, next uint64, ok bool) {
+	off := pos & r.mask // 8-aligned, so a record header fits before the end
+	avail := head - pos // > 0 and a multiple of 8
+	w := binary.LittleEndian.Uint64(r.data[off : off+recHdr])
+	n := uint64(uint32(w))
+	tag, flags = uint16(w>>32), uint16(w>>48)
+	if n == wrapMarker {
+		skip := r.size - off
+		if off == 0 || skip > avail {
+			return nil, 0, 0, 0, false
+		}
+		return nil, 0, 0, pos + skip, true
+	}
+	if n > MaxRecord {
+		return nil, 0, 0, 0, false
+	}
+	l := recLen(int(n))
+	if l > r.size-off || l > avail {
+		return nil, 0, 0, 0, false
+	}
+	start := off + recHdr
+	return r.data[start : start+n : start+n], tag, flags, pos + l, true
+}
+
+// Peek shows fn the records in the ring that nobody has taken yet, oldest first, without
+// taking them, until fn returns true; it reports whether fn did. The caller serialises it
+// with TryRead and Read, as those with each other. fn must not keep rec: the producer
+// may reuse its space once a reader takes it.
+func (r *Ring) Peek(fn func(tag uint16, rec []byte) bool) (bool, error) {
+	if !r.enter() {
+		return false, ErrClosed
+	}
+	defer r.exit()
+	if r.corrupt {
+		return false, ErrCorrupt
+	}
+	head, pos := r.head.Load(), r.ctail
+	if head%recHdr != 0 || head-pos > r.size {
+		r.corrupt = true
+		return false, ErrCorrupt
+	}
+	for pos != head {
+		rec, tag, _, next, ok := r.record(pos, head)
+		if !ok {
+			r.corrupt = true
+			return false, ErrCorrupt
+		}
+		if rec != nil && fn(tag, rec) {
+			return true, nil
+		}
+		pos = next
+	}
+	return false, nil
 }
 
 // release gives the space up to pos back to the producer and wakes it if it waits.

@@ -846,3 +846,54 @@ func TestConcurrentSameRing(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestPeek: Peek shows the records not taken yet, oldest first and across the ring's
+// wrap, stops where its function says, and takes nothing: TryRead then delivers them all.
+func TestPeek(t *testing.T) {
+	p, c := pair(t, MinSize)
+	ctx := context.Background()
+	next := 0
+	for round := 0; round < 200; round++ {
+		var pkts [][]byte
+		for k := 0; k < 1+round%3; k++ {
+			pkts = append(pkts, payload(make([]byte, 700+next%600), next))
+			next++
+		}
+		if n, err := p.Write(ctx, pkts, uint16(round), 0, true); err != nil || n != len(pkts) {
+			t.Fatalf("round %d: Write: %d, %v", round, n, err)
+		}
+		var seen [][]byte
+		found, err := c.Peek(func(tag uint16, rec []byte) bool {
+			if tag != uint16(round) {
+				t.Fatalf("round %d: tag %d", round, tag)
+			}
+			seen = append(seen, bytes.Clone(rec))
+			return len(seen) == 2
+		})
+		if err != nil || found != (len(pkts) >= 2) || len(seen) != min(len(pkts), 2) {
+			t.Fatalf("round %d: Peek: found %v, saw %d of %d records, %v", round, found, len(seen), len(pkts), err)
+		}
+		for i := range seen {
+			if !bytes.Equal(seen[i], pkts[i]) {
+				t.Fatalf("round %d: peeked record %d differs", round, i)
+			}
+		}
+		var got int
+		if ok, err := c.TryRead(100, func(_, _ uint16, recs [][]byte) {
+			for _, r := range recs {
+				if !bytes.Equal(r, pkts[got]) {
+					t.Fatalf("round %d: record %d differs after Peek", round, got)
+				}
+				got++
+			}
+		}); !ok || err != nil || got != len(pkts) {
+			t.Fatalf("round %d: TryRead after Peek: %v, %d of %d records, %v", round, ok, got, len(pkts), err)
+		}
+		if found, err := c.Peek(func(uint16, []byte) bool { return true }); found || err != nil {
+			t.Fatalf("round %d: Peek of an empty ring: %v, %v", round, found, err)
+		}
+	}
+	if p.phead < 20*MinSize {
+		t.Fatalf("only %d bytes went through, the ring did not wrap much", p.phead)
+	}
+}
