@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/umem"
 )
 
 var mws table[*hca.MW]
@@ -119,6 +120,21 @@ func pibgo_rereg_mr(h C.uint64_t, flags C.int, pdh C.uint64_t, addr unsafe.Point
 	if access&accessUnsupported != 0 {
 		*input = 1
 		return C.int(hca.EOPNOTSUPP)
+	}
+	// The memory the region will have, with the access it will have, as ibv_reg_mr checks
+	// it (a refusal of the kernel's command: IBV_REREG_MR_ERR_CMD with EFAULT).
+	if flags&(C.IBV_REREG_MR_CHANGE_TRANSLATION|C.IBV_REREG_MR_CHANGE_ACCESS) != 0 {
+		at, n := uintptr(hca.BufAddr(mr.Bytes())), uintptr(mr.Length())
+		if buf != nil {
+			at, n = uintptr(addr), uintptr(length)
+		}
+		writable := mr.Access()&hca.AccessFlags(accessWritable) != 0
+		if flags&C.IBV_REREG_MR_CHANGE_ACCESS != 0 {
+			writable = access&accessWritable != 0
+		}
+		if err := umem.Check(at, n, writable); err != nil {
+			return errno(err)
+		}
 	}
 	nmr, err := mr.Rereg(hca.ReregFlags(flags), pd, buf, hca.AccessFlags(access&^accessHints))
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 
 	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/umem"
 )
 
 func main() {}
@@ -436,6 +437,9 @@ func pibgo_dealloc_pd(h C.uint64_t) C.int {
 const (
 	accessHints       = C.IBV_ACCESS_HUGETLB | C.IBV_ACCESS_RELAXED_ORDERING
 	accessUnsupported = C.IBV_ACCESS_ON_DEMAND
+	// accessWritable are the flags for which the kernel pins a region's pages for writing
+	// (ib_access_writable): its memory must be writable.
+	accessWritable = C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_REMOTE_ATOMIC | C.IBV_ACCESS_MW_BIND
 )
 
 //export pibgo_reg_mr
@@ -451,6 +455,10 @@ func pibgo_reg_mr(h C.uint64_t, addr unsafe.Pointer, length C.size_t, access C.u
 	}
 	if addr == nil || length == 0 {
 		*perr = einval
+		return 0
+	}
+	if err := umem.Check(uintptr(addr), uintptr(length), access&accessWritable != 0); err != nil {
+		*perr = errno(err) // EFAULT: memory the kernel could not pin (ib_umem_get)
 		return 0
 	}
 	buf := unsafe.Slice((*byte)(addr), int(length))

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
@@ -311,6 +312,31 @@ int main(void)
 	CHECK(!ibv_reg_mr(a.pd, tmp, sizeof(tmp), IBV_ACCESS_REMOTE_WRITE) && errno == EINVAL,
 	      "reg_mr REMOTE_WRITE without LOCAL_WRITE: errno %d", errno);
 	OK("reg_mr_bad_access");
+
+	// Memory the kernel could not pin (ib_umem_get): EFAULT, as from rdma-core over a real
+	// HCA, instead of a region whose first access would fault the program.
+	long pg = sysconf(_SC_PAGESIZE);
+	char *m = mmap(NULL, 3 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char *ro = mmap(NULL, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(m != MAP_FAILED && ro != MAP_FAILED && munmap(m + pg, pg) == 0, "mmap: %m");
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, m, 3 * pg, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT, "reg_mr over a hole: errno %d", errno);
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, m + pg + 8, 8, 0) && errno == EFAULT, "reg_mr of unmapped memory: errno %d", errno);
+	errno = 0;
+	CHECK(!ibv_reg_mr(a.pd, ro, pg, IBV_ACCESS_LOCAL_WRITE) && errno == EFAULT,
+	      "reg_mr LOCAL_WRITE of read-only memory: errno %d", errno);
+	struct ibv_mr *rom = ibv_reg_mr(a.pd, ro, pg, IBV_ACCESS_REMOTE_READ);
+	CHECK(rom, "reg_mr REMOTE_READ of read-only memory: %m");
+	errno = 0;
+	CHECK(ibv_rereg_mr(rom, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_LOCAL_WRITE) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EFAULT, "rereg_mr to LOCAL_WRITE over read-only memory: errno %d", errno);
+	errno = 0;
+	CHECK(ibv_rereg_mr(rom, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, m + pg, pg, 0) == IBV_REREG_MR_ERR_CMD &&
+	      errno == EFAULT, "rereg_mr onto unmapped memory: errno %d", errno);
+	CHECK(ibv_rereg_mr(rom, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, m, pg, 0) == 0, "rereg_mr onto mapped memory: %m");
+	CHECK(ibv_dereg_mr(rom) == 0 && munmap(m, pg) == 0 && munmap(m + 2 * pg, pg) == 0 && munmap(ro, pg) == 0, "cleanup: %m");
+	OK("reg_mr_unmapped_EFAULT");
 
 	// A child forked after verbs cannot use the library (the Go runtime's threads stay in
 	// the parent): ENOSYS at once, not a hang; the parent carries on.
