@@ -14,10 +14,11 @@ import (
 // against pibgw's own SM and SA (sm.mode "internal", the default) — what a user of the
 // default configuration reads with them: saquery's IsSM ports, SMInfo, links, SwitchInfo,
 // LFT, MFT, P_Key table and GUIDInfo records agree with `pibgw stat`; iblinkinfo shows every link
-// Active; and a query of a class no agent serves (vendstat) fails at once, as against a
-// Linux host, instead of after its timeout.
+// Active; a query of a class no agent serves (vendstat) fails at once, as against a
+// Linux host, instead of after its timeout; and `ibping` gets its pongs from an
+// `ibping -S` attached at the other HCA.
 func TestE2EDiagsBuiltinSM(t *testing.T) {
-	requireE2E(t, "saquery", "iblinkinfo", "vendstat")
+	requireE2E(t, "saquery", "iblinkinfo", "vendstat", "ibping")
 	if umad2sim() == "" {
 		t.Skip("needs libumad2sim.so (Debian libumad2sim0, with ibsim-utils) in /usr/lib/*/umad2sim/")
 	}
@@ -94,4 +95,38 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 	if took := time.Since(start); err == nil || took > 500*time.Millisecond || strings.Contains(string(out), "timed out") {
 		t.Errorf("vendstat -N %s: %v after %v; want a failure at once, not a timeout\n%s", lid1, err, took, out)
 	}
+
+	// ibping -S attached at pib_1 answers pings to pib_1's LID from pib_0: the port hands
+	// the vendor class's requests to the programs attached there (they got none before).
+	if ibpingPongs(t, e, lid1) {
+		return
+	}
+	t.Errorf("ibping -c 2 %s: no pongs from the ibping -S attached at pib_1", lid1)
+}
+
+// ibpingPongs runs `ibping -S` attached at pib_1 and `ibping -c 2 LID` from the default
+// node, and reports whether both pings were answered. libumad2sim's programs now and
+// then die of its over-read (umadRun), so the pair gets three tries.
+func ibpingPongs(t *testing.T, e *osmEnv, lid string) bool {
+	for try := 0; try < 3; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		srv := e.cmd(ctx, "pib_1", "ibping", "-S")
+		var srvOut syncBuffer
+		srv.Stdout, srv.Stderr = &srvOut, &srvOut
+		if err := srv.Start(); err != nil {
+			cancel()
+			t.Fatalf("ibping -S: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond) // attached (CONNECT) and registered
+		out, err := e.cmd(ctx, "", "ibping", "-c", "2", lid).CombinedOutput()
+		srv.Process.Signal(os.Interrupt)
+		srv.Wait()
+		cancel()
+		if err == nil && strings.Contains(string(out), "2 packets transmitted, 2 received") {
+			t.Logf("ibping -c 2 %s: %s", lid, strings.TrimSpace(string(out)))
+			return true
+		}
+		t.Logf("ibping -c 2 %s (try %d): %v\n%s\nibping -S: %s", lid, try+1, err, out, srvOut.String())
+	}
+	return false
 }

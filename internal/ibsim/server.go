@@ -190,6 +190,7 @@ func (s *Server) Close() {
 	}
 	for p := range s.ports {
 		p.SetExternalMADHandler(nil)
+		s.serveVendorClasses(hcaEndpoint{p}) // no clients now: unregistered
 	}
 	for _, sw := range s.sws {
 		sw.SetExternal(nil)
@@ -410,6 +411,7 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 		return errors.New("no SM on a switch's port 0")
 	}
 	s.connects.Add(1)
+	s.serveVendorClasses(ep)
 	s.log.Info("ibsim client attached", "client", slot, "pid", ci.id, "at", fmt.Sprint(ep), "issm", ci.issm != 0)
 	ci.id = uint32(slot)
 	if ci.nodeID == "" {
@@ -494,6 +496,7 @@ func (s *Server) remove(c *client, why string) {
 	s.mu.Unlock()
 	s.log.Info("ibsim client detached", "client", c.id, "pid", c.pid, "why", why)
 	s.detach(c)
+	s.serveVendorClasses(c.ep)
 }
 
 // detach stops c's goroutines and gives up its SM role.
@@ -527,6 +530,7 @@ func (s *Server) setIsSM(c *client, on bool) bool {
 	sm := s.smClientLocked(c.ep)
 	s.mu.RUnlock()
 	he.setIsSM(sm != nil)
+	s.serveVendorClasses(c.ep)
 	if !s.cfg.ExternalSM {
 		return true
 	}
@@ -542,6 +546,68 @@ func (s *Server) setIsSM(c *client, on bool) bool {
 		p.RegisterMADHandler(wire.MgmtClassSubnAdm, false, nil)
 	}
 	return true
+}
+
+// Vendor-specific classes of range 2 (IBA 13.4.4, table 102: 0x30–0x4F), whose MADs carry
+// an OUI: user programs serve them through umad_register_oui — OpenIB's ping (0x32,
+// `ibping -S`) and sysstat (0x33, `ibsysstat -S`) agents.
+const (
+	vendorRange2First = 0x30
+	vendorRange2Last  = 0x4F
+)
+
+// serveVendorClasses has an HCA port hand requests of the vendor classes of range 2 to the
+// clients attached there that are not its SM, while there are such clients. libumad2sim
+// does not tell the server which classes a program registered, so each of them gets
+// every such request and hands it to its agent of that class (its agent_idx), if any: an
+// `ibping -S` attached at pib_1 answers `ibping` pings to pib_1's LID. Without such a
+// client the port answers these requests "unsupported" at once (hca's unmatched MADs).
+func (s *Server) serveVendorClasses(ep endpoint) {
+	he, ok := ep.(hcaEndpoint)
+	if !ok {
+		return
+	}
+	s.mu.RLock()
+	a, serve := s.ports[he.p], len(s.vendorClientsLocked(he.p, nil)) > 0
+	s.mu.RUnlock()
+	if a == nil {
+		return
+	}
+	var h hca.MADHandler
+	if serve {
+		h = vendorAgent{a}
+	}
+	for class := vendorRange2First; class <= vendorRange2Last; class++ {
+		he.p.RegisterMADHandler(uint8(class), false, h)
+	}
+}
+
+// vendorClientsLocked appends to buf the clients attached at port p that are not its SM.
+func (s *Server) vendorClientsLocked(p *hca.Port, buf []*client) []*client {
+	for _, c := range s.slots {
+		if c != nil && c.ep == endpoint(hcaEndpoint{p}) && !c.issm.Load() {
+			buf = append(buf, c)
+		}
+	}
+	return buf
+}
+
+// vendorAgent takes the vendor-class requests arriving at a port for its clients.
+type vendorAgent struct{ a *portAgent }
+
+// HandleMAD runs on the fabric's goroutine: it only queues, a copy for each client.
+func (v vendorAgent) HandleMAD(m *hca.MAD) {
+	var buf [8]*client
+	v.a.s.mu.RLock()
+	cs := v.a.s.vendorClientsLocked(v.a.port, buf[:0])
+	v.a.s.mu.RUnlock()
+	if len(cs) == 0 {
+		v.a.s.noClient.Add(1)
+		return
+	}
+	for _, c := range cs {
+		c.deliver(m.From.SLID, m.From.DLID, m.From.QPN, m.Data)
+	}
 }
 
 // portAgent receives, at one port, what belongs to the server's clients there: the

@@ -697,3 +697,66 @@ func TestUndeliverable(t *testing.T) {
 		t.Errorf("Undeliverable = %d, want 1", s.Undeliverable)
 	}
 }
+
+// TestVendorClass: a request of a vendor class of range 2 (OpenIB's ping, 0x32) to a port
+// reaches the clients attached there that are not its SM — libumad2sim hands it to its
+// agent of that class: `ibping -S` — and their answer reaches the requester; with no such
+// client the port answers "unsupported" (0x000C) at once, before one attaches and after it
+// left.
+func TestVendorClass(t *testing.T) {
+	f, base := testFabric(t, func(c *config.Config) { c.SM.Mode = config.SMExternal })
+	p0, p1 := f.Devs[0].Port(1), f.Devs[1].Port(1)
+	for _, p := range []*hca.Port{p0, p1} {
+		p.SetLID(uint16(p.Device().Query().NodeGUID>>8&0xFF), 0)
+		p.SetSM(p0.LID(), 0)
+		p.SetState(hca.PortActive)
+	}
+	f.Switch.SetLID(1, 0)
+	f.Switch.SetLFT(p0.LID(), 1)
+	f.Switch.SetLFT(p1.LID(), 2)
+	for port := 1; port <= 2; port++ {
+		f.Switch.SetPortState(port, 3)
+		f.Switch.SetPortState(port, 4)
+	}
+	ping := make([]byte, 256)
+	m := wire.MAD(ping)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(0x32)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetAttrID(0x10)
+	pinger, _ := dial(t, base, "pib_0", false)
+	unsupported := func(what string, tid uint64) {
+		t.Helper()
+		m.SetTID(tid)
+		pinger.send(p1.LID(), 1, ping)
+		r, ok := pinger.recv(5 * time.Second)
+		if !ok || wire.MAD(r[32:]).Method() != wire.MethodGetResp || wire.MAD(r[32:]).Status() != 0x000C {
+			t.Fatalf("%s: want a GetResp with status 0x000C at once: %v %x", what, ok, r)
+		}
+	}
+	unsupported("no client at pib_1", 0x71)
+	sm, _ := dial(t, base, "pib_1", true)
+	unsupported("only an SM at pib_1", 0x72)
+
+	srv, _ := dial(t, base, "pib_1", false) // ibping -S
+	m.SetTID(0x73)
+	pinger.send(p1.LID(), 1, ping)
+	r, ok := srv.recv(5 * time.Second)
+	if !ok || wire.MAD(r[32:]).MgmtClass() != 0x32 || wire.MAD(r[32:]).TID()&0xFFFF != 0x73 {
+		t.Fatalf("the client at pib_1 got no ping: %v", ok)
+	}
+	if _, ok := sm.recv(100 * time.Millisecond); ok {
+		t.Error("the SM client got the vendor-class request too")
+	}
+	pong := append([]byte(nil), r[32:]...)
+	wire.MAD(pong).SetMethod(wire.MethodGetResp)
+	srv.send(binary.BigEndian.Uint16(r[4:]), binary.BigEndian.Uint32(r[12:]), pong)
+	if r, ok = pinger.recv(5 * time.Second); !ok || wire.MAD(r[32:]).Method() != wire.MethodGetResp ||
+		wire.MAD(r[32:]).Status() != 0 || wire.MAD(r[32:]).TID()&0xFFFF != 0x73 {
+		t.Fatalf("the pong did not reach the pinger: %v", ok)
+	}
+
+	srv.ctlDo(2, nil, 0) // DISCONNECT
+	unsupported("after the client left", 0x74)
+}
