@@ -425,8 +425,8 @@ func TestPerftest(t *testing.T) {
 // (as any program is built) and runs it on pibgw's: misuse gets rdma-core's errno or
 // completion status (a region over memory that is not mapped, or not writable for a
 // writable region, EFAULT), the ibv_wr_* API, ibv_cq_ex, completion channels, async events,
-// memory windows (a type 2 window invalidated by SEND_WITH_INV refuses the next WRITE)
-// and ibv_rereg_mr work (the program prints "ok NAME" per check). The fabric is unaffected: a pingpong
+// memory windows (a type 2 window invalidated by SEND_WITH_INV refuses the next WRITE),
+// ibv_rereg_mr and on-demand paging work (the program prints "ok NAME" per check). The fabric is unaffected: a pingpong
 // runs afterwards, and the process's session is gone.
 func TestVerbsCheck(t *testing.T) {
 	requireTools(t, "gcc", "ibv_rc_pingpong")
@@ -444,7 +444,7 @@ func TestVerbsCheck(t *testing.T) {
 		"destroy_cq_busy_EBUSY", "dealloc_pd_busy_EBUSY", "unsupported_EOPNOTSUPP", "wr_api", "bad_lkey_LOC_PROT_ERR",
 		"qp_error_state", "bad_rkey_REM_ACCESS_ERR", "comp_channel", "cq_event", "async_event", "cq_ex",
 		"rereg_mr", "mw_type2_bind", "mw_send_with_inv_REM_ACCESS_ERR", "mw_type1_bind_mw", "mw_wr_api_local_inv",
-		"mcast_destroy_EBUSY", "teardown"} {
+		"odp", "mcast_destroy_EBUSY", "teardown"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("check %s did not pass:\n%s", check, out)
 		}

@@ -117,10 +117,6 @@ func pibgo_rereg_mr(h C.uint64_t, flags C.int, pdh C.uint64_t, addr unsafe.Point
 	if addr != nil && length > 0 {
 		buf = unsafe.Slice((*byte)(addr), int(length))
 	}
-	if access&accessUnsupported != 0 {
-		*input = 1
-		return C.int(hca.EOPNOTSUPP)
-	}
 	// The memory the region will have, with the access it will have, as ibv_reg_mr checks
 	// it (a refusal of the kernel's command: IBV_REREG_MR_ERR_CMD with EFAULT).
 	if flags&(C.IBV_REREG_MR_CHANGE_TRANSLATION|C.IBV_REREG_MR_CHANGE_ACCESS) != 0 {
@@ -142,6 +138,11 @@ func pibgo_rereg_mr(h C.uint64_t, flags C.int, pdh C.uint64_t, addr unsafe.Point
 			*input = 1
 		}
 		return errno(err)
+	}
+	// ODP follows the access flags when they change, else stays as it was.
+	if odp := odpDel(mr); flags&C.IBV_REREG_MR_CHANGE_ACCESS != 0 && access&C.IBV_ACCESS_ON_DEMAND != 0 ||
+		flags&C.IBV_REREG_MR_CHANGE_ACCESS == 0 && odp {
+		odpAdd(nmr)
 	}
 	mrs.set(h, nmr)
 	*lkey = C.uint32_t(nmr.LKey())

@@ -435,8 +435,7 @@ func pibgo_dealloc_pd(h C.uint64_t) C.int {
 
 // Access flags the HCA may ignore (hints), and those it does not have.
 const (
-	accessHints       = C.IBV_ACCESS_HUGETLB | C.IBV_ACCESS_RELAXED_ORDERING
-	accessUnsupported = C.IBV_ACCESS_ON_DEMAND
+	accessHints = C.IBV_ACCESS_HUGETLB | C.IBV_ACCESS_RELAXED_ORDERING | C.IBV_ACCESS_ON_DEMAND // odp.go
 	// accessWritable are the flags for which the kernel pins a region's pages for writing
 	// (ib_access_writable): its memory must be writable.
 	accessWritable = C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_REMOTE_ATOMIC | C.IBV_ACCESS_MW_BIND
@@ -449,8 +448,8 @@ func pibgo_reg_mr(h C.uint64_t, addr unsafe.Pointer, length C.size_t, access C.u
 		*perr = einval
 		return 0
 	}
-	if access&accessUnsupported != 0 {
-		*perr = C.int(syscall.EOPNOTSUPP)
+	if access&C.IBV_ACCESS_ON_DEMAND != 0 && addr == nil && length == C.SIZE_MAX {
+		*perr = C.int(syscall.EOPNOTSUPP) // implicit ODP (odp.go)
 		return 0
 	}
 	if addr == nil || length == 0 {
@@ -467,6 +466,9 @@ func pibgo_reg_mr(h C.uint64_t, addr unsafe.Pointer, length C.size_t, access C.u
 		*perr = errno(err)
 		return 0
 	}
+	if access&C.IBV_ACCESS_ON_DEMAND != 0 {
+		odpAdd(mr)
+	}
 	*lkey = C.uint32_t(mr.LKey())
 	*rkey = C.uint32_t(mr.RKey())
 	return C.uint64_t(mrs.add(mr))
@@ -481,6 +483,7 @@ func pibgo_dereg_mr(h C.uint64_t) C.int {
 	if err := mr.Dereg(); err != nil {
 		return errno(err)
 	}
+	odpDel(mr)
 	mrs.del(h)
 	return 0
 }

@@ -125,6 +125,8 @@ EXPORT __be64 ibv_get_device_guid(struct ibv_device *d) { return htobe64(((struc
 static int query_port_op(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t len);
 static int query_device_ex_op(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
 			      struct ibv_device_attr_ex *a, size_t len);
+static int advise_mr_op(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+			struct ibv_sge *sg_list, uint32_t num_sge);
 static struct ibv_cq_ex *create_cq_ex_op(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
 static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
 static struct ibv_srq *create_srq_ex_op(struct ibv_context *c, struct ibv_srq_init_attr_ex *a);
@@ -176,6 +178,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->open_xrcd = open_xrcd_op;
 	v->close_xrcd = close_xrcd_op;
 	v->modify_cq = modify_cq_op;
+	v->advise_mr = advise_mr_op;
 	c->device = device;
 	c->cmd_fd = -1;
 	c->async_fd = fd;
@@ -222,6 +225,15 @@ static int query_device_ex_op(struct ibv_context *c, const struct ibv_query_devi
 	if (rc)
 		return rc;
 	x.phys_port_cnt_ex = x.orig_attr.phys_port_cnt;
+	// On-demand paging on every transport, explicit regions only (../ibverbs/odp.go).
+	x.odp_caps.general_caps = IBV_ODP_SUPPORT;
+	x.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+						    IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+						    IBV_ODP_SUPPORT_SRQ_RECV;
+	x.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+						    IBV_ODP_SUPPORT_SRQ_RECV;
+	x.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+	x.xrc_odp_caps = x.odp_caps.per_transport_caps.rc_odp_caps;
 	memcpy(a, &x, len < sizeof(x) ? len : sizeof(x));
 	if (len > sizeof(x))
 		memset((char *)a + sizeof(x), 0, len - sizeof(x));
@@ -481,6 +493,19 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 	m->mr.lkey = lkey;
 	m->mr.rkey = rkey;
 	return &m->mr;
+}
+
+// ibv_advise_mr (inline in verbs.h, through verbs_context): the SGEs must lie in ODP
+// regions of pd; a prefetch has nothing to do ahead of the first access (../ibverbs/odp.go).
+static int advise_mr_op(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+			struct ibv_sge *sg_list, uint32_t num_sge)
+{
+	if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+	    advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	if (flags & ~(uint32_t)IBV_ADVISE_MR_FLAG_FLUSH)
+		return EOPNOTSUPP;
+	return pibgo_advise_mr(H(pd, pib_pd), sg_list, num_sge);
 }
 
 #undef ibv_reg_mr

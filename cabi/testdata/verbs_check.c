@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,55 @@ static void fresh_pair(struct side *a, struct side *b, struct ibv_qp **aq, struc
 	*bq = make_qp(b, b->cq, b->cq, NULL, 0);
 	connect_qp(*aq, b->lid, (*bq)->qp_num);
 	connect_qp(*bq, a->lid, (*aq)->qp_num);
+}
+
+// odp checks on-demand paging: the capabilities (explicit regions on every transport, no
+// implicit ones), an RDMA WRITE into and an RDMA READ into ODP regions over fresh pages, and
+// ibv_advise_mr.
+static void odp(struct side *a, struct side *b)
+{
+	struct ibv_device_attr_ex dx;
+	CHECK(ibv_query_device_ex(a->ctx, NULL, &dx) == 0, "query_device_ex: %m");
+	uint32_t rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+		      IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	CHECK(dx.odp_caps.general_caps == IBV_ODP_SUPPORT && dx.odp_caps.per_transport_caps.rc_odp_caps == rc &&
+		      dx.odp_caps.per_transport_caps.ud_odp_caps & IBV_ODP_SUPPORT_SEND,
+	      "odp caps %#llx, RC %#x, UD %#x", (unsigned long long)dx.odp_caps.general_caps,
+	      dx.odp_caps.per_transport_caps.rc_odp_caps, dx.odp_caps.per_transport_caps.ud_odp_caps);
+	size_t len = 1 << 20;
+	int acc = IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+	char *bm = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); // not touched yet
+	char *am = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(bm != MAP_FAILED && am != MAP_FAILED, "mmap: %m");
+	struct ibv_mr *bo = ibv_reg_mr(b->pd, bm, len, acc), *ao = ibv_reg_mr(a->pd, am, len, acc);
+	CHECK(bo && ao, "reg_mr ON_DEMAND: %m");
+	struct ibv_qp *aq = NULL, *bq = NULL;
+	fresh_pair(a, b, &aq, &bq);
+	memset(a->buf, 0x5a, 4096);
+	struct ibv_wc wc = write_through(a, aq, 81, (uintptr_t)bm + len / 2, bo->rkey, 4096);
+	CHECK(wc.status == IBV_WC_SUCCESS && bm[len / 2] == 0x5a && bm[len / 2 + 4095] == 0x5a && bm[len / 2 + 4096] == 0,
+	      "RDMA WRITE into an ODP region: %s", ibv_wc_status_str(wc.status));
+	struct ibv_sge s = {.addr = (uintptr_t)am + 12345, .length = 4096, .lkey = ao->lkey};
+	struct ibv_send_wr w = {.wr_id = 82, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+				.send_flags = IBV_SEND_SIGNALED,
+				.wr.rdma = {.remote_addr = (uintptr_t)bm + len / 2, .rkey = bo->rkey}};
+	post1(aq, &w);
+	wc = wait_wc(a->cq);
+	CHECK(wc.status == IBV_WC_SUCCESS && !memcmp(am + 12345, a->buf, 4096), "RDMA READ into an ODP region: %s",
+	      ibv_wc_status_str(wc.status));
+	struct ibv_sge sg = {.addr = (uintptr_t)bm, .length = len, .lkey = bo->lkey};
+	CHECK(ibv_advise_mr(b->pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sg, 1) == 0,
+	      "advise_mr prefetch");
+	struct ibv_sge plain = {.addr = (uintptr_t)b->buf, .length = 64, .lkey = b->mr->lkey};
+	CHECK(ibv_advise_mr(b->pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &plain, 1) == EINVAL, "advise_mr without ODP");
+	CHECK(ibv_advise_mr(a->pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sg, 1) == EINVAL, "advise_mr on another PD");
+	sg.length = len + 1;
+	CHECK(ibv_advise_mr(b->pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sg, 1) == EFAULT, "advise_mr past the region");
+	errno = 0;
+	CHECK(!ibv_reg_mr(b->pd, NULL, SIZE_MAX, acc) && errno == EOPNOTSUPP, "implicit ODP: errno %d", errno);
+	CHECK(ibv_destroy_qp(aq) == 0 && ibv_destroy_qp(bq) == 0, "destroy_qp");
+	CHECK(ibv_dereg_mr(ao) == 0 && ibv_dereg_mr(bo) == 0 && munmap(am, len) == 0 && munmap(bm, len) == 0, "cleanup");
+	OK("odp");
 }
 
 // mem_windows checks memory windows and ibv_rereg_mr on fresh QP pairs between a and b.
@@ -543,6 +593,7 @@ int main(void)
 	OK("cq_ex");
 
 	mem_windows(&a, &b);
+	odp(&a, &b);
 
 	// A UD QP attached to a multicast group cannot be destroyed until it detaches.
 	struct ibv_qp_init_attr ua = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_UD,
