@@ -424,7 +424,7 @@ func TestPerftest(t *testing.T) {
 // TestVerbsCheck compiles testdata/verbs_check.c against rdma-core's headers and library
 // (as any program is built) and runs it on pibgw's: misuse gets rdma-core's errno or
 // completion status (a region over memory that is not mapped, or not writable for a
-// writable region, EFAULT), the ibv_wr_* API, ibv_cq_ex, completion channels, async events,
+// writable region, EFAULT), the ibv_wr_* API, ibv_cq_ex (with completion timestamps), completion channels, async events,
 // memory windows (a type 2 window invalidated by SEND_WITH_INV refuses the next WRITE),
 // ibv_rereg_mr and on-demand paging work (the program prints "ok NAME" per check). The fabric is unaffected: a pingpong
 // runs afterwards, and the process's session is gone.

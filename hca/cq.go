@@ -38,6 +38,7 @@ type CQ struct {
 	armed      bool
 	solOnly    bool
 	overflowed bool
+	stamps     bool         // SetTimestamps
 	queued     atomic.Int32 // mirrors n, so an empty Poll takes no lock
 	modCount   int          // event moderation (Moderate)
 	modPeriod  time.Duration
@@ -71,6 +72,14 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 
 // ID is the object id pibgw's inspection shows.
 func (cq *CQ) ID() uint32 { return cq.id }
+
+// SetTimestamps has the CQ stamp each completion with the device clock (WC.Timestamp) as it
+// is made: a CQ created with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.
+func (cq *CQ) SetTimestamps(on bool) {
+	cq.mu.Lock()
+	cq.stamps = on
+	cq.mu.Unlock()
+}
 
 // CQE is the CQ's capacity.
 func (cq *CQ) CQE() int {
@@ -233,6 +242,9 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 		i -= len(cq.ring)
 	}
 	cq.ring[i] = *wc
+	if cq.stamps {
+		cq.ring[i].Timestamp = cq.ctx.dev.CoreClock()
+	}
 	cq.n++
 	cq.queued.Store(int32(cq.n))
 	notify := cq.armed && (!cq.solOnly || solicited || wc.Status != WCSuccess)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pibgw/pibgw/clock"
 )
@@ -137,6 +138,7 @@ type Device struct {
 	attr  DeviceAttr
 	ports []*Port
 	clk   clock.Clock
+	epoch time.Time // the device clock's zero (CoreClock)
 	log   *slog.Logger
 
 	mu       sync.RWMutex
@@ -204,6 +206,7 @@ func NewDevice(cfg Config) (*Device, error) {
 	d := &Device{
 		cfg:      cfg,
 		clk:      cfg.Clock,
+		epoch:    cfg.Clock.Now(),
 		log:      cfg.Logger.With("device", cfg.Name),
 		nextQPN:  firstUserQPN,
 		nextMR:   1, // key index 0 is never used
@@ -257,6 +260,18 @@ func (d *Device) Ports() []*Port { return d.ports }
 
 // Clock returns the device's clock.
 func (d *Device) Clock() clock.Clock { return d.clk }
+
+// CoreClockKHz is the frequency of the device clock, in kHz (ibv_device_attr_ex's
+// hca_core_clock): it counts nanoseconds.
+const CoreClockKHz = 1_000_000
+
+// CoreClock reads the device clock (ibv_query_rt_values_ex's raw clock): nanoseconds since
+// the device was made, as the completion timestamps of a CQ with SetTimestamps.
+func (d *Device) CoreClock() uint64 { return uint64(d.clk.Now().Sub(d.epoch)) }
+
+// WallClock converts a reading of the device clock to nanoseconds since the Unix epoch
+// (ibv_wc_read_completion_wallclock_ns).
+func (d *Device) WallClock(core uint64) uint64 { return uint64(d.epoch.UnixNano()) + core }
 
 // Logger returns the device's logger.
 func (d *Device) Logger() *slog.Logger { return d.log }

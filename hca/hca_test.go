@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/clock"
 )
 
 type nopTransport struct{}
@@ -264,5 +266,39 @@ func TestCreateQPInlineCap(t *testing.T) {
 			t.Errorf("max_send_sge %d, max_inline_data %d asked: got %d inline, want %d", tc.sge, tc.inline, got, tc.want)
 		}
 		qp.Destroy()
+	}
+}
+
+// TestCQTimestamps: a CQ with SetTimestamps stamps each completion with the device clock
+// as it is made (ibv_wc_read_completion_ts), which counts nanoseconds from the device's
+// making; others leave it 0. WallClock turns a reading into Unix nanoseconds.
+func TestCQTimestamps(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	d, err := NewDevice(Config{Name: "pib_0", NodeGUID: 0x0002c90300000300, NumPorts: 1, Clock: clk,
+		Transports: map[QPType]Transport{QPTypeUD: nopTransport{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.Open()
+	plain, _ := c.CreateCQ(4, nil)
+	stamped, _ := c.CreateCQ(4, nil)
+	stamped.SetTimestamps(true)
+	clk.Advance(1500 * time.Nanosecond)
+	stamped.Push(&WC{WRID: 1}, false)
+	plain.Push(&WC{WRID: 1}, false)
+	clk.Advance(2 * time.Millisecond)
+	stamped.Push(&WC{WRID: 2}, false)
+	var wcs [4]WC
+	if n := stamped.Poll(wcs[:]); n != 2 || wcs[0].Timestamp != 1500 || wcs[1].Timestamp != 2_001_500 {
+		t.Errorf("stamped CQ: %d completions, timestamps %d and %d; want 1500 and 2001500", n, wcs[0].Timestamp, wcs[1].Timestamp)
+	}
+	if n := plain.Poll(wcs[:]); n != 1 || wcs[0].Timestamp != 0 {
+		t.Errorf("plain CQ: timestamp %d, want 0", wcs[0].Timestamp)
+	}
+	if now := d.CoreClock(); now != 2_001_500 {
+		t.Errorf("CoreClock %d, want 2001500", now)
+	}
+	if w := d.WallClock(1500); w != 1_700_000_000_000_001_500 {
+		t.Errorf("WallClock(1500) = %d", w)
 	}
 }

@@ -408,6 +408,9 @@ type WC struct {
 	SLID         uint16
 	SL           uint8
 	DLIDPathBits uint8
+	// Timestamp is the device clock (Device.CoreClock) when the completion was made, on a
+	// CQ with SetTimestamps (ibv_wc_read_completion_ts); 0 on others.
+	Timestamp uint64
 }
 
 // GlobalRoute is ibv_global_route: the GRH fields of an address vector.

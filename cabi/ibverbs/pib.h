@@ -52,7 +52,15 @@ struct pib_cq {
 	// ibv_cq_ex polling (start_poll/next_poll/end_poll)
 	struct ibv_wc wc[16];
 	int nwc, cur;
+	// completion timestamps (../ibverbs/clock.go): the device clock of each polled
+	// completion, and the clock's zero in Unix nanoseconds
+	int stamps;
+	uint64_t ts[16];
+	uint64_t wall_base;
 };
+
+// The device clock counts nanoseconds: hca_core_clock in kHz (hca.CoreClockKHz).
+#define PIB_CORE_CLOCK_KHZ 1000000
 
 struct pib_srq {
 	struct ibv_srq srq;

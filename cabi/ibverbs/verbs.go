@@ -667,12 +667,16 @@ func pibgo_ack_cq_events(h C.uint64_t, n C.uint) {
 }
 
 //export pibgo_poll_cq
-func pibgo_poll_cq(h C.uint64_t, n C.int, wc *C.struct_ibv_wc) C.int {
+func pibgo_poll_cq(h C.uint64_t, n C.int, wc *C.struct_ibv_wc, ts *C.uint64_t) C.int {
 	cq, ok := cqs.get(h)
 	if !ok {
 		return -einval
 	}
 	out := unsafe.Slice(wc, int(n))
+	var stamps []C.uint64_t // ts: each completion's timestamp too (ibv_cq_ex)
+	if ts != nil {
+		stamps = unsafe.Slice(ts, int(n))
+	}
 	var buf [16]hca.WC
 	total := 0
 	for total < len(out) {
@@ -697,6 +701,9 @@ func pibgo_poll_cq(h C.uint64_t, n C.int, wc *C.struct_ibv_wc) C.int {
 			c.slid = C.uint16_t(w.SLID)
 			c.sl = C.uint8_t(w.SL)
 			c.dlid_path_bits = C.uint8_t(w.DLIDPathBits)
+			if stamps != nil {
+				stamps[total+i] = C.uint64_t(w.Timestamp)
+			}
 		}
 		total += got
 		if got < k {

@@ -127,6 +127,7 @@ static int query_device_ex_op(struct ibv_context *c, const struct ibv_query_devi
 			      struct ibv_device_attr_ex *a, size_t len);
 static int advise_mr_op(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
 			struct ibv_sge *sg_list, uint32_t num_sge);
+static int query_rt_values_op(struct ibv_context *c, struct ibv_values_ex *values);
 static struct ibv_cq_ex *create_cq_ex_op(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
 static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
 static struct ibv_srq *create_srq_ex_op(struct ibv_context *c, struct ibv_srq_init_attr_ex *a);
@@ -179,6 +180,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->close_xrcd = close_xrcd_op;
 	v->modify_cq = modify_cq_op;
 	v->advise_mr = advise_mr_op;
+	v->query_rt_values = query_rt_values_op;
 	c->device = device;
 	c->cmd_fd = -1;
 	c->async_fd = fd;
@@ -234,6 +236,9 @@ static int query_device_ex_op(struct ibv_context *c, const struct ibv_query_devi
 						    IBV_ODP_SUPPORT_SRQ_RECV;
 	x.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 	x.xrc_odp_caps = x.odp_caps.per_transport_caps.rc_odp_caps;
+	// Completion timestamps: 64 bits of a nanosecond clock (../ibverbs/clock.go).
+	x.completion_timestamp_mask = UINT64_MAX;
+	x.hca_core_clock = PIB_CORE_CLOCK_KHZ;
 	memcpy(a, &x, len < sizeof(x) ? len : sizeof(x));
 	if (len > sizeof(x))
 		memset((char *)a + sizeof(x), 0, len - sizeof(x));
@@ -723,11 +728,24 @@ EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_con
 	return q ? ibv_cq_ex_to_cq(&q->cq) : NULL;
 }
 
+static uint64_t cq_read_completion_ts(struct ibv_cq_ex *cq)
+{
+	struct pib_cq *q = (struct pib_cq *)cq;
+	return q->ts[q->cur];
+}
+
+static uint64_t cq_read_completion_wallclock_ns(struct ibv_cq_ex *cq)
+{
+	struct pib_cq *q = (struct pib_cq *)cq;
+	return q->wall_base + q->ts[q->cur];
+}
+
 static struct ibv_cq_ex *create_cq_ex_op(struct ibv_context *c, struct ibv_cq_init_attr_ex *a)
 {
-	const uint64_t supported = IBV_WC_STANDARD_FLAGS;
+	const uint64_t stamps = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+	const uint64_t supported = IBV_WC_STANDARD_FLAGS | stamps;
 	if (a->wc_flags & ~supported) {
-		errno = EOPNOTSUPP; // completion timestamps, CVLAN, flow tags, TM: not on this HCA
+		errno = EOPNOTSUPP; // CVLAN, flow tags, TM: not on this HCA
 		return NULL;
 	}
 	if (a->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) {
@@ -740,7 +758,41 @@ static struct ibv_cq_ex *create_cq_ex_op(struct ibv_context *c, struct ibv_cq_in
 		return NULL;
 	}
 	struct pib_cq *q = create_cq(c, a->cqe, a->cq_context, a->channel, a->comp_vector);
+	if (q && (a->wc_flags & stamps)) {
+		uint64_t now;
+		int rc = pibgo_cq_timestamps(q->h);
+		if (!rc)
+			rc = pibgo_read_clock(ctx_of(c)->h, &now, &q->wall_base);
+		if (rc) {
+			ibv_destroy_cq(ibv_cq_ex_to_cq(&q->cq));
+			errno = rc;
+			return NULL;
+		}
+		q->stamps = 1;
+		q->cq.read_completion_ts = cq_read_completion_ts;
+		q->cq.read_completion_wallclock_ns = cq_read_completion_wallclock_ns;
+	}
 	return q ? &q->cq : NULL;
+}
+
+// ibv_query_rt_values_ex (inline in verbs.h, through verbs_context): the raw clock is the
+// device clock's count, in tv_nsec, as mlx5 returns its cycles.
+static int query_rt_values_op(struct ibv_context *c, struct ibv_values_ex *values)
+{
+	if (values->comp_mask & ~(uint32_t)IBV_VALUES_MASK_RAW_CLOCK)
+		return EINVAL;
+	uint32_t done = 0;
+	if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+		uint64_t now, base;
+		int rc = pibgo_read_clock(ctx_of(c)->h, &now, &base);
+		if (rc)
+			return rc;
+		values->raw_clock.tv_sec = 0;
+		values->raw_clock.tv_nsec = (long)now;
+		done |= IBV_VALUES_MASK_RAW_CLOCK;
+	}
+	values->comp_mask = done;
+	return 0;
 }
 
 EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
@@ -808,7 +860,7 @@ static int poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	if (n <= 0)
 		return 0;
-	return pibgo_poll_cq(H(cq, pib_cq), n, wc);
+	return pibgo_poll_cq(H(cq, pib_cq), n, wc, NULL);
 }
 
 static int req_notify_cq_op(struct ibv_cq *cq, int solicited)
@@ -831,7 +883,7 @@ static int cq_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *attr)
 	struct pib_cq *q = (struct pib_cq *)cq;
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	q->nwc = pibgo_poll_cq(q->h, 16, q->wc);
+	q->nwc = pibgo_poll_cq(q->h, 16, q->wc, q->stamps ? q->ts : NULL);
 	q->cur = 0;
 	if (q->nwc <= 0)
 		return ENOENT;
@@ -843,7 +895,7 @@ static int cq_next_poll(struct ibv_cq_ex *cq)
 {
 	struct pib_cq *q = (struct pib_cq *)cq;
 	if (++q->cur >= q->nwc) {
-		q->nwc = pibgo_poll_cq(q->h, 16, q->wc);
+		q->nwc = pibgo_poll_cq(q->h, 16, q->wc, q->stamps ? q->ts : NULL);
 		q->cur = 0;
 		if (q->nwc <= 0)
 			return ENOENT;

@@ -5,12 +5,13 @@
 //     rkey, posting in the wrong state, a wrong state transition, destroying objects that
 //     are in use, unsupported extended verbs (EOPNOTSUPP);
 //   - the ibv_wr_* send API (RDMA WRITE, SEND with inline data, atomics) and ibv_cq_ex
-//     polling move the right bytes;
+//     polling move the right bytes, with completion timestamps from the device clock;
 //   - completion channels (also non-blocking) and async events (SRQ limit) work;
 //   - memory windows: a type 2 window bound by a BIND_MW WR carries an RDMA WRITE, a
 //     SEND_WITH_INV from the peer invalidates it and the next WRITE through it fails with
 //     REM_ACCESS_ERR; a type 1 window bound with ibv_bind_mw; ibv_wr_bind_mw and
-//     ibv_wr_local_inv; ibv_rereg_mr changing a region's access.
+//     ibv_wr_local_inv; ibv_rereg_mr changing a region's access;
+//   - memory the kernel could not pin is refused (EFAULT); on-demand paging.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -21,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <infiniband/verbs.h>
 
@@ -426,9 +428,9 @@ int main(void)
 					 .create_flags = IBV_QP_CREATE_SCATTER_FCS};
 	errno = 0;
 	CHECK(!ibv_create_qp_ex(a.ctx, &xa) && errno == EOPNOTSUPP, "create_qp_ex create_flags: errno %d", errno);
-	struct ibv_cq_init_attr_ex ca = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
+	struct ibv_cq_init_attr_ex ca = {.cqe = 4, .wc_flags = IBV_WC_EX_WITH_CVLAN};
 	errno = 0;
-	CHECK(!ibv_create_cq_ex(a.ctx, &ca) && errno == EOPNOTSUPP, "create_cq_ex timestamps: errno %d", errno);
+	CHECK(!ibv_create_cq_ex(a.ctx, &ca) && errno == EOPNOTSUPP, "create_cq_ex CVLAN: errno %d", errno);
 	struct ibv_xrcd_init_attr xi = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT};
 	struct ibv_xrcd *xd = ibv_open_xrcd(a.ctx, &xi); // XRC is supported: a new domain (fd -1)
 	CHECK(xd && ibv_close_xrcd(xd) == 0, "open_xrcd/close_xrcd: %m");
@@ -571,8 +573,17 @@ int main(void)
 	ibv_ack_async_event(&ae);
 	OK("async_event");
 
-	// ibv_cq_ex polling.
-	struct ibv_cq_init_attr_ex cx = {.cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS};
+	// ibv_cq_ex polling, with completion timestamps: the device clock (hca_core_clock kHz,
+	// ibv_query_rt_values_ex's raw clock) when the completion was made, and the same as
+	// wall-clock nanoseconds.
+	struct ibv_device_attr_ex tx;
+	CHECK(ibv_query_device_ex(a.ctx, NULL, &tx) == 0 && tx.completion_timestamp_mask == UINT64_MAX &&
+		      tx.hca_core_clock == 1000000,
+	      "query_device_ex: timestamp mask %#llx, core clock %llu kHz", (unsigned long long)tx.completion_timestamp_mask,
+	      (unsigned long long)tx.hca_core_clock);
+	struct ibv_values_ex before = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK}, after = before;
+	struct ibv_cq_init_attr_ex cx = {.cqe = 8, .wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+								IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK};
 	struct ibv_cq_ex *cqx = ibv_create_cq_ex(a.ctx, &cx);
 	CHECK(cqx, "create_cq_ex: %m");
 	struct ibv_qp *xq = make_qp(&a, ibv_cq_ex_to_cq(cqx), ibv_cq_ex_to_cq(cqx), NULL, 0);
@@ -581,13 +592,22 @@ int main(void)
 	connect_qp(yq, a.lid, xq->qp_num);
 	bw.wr_id = 41;
 	bw.wr.rdma.rkey = b.mr->rkey;
+	CHECK(ibv_query_rt_values_ex(a.ctx, &before) == 0 && before.comp_mask == IBV_VALUES_MASK_RAW_CLOCK, "query_rt_values_ex: %m");
 	CHECK(ibv_post_send(xq, &bw, &bad) == 0, "post");
 	struct ibv_poll_cq_attr pa = {0};
 	int rc;
 	while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT)
 		;
+	CHECK(ibv_query_rt_values_ex(a.ctx, &after) == 0, "query_rt_values_ex: %m");
 	CHECK(rc == 0 && cqx->wr_id == 41 && cqx->status == IBV_WC_SUCCESS && ibv_wc_read_opcode(cqx) == IBV_WC_RDMA_WRITE &&
 		      ibv_wc_read_qp_num(cqx) == xq->qp_num, "cq_ex poll");
+	uint64_t ts = ibv_wc_read_completion_ts(cqx), wall = ibv_wc_read_completion_wallclock_ns(cqx);
+	struct timespec rt;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	int64_t skew = (int64_t)((uint64_t)rt.tv_sec * 1000000000 + rt.tv_nsec - wall);
+	CHECK(ts >= (uint64_t)before.raw_clock.tv_nsec && ts <= (uint64_t)after.raw_clock.tv_nsec && skew >= 0 && skew < 1000000000,
+	      "completion timestamp %llu not between %ld and %ld, or wall clock %lld ns off", (unsigned long long)ts,
+	      before.raw_clock.tv_nsec, after.raw_clock.tv_nsec, (long long)skew);
 	CHECK(ibv_next_poll(cqx) == ENOENT, "next_poll");
 	ibv_end_poll(cqx);
 	OK("cq_ex");

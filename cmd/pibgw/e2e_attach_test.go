@@ -151,6 +151,9 @@ var (
 	echoSumRE   = regexp.MustCompile(`SHA-256 ([0-9a-f]{64})`)
 	rcReportRE  = regexp.MustCompile(`(?m)^(\d+) bytes in [\d.]+ seconds = [\d.]+ Mbit/sec
 (\d+) iters in [\d.]+ seconds = [\d.]+ usec/iter$`)
+	// tsReportRE is ibv_rc_pingpong -t's minimum of the clock cycles between receive
+	// completions.
+	tsReportRE = regexp.MustCompile(`(?m)^Min receive completion clock cycles = (\d+)$`)
 	// latReportRE is a perftest latency test's result row for 2-byte messages and 2000
 	// iterations (#bytes #iterations t_min t_max t_typical …): t_typical.
 	latReportRE = regexp.MustCompile(`(?m)^\s*2\s+2000\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s`)

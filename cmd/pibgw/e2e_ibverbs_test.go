@@ -113,11 +113,15 @@ func TestE2EIbverbs(t *testing.T) {
 	if m := rcReportRE.FindStringSubmatch(out); m == nil || m[2] != "1000" {
 		t.Errorf("ibv_rc_pingpong client: no report of 1000 iterations:\n%s", out)
 	}
-	// On-demand paging (-o), with each side's region prefetched (-P, ibv_advise_mr).
-	out = pair([]string{"ibv_rc_pingpong", "-d", "pib_1", "-p", "18630", "-o", "-P", "-n", "200"},
-		[]string{"ibv_rc_pingpong", "-d", "pib_0", "-p", "18630", "-o", "-P", "-n", "200", "127.0.0.1"})
+	// On-demand paging (-o), with each side's region prefetched (-P, ibv_advise_mr), and
+	// completion timestamps (-t: ibv_cq_ex, the device clock in nanoseconds).
+	out = pair([]string{"ibv_rc_pingpong", "-d", "pib_1", "-p", "18630", "-o", "-P", "-t", "-n", "200"},
+		[]string{"ibv_rc_pingpong", "-d", "pib_0", "-p", "18630", "-o", "-P", "-t", "-n", "200", "127.0.0.1"})
 	if m := rcReportRE.FindStringSubmatch(out); m == nil || m[2] != "200" {
-		t.Errorf("ibv_rc_pingpong -o -P client: no report of 200 iterations:\n%s", out)
+		t.Errorf("ibv_rc_pingpong -o -P -t client: no report of 200 iterations:\n%s", out)
+	}
+	if m := tsReportRE.FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("ibv_rc_pingpong -t client: no receive completion clock cycles between completions:\n%s", out)
 	}
 	if _, err := exec.LookPath("ibv_xsrq_pingpong"); err == nil {
 		// XRC (issue 18): the domain file the program creates goes with the test.
