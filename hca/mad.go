@@ -84,11 +84,11 @@ type madTable struct {
 type madHandlerBox struct{ h MADHandler }
 
 // TIDExternal is bit 63 of a transaction ID (fabric.TIDExternal, which a switch's port 0
-// honours too). The ibsim server sets it (with its client's slot in bits 48-62) in every
-// request one of its clients (opensm, infiniband-diags) sends from a port, and the port
-// hands responses carrying it to the external handler instead of the class's response
-// handler — as the kernel's MAD layer routes a response to the agent whose hi_tid is in
-// the TID's upper bits (IBA 13.4.6.4: the requester chooses the TID and the responder
+// honours too). The ibsim server sets it (with its client's slot and generation in bits
+// 48-62) in every request one of its clients (opensm, infiniband-diags) sends from a port,
+// and the port hands responses carrying it to the external handler instead of the
+// class's response handler — as the kernel's MAD layer routes a response to the agent
+// whose hi_tid is in the TID's upper bits (IBA 13.4.6.4: the requester chooses the TID and the responder
 // returns it unchanged). Port.TID never sets it.
 const TIDExternal = fabric.TIDExternal
 

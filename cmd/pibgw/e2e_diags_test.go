@@ -105,8 +105,8 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 }
 
 // ibpingPongs runs `ibping -S` attached at pib_1 and `ibping -c 2 LID` from the default
-// node, and reports whether both pings were answered. libumad2sim's programs now and
-// then die of its over-read (umadRun), so the pair gets three tries.
+// node, and reports whether both pings were answered. A program attached through
+// libumad2sim may still fail in a way of its own (umadRun), so the pair gets three tries.
 func ibpingPongs(t *testing.T, e *osmEnv, lid string) bool {
 	for try := 0; try < 3; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

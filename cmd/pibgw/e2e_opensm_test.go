@@ -59,12 +59,12 @@ func (e *osmEnv) diag(host, name string, args ...string) string {
 }
 
 // umadRun runs the program mk makes (attached through libumad2sim) with a 20 s limit and
-// returns its combined output. libumad2sim reads 32 bytes past its receive buffer on
-// every MAD (it allocates a sim_request, 288 bytes, and hands out the 64-byte umad header
-// plus the 256-byte MAD from it; valgrind shows the over-read in its read()), so now and
-// then a program attached through it dies of SIGSEGV whatever the server sent (OFED's
-// ibsim sends the same length), or — seen once, in CI, right after such a crash — hangs
-// once it has closed its socket to the server: such a run is repeated, twice at most.
+// returns its combined output. A program attached through libumad2sim used to die of
+// SIGSEGV now and then — its receive thread given a late response meant for the previous
+// client in its slot (the server drops those now: ibsim's TestLateResponseAfterSlotReuse)
+// — or, seen once in CI right after such a crash, hang once it had closed its socket to
+// the server; such a run is still repeated, twice at most, should libumad2sim (which also
+// reads 32 bytes past its receive buffer on every MAD) fail another way.
 func umadRun(t testing.TB, mk func(ctx context.Context) *exec.Cmd) ([]byte, error) {
 	t.Helper()
 	var out []byte
@@ -78,7 +78,7 @@ func umadRun(t testing.TB, mk func(ctx context.Context) *exec.Cmd) ([]byte, erro
 		if err == nil || !strings.Contains(err.Error(), "segmentation fault") && !hung {
 			break
 		}
-		t.Logf("%s: %v (libumad2sim's over-read; hung: %v); running it again", strings.Join(c.Args, " "), err, hung)
+		t.Logf("%s: %v (libumad2sim; hung: %v); running it again", strings.Join(c.Args, " "), err, hung)
 	}
 	return out, err
 }

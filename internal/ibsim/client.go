@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/wire"
 	"golang.org/x/sys/unix"
 )
@@ -34,6 +33,7 @@ const clientQueue = 256
 type client struct {
 	s    *Server
 	id   int
+	gen  uint8 // the slot's generation when the client took it (requestTID)
 	ep   endpoint
 	pid  uint32
 	issm atomic.Bool
@@ -281,8 +281,7 @@ func (c *client) send(r simRequest) {
 	}
 	resp := r.IsResponseMAD()
 	if !resp {
-		tid := mad.TID()&^(uint64(0xFFFF)<<tidSlotShift) | hca.TIDExternal | uint64(c.id)<<tidSlotShift
-		mad.SetTID(tid)
+		mad.SetTID(c.requestTID(mad.TID()))
 	}
 	err := c.ep.send(r, mad)
 	c.s.madsIn.Add(1)

@@ -65,6 +65,8 @@ type Server struct {
 
 	mu      sync.RWMutex
 	slots   []*client // by client id; nil = free
+	gens    []uint8   // each slot's generation: bumped when a client takes it
+	next    int       // where the search for a free slot starts (round robin)
 	nclient int
 	ports   map[*hca.Port]*portAgent
 	sws     []*fabric.Switch
@@ -75,15 +77,37 @@ type Server struct {
 	connects, ctlRejected, madsIn, madsOut, badMADs, undeliverable, noClient, queueFull atomic.Uint64
 }
 
-// tidSlotShift: the server puts its client's id in TID bits 48-62 of every request the
-// client sends, with bit 63 (hca.TIDExternal) marking it; responses find their client by
-// it, as ibsim finds its clients by TID >> 48 (libumad2sim keeps its agent id in bits
-// 32-47 and ignores the bits above).
+// The server puts its client's id (slot) in TID bits 48-59 of every request the client
+// sends and the slot's generation in bits 60-62, with bit 63 (hca.TIDExternal) marking it;
+// responses find their client by them, as ibsim finds its clients by TID >> 48
+// (libumad2sim keeps its agent id in bits 32-47 and ignores the bits above). The
+// generation keeps a late response — the SA resending RMPP segments of a table the
+// client never acknowledged (libumad2sim does no RMPP) — from the next client in that
+// slot, whose libumad2sim has no agent for it and dies of it (its receive thread takes
+// the queue of an agent that is not there: SIGSEGV). Slots are also taken round robin,
+// so that one is reused only after every other.
 const (
 	tidSlotShift = 48
-	tidSlotMask  = 0x7FFF
+	tidSlotMask  = 0xFFF
+	tidGenShift  = 60
+	tidGenMask   = 0x7
 	maxSlots     = tidSlotMask + 1
 )
+
+// requestTID is tid as client c sends it: its slot and generation in bits 48-62.
+func (c *client) requestTID(tid uint64) uint64 {
+	return tid&^(uint64(0xFFFF)<<tidSlotShift) | hca.TIDExternal | uint64(c.gen)<<tidGenShift | uint64(c.id)<<tidSlotShift
+}
+
+// responder returns the client whose request a response with tid answers, or nil (no
+// such client any more).
+func (s *Server) responder(tid uint64) *client {
+	c := s.client(uint32(tid>>tidSlotShift) & tidSlotMask)
+	if c == nil || c.gen != uint8(tid>>tidGenShift)&tidGenMask {
+		return nil
+	}
+	return c
+}
 
 // New starts a server. Close stops it.
 func New(cfg Config) (*Server, error) {
@@ -104,6 +128,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "ibsim"), ports: map[*hca.Port]*portAgent{}}
 	s.slots = make([]*client, cfg.MaxClients)
+	s.gens = make([]uint8, cfg.MaxClients)
 	if cfg.SocketName != "" {
 		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: s.unixName("ctl"), Net: "unixgram"})
 		if err != nil {
@@ -138,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 	for _, sw := range cfg.Switches {
 		ep := switchEndpoint{sw}
 		sw.SetExternal(func(m *fabric.ExternalMAD) {
-			c := s.client(uint32(wire.MAD(m.MAD).TID()>>tidSlotShift) & tidSlotMask)
+			c := s.responder(wire.MAD(m.MAD).TID())
 			if c == nil || c.ep != endpoint(ep) {
 				s.noClient.Add(1)
 				return
@@ -377,8 +402,8 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 		return errors.New("server closing")
 	}
 	slot := -1
-	for i, c := range s.slots {
-		if c == nil {
+	for k := range s.slots {
+		if i := (s.next + k) % len(s.slots); s.slots[i] == nil {
 			slot = i
 			break
 		}
@@ -391,7 +416,10 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 		s.mu.Unlock()
 		return fmt.Errorf("an SM is already attached at %v", ep)
 	}
+	s.next = (slot + 1) % len(s.slots)
+	s.gens[slot] = (s.gens[slot] + 1) & tidGenMask
 	c := newClient(s, slot, ep, ci.id)
+	c.gen = s.gens[slot]
 	s.slots[slot] = c // reserved while the socket is made
 	s.nclient++
 	s.mu.Unlock()
@@ -625,7 +653,7 @@ func (a *portAgent) HandleMAD(m *hca.MAD) {
 	if mad.IsResponse() || mad.Method() == wire.MethodTrapRepress {
 		tid := mad.TID()
 		if tid&hca.TIDExternal != 0 {
-			c = a.s.client(uint32(tid>>tidSlotShift) & tidSlotMask)
+			c = a.s.responder(tid)
 		}
 	} else {
 		a.s.mu.RLock()

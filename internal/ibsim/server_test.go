@@ -276,13 +276,17 @@ func TestControlAndSMPs(t *testing.T) {
 		t.Errorf("BadMADs +%d, want 4", n)
 	}
 
-	// Unknown node: ERROR. DISCONNECT frees the slot for the next client.
+	// Unknown node: ERROR. DISCONNECT frees the slot; the next client takes the next slot
+	// (round robin: a slot is reused after every other).
 	if _, typ := dial(t, base, "nosuchnode", false); typ != 0 {
 		t.Errorf("CONNECT to an unknown node: type %d, want 0 (ERROR)", typ)
 	}
 	c.ctlDo(2, nil, 0)
-	if c2, typ := dial(t, base, "pibgw HCA-1", false); typ != 1 || c2.id != 0 || c2.node != "pibgw HCA-1" {
-		t.Errorf("CONNECT by NodeDescription after DISCONNECT: type %d id %d node %q", typ, c2.id, c2.node)
+	if n := f.IBSim.Stats().Clients; n != 0 {
+		t.Errorf("%d clients after DISCONNECT, want 0", n)
+	}
+	if c2, typ := dial(t, base, "pibgw HCA-1", false); typ != 1 || c2.id != 1 || c2.node != "pibgw HCA-1" {
+		t.Errorf("CONNECT by NodeDescription after DISCONNECT: type %d id %d node %q, want id 1", typ, c2.id, c2.node)
 	}
 }
 
@@ -333,7 +337,7 @@ func TestGoneClient(t *testing.T) {
 	m.SetMgmtClass(wire.MgmtClassPerfMgt)
 	m.SetClassVersion(1)
 	m.SetMethod(wire.MethodGetResp)
-	m.SetTID(hca.TIDExternal | uint64(c.id)<<48 | 1)
+	m.SetTID(hca.TIDExternal | 1<<60 | uint64(c.id)<<48 | 1) // slot in bits 48-59, generation (its first client: 1) in 60-62
 	dst := hca.MADAddr{DLID: f.Devs[1].Port(1).LID(), QPN: 1, QKey: hca.GSIQKey}
 	if err := f.Devs[0].Port(1).SendMAD(dst, resp); err != nil {
 		t.Fatal(err)
@@ -704,27 +708,9 @@ func TestUndeliverable(t *testing.T) {
 // client the port answers "unsupported" (0x000C) at once, before one attaches and after it
 // left.
 func TestVendorClass(t *testing.T) {
-	f, base := testFabric(t, func(c *config.Config) { c.SM.Mode = config.SMExternal })
-	p0, p1 := f.Devs[0].Port(1), f.Devs[1].Port(1)
-	for _, p := range []*hca.Port{p0, p1} {
-		p.SetLID(uint16(p.Device().Query().NodeGUID>>8&0xFF), 0)
-		p.SetSM(p0.LID(), 0)
-		p.SetState(hca.PortActive)
-	}
-	f.Switch.SetLID(1, 0)
-	f.Switch.SetLFT(p0.LID(), 1)
-	f.Switch.SetLFT(p1.LID(), 2)
-	for port := 1; port <= 2; port++ {
-		f.Switch.SetPortState(port, 3)
-		f.Switch.SetPortState(port, 4)
-	}
-	ping := make([]byte, 256)
+	_, base, _, p1 := activeFabric(t, nil)
+	ping := vendorPing()
 	m := wire.MAD(ping)
-	m.SetBaseVersion(1)
-	m.SetMgmtClass(0x32)
-	m.SetClassVersion(1)
-	m.SetMethod(wire.MethodGet)
-	m.SetAttrID(0x10)
 	pinger, _ := dial(t, base, "pib_0", false)
 	unsupported := func(what string, tid uint64) {
 		t.Helper()
@@ -759,4 +745,86 @@ func TestVendorClass(t *testing.T) {
 
 	srv.ctlDo(2, nil, 0) // DISCONNECT
 	unsupported("after the client left", 0x74)
+}
+
+// activeFabric is testFabric with an external SM (none attached) and both HCA ports
+// brought up by hand: LIDs 3 and 4, routed through the switch (LID 1).
+func activeFabric(t *testing.T, edit func(*config.Config)) (*daemon.Fabric, string, *hca.Port, *hca.Port) {
+	t.Helper()
+	f, base := testFabric(t, func(c *config.Config) {
+		c.SM.Mode = config.SMExternal
+		if edit != nil {
+			edit(c)
+		}
+	})
+	p0, p1 := f.Devs[0].Port(1), f.Devs[1].Port(1)
+	for _, p := range []*hca.Port{p0, p1} {
+		p.SetLID(uint16(p.Device().Query().NodeGUID>>8&0xFF), 0)
+		p.SetSM(p0.LID(), 0)
+		p.SetState(hca.PortActive)
+	}
+	f.Switch.SetLID(1, 0)
+	f.Switch.SetLFT(p0.LID(), 1)
+	f.Switch.SetLFT(p1.LID(), 2)
+	for port := 1; port <= 2; port++ {
+		f.Switch.SetPortState(port, 3)
+		f.Switch.SetPortState(port, 4)
+	}
+	return f, base, p0, p1
+}
+
+// vendorPing is an OpenIB ping request (vendor class 0x32, Get), as ibping sends.
+func vendorPing() []byte {
+	ping := make([]byte, 256)
+	m := wire.MAD(ping)
+	m.SetBaseVersion(1)
+	m.SetMgmtClass(0x32)
+	m.SetClassVersion(1)
+	m.SetMethod(wire.MethodGet)
+	m.SetAttrID(0x10)
+	return ping
+}
+
+// TestLateResponseAfterSlotReuse: a response that arrives after its requester left — the
+// SA resending the RMPP segments of a table libumad2sim never acknowledges, or an answer
+// that took long — is dropped, not handed to the next client in the requester's slot:
+// that client's libumad2sim has no agent for it, and its receive thread died of it
+// (SIGSEGV at address 0x40 in pthread_mutex_lock; saquery, iblinkinfo, vendstat and
+// ibping did, now and then). Slots are taken round robin and carry a generation in the
+// TID.
+func TestLateResponseAfterSlotReuse(t *testing.T) {
+	f, base, _, p1 := activeFabric(t, func(c *config.Config) { c.IBSim.MaxClients = 2 })
+	a, _ := dial(t, base, "pib_0", false)
+	srv, _ := dial(t, base, "pib_1", false)
+	a.send(p1.LID(), 1, vendorPing())
+	req, ok := srv.recv(5 * time.Second)
+	if !ok {
+		t.Fatal("the request did not arrive")
+	}
+	a.ctlDo(2, nil, 0) // the requester leaves
+	b, typ := dial(t, base, "pib_0", false)
+	if typ != 1 || b.id != a.id {
+		t.Fatalf("the next client: type %d slot %d, want %d (the only free one)", typ, b.id, a.id)
+	}
+	noClient := f.IBSim.Stats().NoClient
+	pong := append([]byte(nil), req[32:]...)
+	wire.MAD(pong).SetMethod(wire.MethodGetResp)
+	srv.send(binary.BigEndian.Uint16(req[4:]), binary.BigEndian.Uint32(req[12:]), pong)
+	if r, ok := b.recv(300 * time.Millisecond); ok {
+		t.Fatalf("the next client in the slot got the response to its predecessor's request: %x", r[32:40])
+	}
+	if n := f.IBSim.Stats().NoClient - noClient; n != 1 {
+		t.Errorf("NoClient +%d, want 1", n)
+	}
+	// The new client's own requests are answered.
+	b.send(p1.LID(), 1, vendorPing())
+	if req, ok = srv.recv(5 * time.Second); !ok {
+		t.Fatal("the new client's request did not arrive")
+	}
+	pong = append(pong[:0], req[32:]...)
+	wire.MAD(pong).SetMethod(wire.MethodGetResp)
+	srv.send(binary.BigEndian.Uint16(req[4:]), binary.BigEndian.Uint32(req[12:]), pong)
+	if _, ok := b.recv(5 * time.Second); !ok {
+		t.Error("the new client got no answer to its own request")
+	}
 }
