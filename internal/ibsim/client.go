@@ -37,6 +37,11 @@ type client struct {
 	ep   endpoint
 	pid  uint32
 	issm atomic.Bool
+	// requests counts the requests the client sent: one that sent none is a server
+	// (serveVendorClasses); served has bit class-0x30 set for each vendor class of range 2
+	// it answered a request of (vendorAgent).
+	requests atomic.Uint64
+	served   atomic.Uint32
 
 	fd     int // the data socket (blocking; shutdown(2) wakes the reader)
 	stopfd int // an eventfd stop writes to, waking the writer
@@ -282,6 +287,11 @@ func (c *client) send(r simRequest) {
 	resp := r.IsResponseMAD()
 	if !resp {
 		mad.SetTID(c.requestTID(mad.TID()))
+		if c.requests.Add(1) == 1 {
+			c.s.serveVendorClasses(c.ep) // no server of vendor classes any more
+		}
+	} else if class := mad.MgmtClass(); class >= vendorRange2First && class <= vendorRange2Last {
+		c.served.Or(1 << (class - vendorRange2First))
 	}
 	err := c.ep.send(r, mad)
 	c.s.madsIn.Add(1)

@@ -585,18 +585,22 @@ const (
 )
 
 // serveVendorClasses has an HCA port hand requests of the vendor classes of range 2 to the
-// clients attached there that are not its SM, while there are such clients. libumad2sim
-// does not tell the server which classes a program registered, so each of them gets
-// every such request and hands it to its agent of that class (its agent_idx), if any: an
-// `ibping -S` attached at pib_1 answers `ibping` pings to pib_1's LID. Without such a
-// client the port answers these requests "unsupported" at once (hca's unmatched MADs).
+// servers attached there — clients that are not its SM and have sent no request, as
+// `ibping -S` and `ibsysstat -S`, which only answer — while there are any. libumad2sim
+// does not tell the server which classes a program registered, so each server gets every
+// such request: an `ibping -S` attached at pib_1 answers `ibping` pings to pib_1's LID.
+// Programs that send requests (infiniband-diags' queries, opensm) get none: libumad2sim's
+// receive thread dies of a MAD for a class its program has no agent for — as does a
+// second server of another class at the same port (ibsysstat -S beside ibping -S).
+// Without a server the port answers these requests "unsupported" at once (hca's unmatched
+// MADs).
 func (s *Server) serveVendorClasses(ep endpoint) {
 	he, ok := ep.(hcaEndpoint)
 	if !ok {
 		return
 	}
 	s.mu.RLock()
-	a, serve := s.ports[he.p], len(s.vendorClientsLocked(he.p, nil)) > 0
+	a, serve := s.ports[he.p], len(s.serversLocked(he.p, nil)) > 0
 	s.mu.RUnlock()
 	if a == nil {
 		return
@@ -610,30 +614,55 @@ func (s *Server) serveVendorClasses(ep endpoint) {
 	}
 }
 
-// vendorClientsLocked appends to buf the clients attached at port p that are not its SM.
-func (s *Server) vendorClientsLocked(p *hca.Port, buf []*client) []*client {
+// serversLocked appends to buf the servers attached at port p: clients that are not its
+// SM and have sent no request.
+func (s *Server) serversLocked(p *hca.Port, buf []*client) []*client {
 	for _, c := range s.slots {
-		if c != nil && c.ep == endpoint(hcaEndpoint{p}) && !c.issm.Load() {
+		if c != nil && c.ep == endpoint(hcaEndpoint{p}) && !c.issm.Load() && c.requests.Load() == 0 {
 			buf = append(buf, c)
 		}
 	}
 	return buf
 }
 
-// vendorAgent takes the vendor-class requests arriving at a port for its clients.
+// vendorAgent takes the vendor-class requests arriving at a port for its servers.
 type vendorAgent struct{ a *portAgent }
 
-// HandleMAD runs on the fabric's goroutine: it only queues, a copy for each client.
+// HandleMAD runs on the fabric's goroutine: it only queues, a copy for each server that
+// answered a request of the class before, or, when none did, for each server that has
+// answered none yet; with neither, a Get or Set is answered "unsupported" (status
+// 0x000C), as the port answers it without servers. A server that answered requests of
+// other classes only gets none of this one: its libumad2sim would die of it.
 func (v vendorAgent) HandleMAD(m *hca.MAD) {
-	var buf [8]*client
+	var buf, fresh [8]*client
+	bit := uint32(1) << (wire.MAD(m.Data).MgmtClass() - vendorRange2First)
 	v.a.s.mu.RLock()
-	cs := v.a.s.vendorClientsLocked(v.a.port, buf[:0])
+	cs := v.a.s.serversLocked(v.a.port, buf[:0])
 	v.a.s.mu.RUnlock()
-	if len(cs) == 0 {
+	known, unknown := cs[:0], fresh[:0]
+	for _, c := range cs {
+		switch served := c.served.Load(); {
+		case served&bit != 0:
+			known = append(known, c)
+		case served == 0:
+			unknown = append(unknown, c)
+		}
+	}
+	if len(known) == 0 {
+		known = unknown
+	}
+	if len(known) == 0 {
 		v.a.s.noClient.Add(1)
+		if meth := wire.MAD(m.Data).Method(); meth == wire.MethodGet || meth == wire.MethodSet {
+			resp := make([]byte, wire.MADLen)
+			copy(resp, m.Data)
+			wire.MAD(resp).SetMethod(wire.MethodGetResp)
+			wire.MAD(resp).SetStatus(wire.StatusMethodAttrNotSupp)
+			_ = m.Port.ReplyMAD(m, resp)
+		}
 		return
 	}
-	for _, c := range cs {
+	for _, c := range known {
 		c.deliver(m.From.SLID, m.From.DLID, m.From.QPN, m.Data)
 	}
 }

@@ -703,12 +703,12 @@ func TestUndeliverable(t *testing.T) {
 }
 
 // TestVendorClass: a request of a vendor class of range 2 (OpenIB's ping, 0x32) to a port
-// reaches the clients attached there that are not its SM — libumad2sim hands it to its
-// agent of that class: `ibping -S` — and their answer reaches the requester; with no such
-// client the port answers "unsupported" (0x000C) at once, before one attaches and after it
-// left.
+// reaches the servers attached there — clients that are not its SM and sent no request:
+// libumad2sim hands it to its agent of that class, `ibping -S` — and their answer reaches
+// the requester; with no server the port answers "unsupported" (0x000C) at once, before
+// one attaches and after it left.
 func TestVendorClass(t *testing.T) {
-	_, base, _, p1 := activeFabric(t, nil)
+	_, base, p0, p1 := activeFabric(t, nil)
 	ping := vendorPing()
 	m := wire.MAD(ping)
 	pinger, _ := dial(t, base, "pib_0", false)
@@ -725,6 +725,20 @@ func TestVendorClass(t *testing.T) {
 	sm, _ := dial(t, base, "pib_1", true)
 	unsupported("only an SM at pib_1", 0x72)
 
+	// A program that queries (a diag, here a PortCounters Get to pib_0) is no server.
+	diag, _ := dial(t, base, "pib_1", false)
+	pm := make([]byte, 256)
+	wire.MAD(pm).SetBaseVersion(1)
+	wire.MAD(pm).SetMgmtClass(wire.MgmtClassPerfMgt)
+	wire.MAD(pm).SetClassVersion(1)
+	wire.MAD(pm).SetMethod(wire.MethodGet)
+	wire.MAD(pm).SetAttrID(0x12)
+	diag.send(p0.LID(), 1, pm)
+	if _, ok := diag.recv(5 * time.Second); !ok {
+		t.Fatal("the diag got no PortCounters")
+	}
+	unsupported("only an SM and a diag at pib_1", 0x75)
+
 	srv, _ := dial(t, base, "pib_1", false) // ibping -S
 	m.SetTID(0x73)
 	pinger.send(p1.LID(), 1, ping)
@@ -735,6 +749,9 @@ func TestVendorClass(t *testing.T) {
 	if _, ok := sm.recv(100 * time.Millisecond); ok {
 		t.Error("the SM client got the vendor-class request too")
 	}
+	if _, ok := diag.recv(100 * time.Millisecond); ok {
+		t.Error("a client that sent requests got the vendor-class request too")
+	}
 	pong := append([]byte(nil), r[32:]...)
 	wire.MAD(pong).SetMethod(wire.MethodGetResp)
 	srv.send(binary.BigEndian.Uint16(r[4:]), binary.BigEndian.Uint32(r[12:]), pong)
@@ -742,6 +759,15 @@ func TestVendorClass(t *testing.T) {
 		wire.MAD(r[32:]).Status() != 0 || wire.MAD(r[32:]).TID()&0xFFFF != 0x73 {
 		t.Fatalf("the pong did not reach the pinger: %v", ok)
 	}
+
+	// It answered a ping (0x32): it is that class's server, and no request of another
+	// class (sysstat, 0x33) reaches it — its libumad2sim, with no agent for one, would die.
+	m.SetMgmtClass(0x33)
+	unsupported("a sysstat request to a port with only a ping server", 0x76)
+	if _, ok := srv.recv(100 * time.Millisecond); ok {
+		t.Error("the ping server got a sysstat request")
+	}
+	m.SetMgmtClass(0x32)
 
 	srv.ctlDo(2, nil, 0) // DISCONNECT
 	unsupported("after the client left", 0x74)
