@@ -49,13 +49,12 @@ struct pib_channel {
 struct pib_cq {
 	struct ibv_cq_ex cq; // ibv_cq is its prefix
 	uint64_t h;
-	// ibv_cq_ex polling (start_poll/next_poll/end_poll)
-	struct ibv_wc wc[16];
-	int nwc, cur;
-	// completion timestamps (../ibverbs/clock.go): the device clock of each polled
+	// ibv_cq_ex polling (start_poll/next_poll/end_poll): the current completion
+	struct ibv_wc wc;
+	// completion timestamps (../ibverbs/clock.go): the device clock of the current
 	// completion, and the clock's zero in Unix nanoseconds
 	int stamps;
-	uint64_t ts[16];
+	uint64_t ts;
 	uint64_t wall_base;
 };
 

@@ -610,6 +610,20 @@ int main(void)
 	      before.raw_clock.tv_nsec, after.raw_clock.tv_nsec, (long long)skew);
 	CHECK(ibv_next_poll(cqx) == ENOENT, "next_poll");
 	ibv_end_poll(cqx);
+	// What a poll did not read stays in the CQ: three completions queued, read one per
+	// start_poll/end_poll (ibv_rc_pingpong -t reads two at most before end_poll).
+	for (int i = 0; i < 3; i++) {
+		bw.wr_id = 42 + i;
+		CHECK(ibv_post_send(xq, &bw, &bad) == 0, "post");
+	}
+	usleep(200000); // all three completed
+	for (int i = 0; i < 3; i++) {
+		rc = ibv_start_poll(cqx, &pa);
+		CHECK(rc == 0 && cqx->wr_id == (uint64_t)(42 + i), "start_poll %d after end_poll: %d, wr_id %llu", i, rc,
+		      (unsigned long long)cqx->wr_id);
+		ibv_end_poll(cqx);
+	}
+	CHECK(ibv_start_poll(cqx, &pa) == ENOENT, "start_poll of an empty CQ");
 	OK("cq_ex");
 
 	mem_windows(&a, &b);
