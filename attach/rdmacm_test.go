@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/attach"
+	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/inproc"
 	"github.com/pibgw/pibgw/rdmacm"
+	"github.com/pibgw/pibgw/rdmacm/ibcm"
+	"github.com/pibgw/pibgw/wire"
 )
 
 // startFabric runs the default in-process fabric serving an attach socket.
@@ -149,5 +152,59 @@ func TestGoneProcessDisconnects(t *testing.T) {
 		t.Logf("client read: %v", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the client's read still waits 10 s after its peer's process went")
+	}
+}
+
+// madFunc is an hca.MADHandler.
+type madFunc func(*hca.MAD)
+
+func (f madFunc) HandleMAD(m *hca.MAD) { f(m) }
+
+// A peer's DREQ for a connection of a process that is gone — sent before the daemon's DREQ
+// for it arrived (perftest -R: both ends disconnect as they finish) — is answered with a
+// DREP, as by a kernel whose CM no longer has the connection (cm_issue_drep). It used to
+// be dropped, and the peer resent it for a minute before it reported DISCONNECTED
+// (ib_atomic_lat -R's client hung there).
+func TestDReqToGoneProcessAnswered(t *testing.T) {
+	f, path := startFabric(t)
+	srv := dial(t, path)
+	as := f.Attached()
+	if len(as) != 1 {
+		t.Fatalf("%d sessions, want 1", len(as))
+	}
+	prefix := as[0].ID
+	srv.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(f.Attached()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not end")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p0, p1 := f.Device("pib_0").Port(1), f.Device("pib_1").Port(1)
+	got := make(chan []byte, 4)
+	// The DREP comes back to a comm ID of prefix 0 (the daemon's): this handler, in place
+	// of the daemon's CM, takes it.
+	p0.RegisterMADHandler(wire.MgmtClassCM, false, madFunc(func(m *hca.MAD) {
+		if wire.MAD(m.Data).AttrID() == wire.AttrCMDRep {
+			got <- append([]byte(nil), m.Data...)
+		}
+	}))
+	dreq := make([]byte, wire.MADLen)
+	wire.NewCMMAD(dreq, wire.AttrCMDReq, 0x77)
+	gone := prefix<<(32-ibcm.IDPrefixBits) | 5
+	wire.CMDReq(dreq).SetLocalCommID(0x1234)
+	wire.CMDReq(dreq).SetRemoteCommID(gone)
+	if err := p0.SendMAD(hca.MADAddr{DLID: p1.LID(), QPN: 1, QKey: hca.GSIQKey}, dreq); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		d := wire.CMDRep(r)
+		if d.LocalCommID() != gone || d.RemoteCommID() != 0x1234 || wire.MAD(r).TID() != 0x77 {
+			t.Errorf("DREP: local %#x remote %#x tid %#x; want %#x, 0x1234, 0x77", d.LocalCommID(), d.RemoteCommID(), wire.MAD(r).TID(), gone)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no DREP for a DREQ to the gone process's connection")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/rdmacm"
 	"github.com/pibgw/pibgw/rdmacm/ibcm"
+	"github.com/pibgw/pibgw/wire"
 )
 
 // Server serves the attach socket: it gives attached processes the daemon's devices,
@@ -396,7 +397,15 @@ func (r cmRouter) RouteMAD(p *hca.Port, pk *hca.Packet) bool {
 			return false
 		}
 		if x = s.session(prefix); x == nil {
-			s.dropsDead.Add(1) // the process is gone; the daemon sent its peers a DREQ (cmtrack.go)
+			// The process is gone; the daemon sent its peers a DREQ (cmtrack.go). A peer's
+			// own DREQ — sent before ours reached it — gets its DREP, as from a kernel
+			// whose CM no longer has the connection (cm_issue_drep): else it resends it
+			// for a minute before it reports DISCONNECTED (perftest -R waits for that).
+			s.dropsDead.Add(1)
+			if wire.MAD(pk.Payload).AttrID() == wire.AttrCMDReq {
+				_ = p.SendMAD(hca.MADAddr{DLID: pk.LRH.SLID(), SL: pk.LRH.SL(), QPN: pk.DETH.SrcQP(),
+					QKey: hca.GSIQKey, PKeyIndex: pk.PKeyIndex}, ibcm.DRepFor(pk.Payload))
+			}
 			return true
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/inproc"
+	"github.com/pibgw/pibgw/internal/proctest"
 )
 
 var (
@@ -174,7 +175,7 @@ func (fb *fabric) waitListening(t *testing.T, pid int) {
 				return
 			}
 		}
-		if tcpListening(pid) {
+		if proctest.TCPListening(pid) {
 			return
 		}
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d/fd", pid)); err != nil {
@@ -183,30 +184,6 @@ func (fb *fabric) waitListening(t *testing.T, pid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("pid %d did not listen within 20 s; starting the client anyway", pid)
-}
-
-// tcpListening says whether the process pid has a TCP socket in state LISTEN.
-func tcpListening(pid int) bool {
-	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
-	inodes := map[string]bool{}
-	for _, fd := range fds {
-		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, "socket:[") {
-			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
-		}
-	}
-	if len(inodes) == 0 {
-		return false
-	}
-	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, _ := os.ReadFile(f)
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode (proc(5))
-			if fs := strings.Fields(line); len(fs) > 9 && fs[3] == "0A" && inodes[fs[9]] {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // TestQperf runs qperf (its server forks for each client): RC, UC and UD bandwidth and

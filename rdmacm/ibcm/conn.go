@@ -475,12 +475,7 @@ func (cm *CM) handleDReq(mad []byte, from hca.MADAddr) {
 		// Gone already (TIMEWAIT over, or destroyed): answer anyway so the peer stops
 		// resending, as Linux's cm_issue_drep does.
 		cm.stats.Duplicates++
-		rep := make([]byte, wire.MADLen)
-		wire.NewCMMAD(rep, wire.AttrCMDRep, wire.MAD(mad).TID())
-		r := wire.CMDRep(rep)
-		r.SetLocalCommID(d.RemoteCommID())
-		r.SetRemoteCommID(d.LocalCommID())
-		cm.send(peerAddr(from), rep)
+		cm.send(peerAddr(from), DRepFor(mad))
 		return
 	}
 	if id.remote != d.LocalCommID() {
@@ -499,6 +494,19 @@ func (cm *CM) handleDReq(mad []byte, from hca.MADAddr) {
 	default:
 		cm.stats.Duplicates++
 	}
+}
+
+// DRepFor returns the DREP that answers dreq for a connection its receiver no longer
+// has (Linux's cm_issue_drep): the comm IDs swapped, the DREQ's transaction ID, so that
+// the sender stops resending and reports DISCONNECTED.
+func DRepFor(dreq []byte) []byte {
+	d := wire.CMDReq(dreq)
+	rep := make([]byte, wire.MADLen)
+	wire.NewCMMAD(rep, wire.AttrCMDRep, wire.MAD(dreq).TID())
+	r := wire.CMDRep(rep)
+	r.SetLocalCommID(d.RemoteCommID())
+	r.SetRemoteCommID(d.LocalCommID())
+	return rep
 }
 
 // SendDRep answers a DREQ (ib_send_cm_drep): TIMEWAIT.
