@@ -433,9 +433,9 @@ func pibgo_dealloc_pd(h C.uint64_t) C.int {
 	return 0
 }
 
-// Access flags the HCA may ignore (hints), and those it does not have.
+// Access flags the HCA takes and needs do nothing for (hints; ON_DEMAND: odp.go).
 const (
-	accessHints = C.IBV_ACCESS_HUGETLB | C.IBV_ACCESS_RELAXED_ORDERING | C.IBV_ACCESS_ON_DEMAND // odp.go
+	accessHints = C.IBV_ACCESS_HUGETLB | C.IBV_ACCESS_RELAXED_ORDERING | C.IBV_ACCESS_ON_DEMAND
 	// accessWritable are the flags for which the kernel pins a region's pages for writing
 	// (ib_access_writable): its memory must be writable.
 	accessWritable = C.IBV_ACCESS_LOCAL_WRITE | C.IBV_ACCESS_REMOTE_WRITE | C.IBV_ACCESS_REMOTE_ATOMIC | C.IBV_ACCESS_MW_BIND

@@ -878,7 +878,9 @@ static int req_notify_cq_op(struct ibv_cq *cq, int solicited)
 static int cq_poll_one(struct pib_cq *q)
 {
 	int n = pibgo_poll_cq(q->h, 1, &q->wc, q->stamps ? &q->ts : NULL);
-	if (n <= 0)
+	if (n < 0)
+		return -n;
+	if (n == 0)
 		return ENOENT;
 	q->cq.wr_id = q->wc.wr_id;
 	q->cq.status = q->wc.status;
