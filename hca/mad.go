@@ -206,7 +206,11 @@ func (p *Port) receiveMAD(pk *Packet) bool {
 // no such agent fail at once instead of timing out.
 type unmatchedHandler struct{}
 
-func (unmatchedHandler) HandleMAD(m *MAD) {
+func (unmatchedHandler) HandleMAD(m *MAD) { ReplyUnsupported(m) }
+
+// ReplyUnsupported answers the Get or Set m as a port with no agent for its class does
+// (unmatchedHandler): a GetResp with status "method/attribute combination not supported".
+func ReplyUnsupported(m *MAD) {
 	s := madScratchPool.Get().(*madScratch)
 	resp := wire.MAD(s.b[:])
 	copy(resp, m.Data)

@@ -654,11 +654,7 @@ func (v vendorAgent) HandleMAD(m *hca.MAD) {
 	if len(known) == 0 {
 		v.a.s.noClient.Add(1)
 		if meth := wire.MAD(m.Data).Method(); meth == wire.MethodGet || meth == wire.MethodSet {
-			resp := make([]byte, wire.MADLen)
-			copy(resp, m.Data)
-			wire.MAD(resp).SetMethod(wire.MethodGetResp)
-			wire.MAD(resp).SetStatus(wire.StatusMethodAttrNotSupp)
-			_ = m.Port.ReplyMAD(m, resp)
+			hca.ReplyUnsupported(m)
 		}
 		return
 	}
