@@ -958,10 +958,25 @@ func pibgo_modify_qp(h C.uint64_t, a *C.struct_ibv_qp_attr, mask C.int) C.int {
 		RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
 		AltTimeout: uint8(a.alt_timeout),
 	}
-	if err := o.qp.Modify(&attr, hca.QPAttrMask(mask)); err != nil {
+	if err := o.qp.Modify(&attr, uverbsModifyMask(o.qp.Type(), hca.QPAttrMask(mask))); err != nil {
 		return errno(err)
 	}
 	return 0
+}
+
+// uverbsModifyMask removes the attributes an XRC QP ignores from a modify_qp mask, as
+// the kernel's uverbs does before ib_modify_qp checks it (modify_qp_mask in
+// uverbs_cmd.c): an XRC send QP (XRC_INI) has no responder, so MAX_DEST_RD_ATOMIC and
+// MIN_RNR_TIMER go; an XRC receive QP (XRC_TGT) no requester, so MAX_QP_RD_ATOMIC,
+// RETRY_CNT and RNR_RETRY go. Programs written for RC pass them (perftest's -c XRC).
+func uverbsModifyMask(t hca.QPType, mask hca.QPAttrMask) hca.QPAttrMask {
+	switch t {
+	case hca.QPTypeXRCSend:
+		return mask &^ (hca.QPAttrMaxDestRdAtomic | hca.QPAttrMinRNRTimer)
+	case hca.QPTypeXRCRecv:
+		return mask &^ (hca.QPAttrMaxQPRdAtomic | hca.QPAttrRetryCnt | hca.QPAttrRNRRetry)
+	}
+	return mask
 }
 
 //export pibgo_query_qp

@@ -433,7 +433,19 @@ int main(void)
 	CHECK(!ibv_create_cq_ex(a.ctx, &ca) && errno == EOPNOTSUPP, "create_cq_ex CVLAN: errno %d", errno);
 	struct ibv_xrcd_init_attr xi = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS, .fd = -1, .oflags = O_CREAT};
 	struct ibv_xrcd *xd = ibv_open_xrcd(a.ctx, &xi); // XRC is supported: a new domain (fd -1)
-	CHECK(xd && ibv_close_xrcd(xd) == 0, "open_xrcd/close_xrcd: %m");
+	CHECK(xd, "open_xrcd: %m");
+	// XRC QPs taken through INIT, RTR and RTS with RC's masks, as perftest's -c XRC does:
+	// the attributes an XRC send QP has no use for (responder's) and an XRC receive QP
+	// (requester's) are ignored, as the kernel's uverbs does (modify_qp_mask).
+	struct ibv_qp_init_attr_ex xs = {.qp_type = IBV_QPT_XRC_SEND, .send_cq = a.cq, .cap = {.max_send_wr = 1, .max_send_sge = 1},
+					 .comp_mask = IBV_QP_INIT_ATTR_PD, .pd = a.pd};
+	struct ibv_qp_init_attr_ex xr = {.qp_type = IBV_QPT_XRC_RECV, .comp_mask = IBV_QP_INIT_ATTR_XRCD, .xrcd = xd};
+	struct ibv_qp *xsq = ibv_create_qp_ex(a.ctx, &xs), *xrq = ibv_create_qp_ex(a.ctx, &xr);
+	CHECK(xsq && xrq, "create XRC QPs: %m");
+	connect_qp(xsq, b.lid, 1);
+	connect_qp(xrq, b.lid, 1);
+	CHECK(ibv_destroy_qp(xsq) == 0 && ibv_destroy_qp(xrq) == 0 && ibv_close_xrcd(xd) == 0, "destroy XRC QPs, close_xrcd: %m");
+	OK("xrc_modify_rc_masks");
 	struct ibv_qp_init_attr ra = {.send_cq = a.cq, .recv_cq = a.cq, .qp_type = IBV_QPT_RAW_PACKET, .cap = {.max_send_wr = 1}};
 	errno = 0;
 	CHECK(!ibv_create_qp(a.pd, &ra) && errno == EOPNOTSUPP, "create_qp RAW_PACKET: errno %d", errno);
