@@ -20,7 +20,7 @@ import (
 )
 
 // startFabric runs the default in-process fabric serving an attach socket.
-func startFabric(t *testing.T) (*inproc.Fabric, string) {
+func startFabric(t testing.TB) (*inproc.Fabric, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "attach.sock")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -64,6 +64,7 @@ FUZZ=(
 	"./fabric/udplink FuzzReceive"
 	"./fabric/topology FuzzParse"
 	"./internal/csum FuzzSum"
+	"./attach FuzzControl"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")
