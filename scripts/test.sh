@@ -65,6 +65,7 @@ FUZZ=(
 	"./fabric/topology FuzzParse"
 	"./internal/csum FuzzSum"
 	"./attach FuzzControl"
+	"./sa FuzzSAQuery"
 )
 
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/pibgw-test.XXXXXX")
