@@ -44,6 +44,8 @@ type connOpts struct {
 	csumPartial bool
 	// rqSkew is added to the rq_psn bring gives: the QP expects PSNs its peer does not send.
 	rqSkew uint32
+	// staticRate is the address vector's static rate (IBA 9.11; enum ibv_rate).
+	staticRate uint8
 }
 
 func (o *connOpts) defaults() {
@@ -125,7 +127,7 @@ func bring(t testing.TB, s, peer *side, o connOpts) {
 		t.Fatal(err)
 	}
 	a = hca.QPAttr{QPState: hca.QPStateRTR, PathMTU: o.mtu, DestQPNum: peer.qp.Num(), RQPSN: (0x100 + peer.qp.Num() + o.rqSkew) & 0xFFFFFF,
-		AHAttr: hca.AHAttr{DLID: peer.port.LID(), PortNum: 1}, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
+		AHAttr: hca.AHAttr{DLID: peer.port.LID(), PortNum: 1, StaticRate: o.staticRate}, MaxDestRdAtomic: 16, MinRNRTimer: o.minRNR}
 	mask := hca.QPAttrState | hca.QPAttrAV | hca.QPAttrPathMTU | hca.QPAttrDestQPN | hca.QPAttrRQPSN
 	if o.typ == hca.QPTypeRC {
 		mask |= hca.QPAttrMaxDestRdAtomic | hca.QPAttrMinRNRTimer

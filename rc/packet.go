@@ -22,6 +22,9 @@ type path struct {
 	mtu     int
 	migReq  bool // BTH:MigReq: the QP is in the MIGRATED state (IBA 9.2, 17.2.8)
 	xrc     bool // XRC opcodes; requests carry an XRCETH (Annex A14)
+	// pace is the static rate (IBA 9.11) in bytes per second the QP's packets on this
+	// path must not exceed; 0: the link's rate.
+	pace int64
 }
 
 const (

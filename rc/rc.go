@@ -13,6 +13,7 @@ package rc
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
@@ -52,6 +53,58 @@ type conn struct {
 	running atomic.Bool
 	pending atomic.Bool
 	failing atomic.Bool // a fatal error waits to move the QP to ERR
+
+	// Static rate control (IBA 9.11), owned by the drainer: the time by which what was
+	// sent would have left at the path's static rate, and the timer that kicks the
+	// drainer when it may send again.
+	paceNext  time.Time
+	paceTimer clock.Timer
+	paceArmed atomic.Bool
+}
+
+// paceLead is how far ahead of its static rate a QP may send, and how far behind it may
+// catch up: it sends in bursts of up to this much time's worth of packets, so a timer
+// that fires late (a Go timer, on a loaded machine) costs no throughput while its
+// lateness stays below twice that.
+const paceLead = 2 * time.Millisecond
+
+// paced reports whether the drainer must wait before it sends on p, and arms the timer
+// that kicks it when it may.
+func (c *conn) paced(p *path) bool {
+	if p.pace == 0 {
+		return false
+	}
+	now := c.clk.Now()
+	if !c.paceNext.After(now.Add(paceLead)) { // (a zero paceNext is long past)
+		return false
+	}
+	wait := c.paceNext.Sub(now) - paceLead
+	if c.paceArmed.CompareAndSwap(false, true) {
+		if c.paceTimer == nil {
+			c.paceTimer = c.clk.AfterFunc(wait, c.paceKick)
+		} else {
+			c.paceTimer.Reset(wait)
+		}
+	}
+	return true
+}
+
+func (c *conn) paceKick() {
+	c.paceArmed.Store(false)
+	c.kick()
+}
+
+// paceCharge accounts for n bytes sent on p at its static rate.
+func (c *conn) paceCharge(p *path, n int) {
+	if p.pace == 0 {
+		return
+	}
+	// A QP behind its rate — a timer that fired late, or an idle QP — catches up by at
+	// most the lead: its bursts stay within twice that.
+	if floor := c.clk.Now().Add(-paceLead); c.paceNext.Before(floor) {
+		c.paceNext = floor
+	}
+	c.paceNext = c.paceNext.Add(time.Duration(int64(n) * int64(time.Second) / p.pace))
 }
 
 // Stats counts a connection's recovery events (pibgw's inspection shows them).
@@ -147,6 +200,7 @@ func newPath(port *hca.Port, ah *hca.AHAttr, pkeyIndex uint16, a *hca.QPAttr) *p
 		port: port, dlid: ah.DLID, sl: ah.SL, global: ah.IsGlobal,
 		grh: ah.GRH, pkey: pkey, destQPN: a.DestQPNum, mtu: a.PathMTU.Bytes(),
 	}
+	p.pace = hca.PaceBytesPerSec(port, ah.StaticRate)
 	lmcMask := uint16(1)<<port.LMC() - 1
 	p.slid = port.LID() | uint16(ah.SrcPathBits)&lmcMask
 	if p.global {
@@ -254,6 +308,9 @@ func (c *conn) drainOnce() bool {
 	if p == nil {
 		return false
 	}
+	if c.paced(p) {
+		return false // the pace timer kicks the drainer when the static rate allows
+	}
 	s := c.qp.State()
 	b := batchPool.Get().(*batch)
 	if s >= hca.QPStateRTR && s != hca.QPStateErr {
@@ -271,6 +328,9 @@ func (c *conn) drainOnce() bool {
 		p.port.TransmitQP(c.qp, b.pkts[:n])
 	}
 	for i := range b.pkts[:n] {
+		if p.pace != 0 {
+			c.paceCharge(p, len(b.pkts[i]))
+		}
 		b.pkts[i] = nil
 	}
 	b.n = 0

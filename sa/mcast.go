@@ -314,7 +314,7 @@ func (a *Agent) newGroup(p *Port, q wire.MCMemberRecord, mask uint64) (*mcGroup,
 			return nil, wire.SAStatusReqInvalid
 		}
 	}
-	portRate := saRateEncoding(saLinkRate(p.LinkWidthActive, p.LinkSpeedActive))
+	portRate := saRateEncoding(LinkRate(p.LinkWidthActive, p.LinkSpeedActive))
 	if p.LinkWidthActive == 0 {
 		portRate = wire.SARate10Gbps
 	}

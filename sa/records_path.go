@@ -28,7 +28,7 @@ func saWalkPath(src, dst *Port) (pi pathInfo, ok bool) {
 		if p.NeighborMTU != 0 && p.NeighborMTU < pi.mtu {
 			pi.mtu = p.NeighborMTU
 		}
-		if r := saLinkRate(p.LinkWidthActive, p.LinkSpeedActive); r != 0 && r < pi.rate {
+		if r := LinkRate(p.LinkWidthActive, p.LinkSpeedActive); r != 0 && r < pi.rate {
 			pi.rate = r
 		}
 		pi.hops++
@@ -79,30 +79,6 @@ func saWalkPath(src, dst *Port) (pi pathInfo, ok bool) {
 		sw, in = r.Node, r.Num
 	}
 	return pi, false
-}
-
-// saLinkRate is LinkRate without its map lookups (100 Mb/s units).
-func saLinkRate(width, speed uint8) int {
-	var lanes, per int
-	switch width {
-	case 1:
-		lanes = 1
-	case 2:
-		lanes = 4
-	case 4:
-		lanes = 8
-	case 8:
-		lanes = 12
-	}
-	switch speed {
-	case 1:
-		per = 25
-	case 2:
-		per = 50
-	case 4:
-		per = 100
-	}
-	return lanes * per
 }
 
 // saRates lists the rate encodings in increasing speed with their 100 Mb/s values

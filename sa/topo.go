@@ -2,6 +2,8 @@ package sa
 
 import (
 	"slices"
+
+	"github.com/pibgw/pibgw/hca"
 )
 
 // Topology is the subnet as the SM last swept and configured it: nodes, ports, links,
@@ -273,11 +275,7 @@ func (t *Topology) PathRate(slid, dlid uint16) (rate int, ok bool) {
 
 // LinkRate converts PortInfo's LinkWidthActive and LinkSpeedActive to units of
 // 100 Mb/s (data rate before 8b/10b encoding: 4x SDR = 100, 4x QDR = 400).
-func LinkRate(width, speed uint8) int {
-	lanes := map[uint8]int{1: 1, 2: 4, 4: 8, 8: 12}[width]
-	perLane := map[uint8]int{1: 25, 2: 50, 4: 100}[speed]
-	return lanes * perLane
-}
+func LinkRate(width, speed uint8) int { return hca.LinkRateMbps(width, speed) / 100 }
 
 // walkLinks calls f with the sending port of every link on the route.
 func (t *Topology) walkLinks(slid, dlid uint16, f func(*Port)) bool {
