@@ -5,6 +5,7 @@ type AH struct {
 	pd   *PD
 	id   uint32
 	attr AHAttr
+	pace int64 // PaceBytesPerSec of the port and static rate
 }
 
 // CreateAH creates an address handle (ibv_create_ah).
@@ -43,13 +44,17 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	id := d.nextID()
 	d.mu.Unlock()
 	pd.refs.Add(1)
-	ah := &AH{pd: pd, id: id, attr: attr}
+	ah := &AH{pd: pd, id: id, attr: attr, pace: PaceBytesPerSec(d.Port(int(attr.PortNum)), attr.StaticRate)}
 	d.register(ah)
 	return ah, nil
 }
 
 // Attr returns the address vector.
 func (ah *AH) Attr() *AHAttr { return &ah.attr }
+
+// Pace is the rate in bytes per second that sends through this AH must not exceed
+// (static rate control, IBA 9.11); 0: the port's rate.
+func (ah *AH) Pace() int64 { return ah.pace }
 
 // Query returns the address vector (ibv_query_ah).
 func (ah *AH) Query() AHAttr { return ah.attr }

@@ -52,7 +52,8 @@ const maxPacket = maxHeaders + 4096 + 3 + wire.ICRCLen
 var batchPool = sync.Pool{New: func() any { return new(sendBatch) }}
 
 type qpState struct {
-	psn atomic.Uint32
+	psn  atomic.Uint32
+	pace pacer // sends waiting for their AH's static rate (pace.go)
 }
 
 func state(qp *hca.QP) *qpState {
@@ -64,6 +65,9 @@ func state(qp *hca.QP) *qpState {
 
 // Modified resets the send PSN on entry to RTS.
 func (t *Transport) Modified(qp *hca.QP, from, to hca.QPState) {
+	if st := state(qp); st != nil && (to == hca.QPStateErr || to == hca.QPStateReset) {
+		t.flushPaced(qp, st, to == hca.QPStateErr)
+	}
 	if to == hca.QPStateReset || qp.TransportState == nil {
 		qp.TransportState = &qpState{}
 	}
@@ -84,10 +88,20 @@ func (t *Transport) PostSend(qp *hca.QP, wr *hca.SendWR) error {
 // took; an error names the WR at that index.
 func (t *Transport) PostSendBatch(qp *hca.QP, wrs []hca.SendWR) (int, error) {
 	port := qp.Port()
+	st := state(qp)
 	b := batchPool.Get().(*sendBatch)
 	defer batchPool.Put(b)
 	for i := range wrs {
 		wr := &wrs[i]
+		if wr.AH != nil && wr.AH.Pace() != 0 || st.pace.queued.Load() != 0 {
+			// Static rate control (pace.go): this send, or one before it, waits for an
+			// AH's rate; what is batched goes first.
+			t.flush(qp, port, b)
+			if err := t.postPaced(qp, port, st, wr); err != nil {
+				return i, err
+			}
+			continue
+		}
 		if b.n == batchMax {
 			t.flush(qp, port, b)
 		}

@@ -1,0 +1,184 @@
+package ud
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pibgw/pibgw/clock"
+	"github.com/pibgw/pibgw/hca"
+)
+
+// Static rate control (IBA 9.11): a send through an AH whose static rate is below its
+// port's (hca.AH.Pace) leaves no faster than that rate. A UD send completes when its
+// packet leaves, so such a send is built when it is posted — its payload gathered, as
+// an HCA fetches it — and queued; the QP's pacer transmits it when the rate allows and
+// completes it then. Sends posted while any wait queue behind them whatever their AH:
+// a send queue executes and completes in order.
+
+// paceLead is how far ahead of its rate a paced QP may send, and how far behind it may
+// catch up (a timer that fired late): bursts stay within twice that.
+const paceLead = 2 * time.Millisecond
+
+// queuedSend is a posted send waiting for its turn: its packet, or the status its WR
+// failed with, and what its completion needs.
+type queuedSend struct {
+	buf      *[maxPacket]byte // pooled; pkt is in it
+	pkt      []byte
+	pace     int64 // its AH's rate (0: not paced itself, only queued behind one)
+	status   hca.WCStatus
+	wrid     uint64
+	opcode   hca.WROpcode
+	length   uint32
+	signaled bool
+}
+
+var pktPool = sync.Pool{New: func() any { return new([maxPacket]byte) }}
+
+// pacer is a UD QP's queue of paced sends.
+type pacer struct {
+	queued  atomic.Int32 // sends posted and not yet sent or flushed: the fast path checks it
+	running atomic.Bool  // a goroutine drains the queue
+	pending atomic.Bool  // more to drain
+
+	mu    sync.Mutex
+	queue []queuedSend
+	next  time.Time // when what was sent would have left at its rate
+	timer clock.Timer
+	armed bool
+}
+
+// postPaced queues wr (built now) and drains the queue as far as the rate allows.
+func (t *Transport) postPaced(qp *hca.QP, port *hca.Port, st *qpState, wr *hca.SendWR) error {
+	buf := pktPool.Get().(*[maxPacket]byte)
+	n, status, err := t.build(qp, port, wr, buf[:])
+	if err != nil {
+		pktPool.Put(buf)
+		return err
+	}
+	p := &st.pace
+	p.mu.Lock()
+	if depth := int(qp.Cap().MaxSendWR); len(p.queue) >= depth {
+		p.mu.Unlock()
+		pktPool.Put(buf)
+		return hca.Errorf("post_send", hca.ENOMEM, "send queue full: %d sends wait for the AH's static rate", depth)
+	}
+	p.queue = append(p.queue, queuedSend{buf: buf, pkt: buf[:n], pace: wr.AH.Pace(), status: status, wrid: wr.WRID,
+		opcode: wr.Opcode, length: uint32(hca.MessageLen(wr.SGL)), signaled: qp.Signaled(wr)})
+	p.queued.Add(1)
+	p.mu.Unlock()
+	t.drain(qp, port, st)
+	return nil
+}
+
+// drain sends the queued packets the rate allows, in order, and completes them; one
+// goroutine at a time (a post, or the pacer's timer), the others leave it a flag.
+func (t *Transport) drain(qp *hca.QP, port *hca.Port, st *qpState) {
+	p := &st.pace
+	p.pending.Store(true)
+	for p.pending.Load() {
+		if !p.running.CompareAndSwap(false, true) {
+			return
+		}
+		for p.pending.Swap(false) {
+			for t.drainOnce(qp, port, st) {
+			}
+		}
+		p.running.Store(false)
+	}
+}
+
+// drainOnce sends up to batchMax queued packets; it reports whether there may be more
+// it can send now.
+func (t *Transport) drainOnce(qp *hca.QP, port *hca.Port, st *qpState) bool {
+	p := &st.pace
+	clk := qp.Device().Clock()
+	var out [batchMax]queuedSend
+	n := 0
+	p.mu.Lock()
+	now := clk.Now()
+	for n < batchMax && len(p.queue) > 0 {
+		q := p.queue[0]
+		if q.pace != 0 && q.status == hca.WCSuccess {
+			if p.next.After(now.Add(paceLead)) {
+				if !p.armed {
+					p.armed = true
+					wait := p.next.Sub(now) - paceLead
+					kick := func() {
+						p.mu.Lock()
+						p.armed = false
+						p.mu.Unlock()
+						t.drain(qp, port, st)
+					}
+					if p.timer == nil {
+						p.timer = clk.AfterFunc(wait, kick)
+					} else {
+						p.timer.Reset(wait)
+					}
+				}
+				break
+			}
+			if floor := now.Add(-paceLead); p.next.Before(floor) {
+				p.next = floor
+			}
+			p.next = p.next.Add(time.Duration(int64(len(q.pkt)) * int64(time.Second) / q.pace))
+		}
+		out[n] = q
+		n++
+		p.queue[0] = queuedSend{}
+		p.queue = p.queue[1:]
+		if q.status != hca.WCSuccess {
+			break
+		}
+	}
+	more := n == batchMax && len(p.queue) > 0
+	p.mu.Unlock()
+	if n == 0 {
+		return false
+	}
+	var pkts [batchMax][]byte
+	k := 0
+	for _, q := range out[:n] {
+		if q.status == hca.WCSuccess {
+			pkts[k] = q.pkt
+			k++
+		}
+	}
+	if k > 0 {
+		port.TransmitQP(qp, pkts[:k])
+	}
+	for _, q := range out[:n] {
+		pktPool.Put(q.buf) // the port copied what it sent
+		if q.status != hca.WCSuccess {
+			// The WR failed as it was built (a local protection error): as on the fast
+			// path it completes in error and the QP enters SQE (IBA 10.8.3); what is
+			// queued behind it is flushed.
+			qp.SendError(&hca.SendWR{WRID: q.wrid, Opcode: q.opcode}, q.status)
+			p.queued.Add(-1)
+			t.flushPaced(qp, st, true)
+			return false
+		}
+		if q.signaled {
+			qp.CompleteSend(&hca.WC{WRID: q.wrid, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: q.length})
+		}
+		p.queued.Add(-1)
+	}
+	return more
+}
+
+// flushPaced drops the queued sends: with complete (the QP in ERR or SQE), each
+// completes with IBV_WC_WR_FLUSH_ERR, signaled or not; without (RESET), silently.
+func (t *Transport) flushPaced(qp *hca.QP, st *qpState, complete bool) {
+	p := &st.pace
+	p.mu.Lock()
+	q := p.queue
+	p.queue = nil
+	p.mu.Unlock()
+	for _, s := range q {
+		pktPool.Put(s.buf)
+		if complete {
+			qp.CompleteSend(&hca.WC{WRID: s.wrid, Status: hca.WCWRFlushErr, Opcode: hca.WCSend})
+		}
+		p.queued.Add(-1)
+	}
+}
