@@ -67,6 +67,7 @@ func TestUsageErrorOneLine(t *testing.T) {
 		{"capture", "pibgw: capture: -w FILE is required (- for stdout)\nRun 'pibgw capture --help' for usage.\n"},
 		{"neigh ib0 ib1", "pibgw: neigh: unexpected argument \"ib1\"\nRun 'pibgw neigh --help' for usage.\n"},
 		{"child del ib0", "pibgw: child del: want IFACE PKEY (e.g. ib0 0x8001), got 1 arguments\nRun 'pibgw child del --help' for usage.\n"},
+		{"exec --node pib_1 -- ibaddr", "pibgw: exec: --node chooses the node of a --umad program\nRun 'pibgw exec --help' for usage.\n"},
 	} {
 		out, errs, code := pibgw(t, strings.Fields(tc.args)...)
 		if code != 2 || out != "" || errs != tc.want {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,12 +88,23 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 		t.Errorf("iblinkinfo: want both HCA links Active from both ends\n%s", ll)
 	}
 
+	// pibgw exec --umad sets libumad2sim up from the daemon's own settings: ibaddr,
+	// attached at pib_1, prints pib_1's LID.
+	out, err := umadRun(t, func(ctx context.Context) *exec.Cmd {
+		c := exec.CommandContext(ctx, d.Bin, "exec", "--control", d.Sock, "--umad", "--node", "pib_1", "--", "ibaddr")
+		c.Dir = e.dir // libumad2sim writes ./sys-PID
+		return c
+	})
+	if l, _ := strconv.ParseUint(lid1, 0, 16); err != nil || !strings.Contains(string(out), fmt.Sprintf("LID start %#x ", l)) {
+		t.Errorf("pibgw exec --umad --node pib_1 -- ibaddr: %v, want pib_1's LID %s\n%s", err, lid1, out)
+	}
+
 	// vendstat asks pib_1 for a vendor class's ClassPortInfo: no agent there, so the
 	// port answers "unsupported" at once (it timed out after 1 s before).
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	out, err := e.cmd(ctx, "", "vendstat", "-N", lid1).CombinedOutput()
+	out, err = e.cmd(ctx, "", "vendstat", "-N", lid1).CombinedOutput()
 	if took := time.Since(start); err == nil || took > 500*time.Millisecond || strings.Contains(string(out), "timed out") {
 		t.Errorf("vendstat -N %s: %v after %v; want a failure at once, not a timeout\n%s", lid1, err, took, out)
 	}

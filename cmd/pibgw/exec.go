@@ -10,6 +10,9 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/pibgw/pibgw/internal/control"
 )
 
 // ibverbsLib is the library pibgw exec puts first on the program's library path.
@@ -26,33 +29,56 @@ func execCommand(e *env) *cli.Command {
 			"their verbs and rdma_cm on the soft fabric with no kernel module. The libraries are looked\n" +
 			"for in $PIBGW_LIBDIR, next to the pibgw binary, in build/lib of pibgw's source tree\n" +
 			"(bash scripts/build-libs.sh), then in /usr/local/lib/pibgw. The attach socket is --attach,\n" +
-			"else $PIBGW_ATTACH, else attach.sock beside --control's socket (/run/pibgw/attach.sock).",
+			"else $PIBGW_ATTACH, else attach.sock beside --control's socket (/run/pibgw/attach.sock).\n" +
+			"\n" +
+			"--umad runs a libibumad program (opensm, infiniband-diags, ibping) through the daemon's\n" +
+			"ibsim server ([ibsim] enable = true): libumad2sim preloaded (ibsim-utils' libumad2sim0;\n" +
+			"$PIBGW_UMAD2SIM names another), IBSIM_SOCKNAME the daemon's, SIM_HOST --node's (an HCA,\n" +
+			"HCA/port, node description or port GUID; default the SM's port). libumad2sim writes\n" +
+			"./sys-PID into the working directory, which must be writable. The verbs libraries and\n" +
+			"the attach socket are set too when found (perftest links both).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "attach", Usage: "the daemon's attach socket `PATH`", EnvVars: []string{"PIBGW_ATTACH"}},
+			&cli.BoolFlag{Name: "umad", Usage: "run a libibumad program through the daemon's ibsim server (libumad2sim)"},
+			&cli.StringFlag{Name: "node", Usage: "with --umad: the `NODE` to attach to (SIM_HOST: pib_1, pib_1/2, a node description, a port GUID)"},
 			controlFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 {
 				return usagef(c, "no command given (pibgw exec -- CMD [ARGS...])")
 			}
+			if c.String("node") != "" && !c.Bool("umad") {
+				return usagef(c, "--node chooses the node of a --umad program")
+			}
 			sock := c.String("attach")
 			if sock == "" {
 				sock = filepath.Join(filepath.Dir(c.String("control")), "attach.sock")
 			}
-			if st, err := os.Stat(sock); err != nil || st.Mode()&os.ModeSocket == 0 {
-				return fmt.Errorf("exec: no attach socket at %s (is pibgw up running? --attach or PIBGW_ATTACH choose another)", sock)
-			}
 			dir, searched := findLibDir()
-			if dir == "" {
-				return fmt.Errorf("exec: %s not found (looked in %s); build it with bash scripts/build-libs.sh, or set PIBGW_LIBDIR",
-					ibverbsLib, strings.Join(searched, ", "))
+			env := os.Environ()
+			if st, err := os.Stat(sock); err != nil || st.Mode()&os.ModeSocket == 0 {
+				if !c.Bool("umad") {
+					return fmt.Errorf("exec: no attach socket at %s (is pibgw up running? --attach or PIBGW_ATTACH choose another)", sock)
+				}
+			} else if dir == "" {
+				if !c.Bool("umad") {
+					return fmt.Errorf("exec: %s not found (looked in %s); build it with bash scripts/build-libs.sh, or set PIBGW_LIBDIR",
+						ibverbsLib, strings.Join(searched, ", "))
+				}
+			} else {
+				env = execEnv(env, dir, sock)
+			}
+			if c.Bool("umad") {
+				var err error
+				if env, err = umadEnv(c, env); err != nil {
+					return err
+				}
 			}
 			args := c.Args().Slice()
 			path, err := exec.LookPath(args[0])
 			if err != nil {
 				return fmt.Errorf("exec: %w", err)
 			}
-			env := execEnv(os.Environ(), dir, sock)
 			e.log.Debug("exec", "cmd", path, "libdir", dir, "attach", sock)
 			return syscall.Exec(path, args, env)
 		},
@@ -75,6 +101,63 @@ func execEnv(env []string, dir, sock string) []string {
 		}
 	}
 	return append(out, "LD_LIBRARY_PATH="+ld, "PIBGW_ATTACH="+sock)
+}
+
+// umadEnv is env for a libibumad program attached through the daemon's ibsim server:
+// libumad2sim preloaded, IBSIM_SOCKNAME the daemon's, SIM_HOST --node's.
+func umadEnv(c *cli.Context, env []string) ([]string, error) {
+	var st control.Status
+	if err := client(c).Do(c.Context, control.Request{Verb: control.VerbStatus}, &st); err != nil {
+		return nil, fmt.Errorf("exec --umad: %w", err)
+	}
+	if st.IBSim == "" {
+		return nil, fmt.Errorf("exec --umad: the daemon serves no ibsim protocol; set [ibsim] enable = true in its config")
+	}
+	lib := findUmad2sim()
+	if lib == "" {
+		return nil, fmt.Errorf("exec --umad: libumad2sim.so not found (Debian: apt install libumad2sim0; or set PIBGW_UMAD2SIM)")
+	}
+	if err := unix.Access(".", unix.W_OK); err != nil {
+		wd, _ := os.Getwd()
+		return nil, fmt.Errorf("exec --umad: libumad2sim writes ./sys-PID into the working directory, and %s is not writable: cd to one that is", wd)
+	}
+	set := map[string]string{"IBSIM_SOCKNAME": st.IBSim, "LD_PRELOAD": lib}
+	if n := c.String("node"); n != "" {
+		set["SIM_HOST"] = n
+	}
+	var out []string
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if _, ok := set[k]; !ok {
+			out = append(out, kv)
+		} else if k == "LD_PRELOAD" && v != "" {
+			set[k] += ":" + v
+		}
+	}
+	for _, k := range []string{"IBSIM_SOCKNAME", "LD_PRELOAD", "SIM_HOST"} {
+		if v, ok := set[k]; ok {
+			out = append(out, k+"="+v)
+		}
+	}
+	return out, nil
+}
+
+// findUmad2sim is libumad2sim.so: $PIBGW_UMAD2SIM, else where Debian's and other
+// distributions' packages put it; "" if none is there.
+func findUmad2sim() string {
+	cands := []string{os.Getenv("PIBGW_UMAD2SIM")}
+	m, _ := filepath.Glob("/usr/lib/*/umad2sim/libumad2sim.so")
+	cands = append(cands, m...)
+	cands = append(cands, "/usr/lib64/umad2sim/libumad2sim.so", "/usr/lib/umad2sim/libumad2sim.so", "/usr/local/lib/umad2sim/libumad2sim.so")
+	for _, p := range cands {
+		if p == "" {
+			continue
+		}
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
 }
 
 // findLibDir returns the first directory holding libibverbs.so.1 among $PIBGW_LIBDIR, the

@@ -186,6 +186,10 @@ type Status struct {
 	Started  time.Time `json:"started"`
 	Control  string    `json:"control"`
 	Attach   string    `json:"attach,omitempty"` // the attach socket, "" when off
+	// IBSim is the ibsim server's socket base name (IBSIM_SOCKNAME), "" when it is off;
+	// IBSimUDP its UDP address, "" when it serves none.
+	IBSim    string `json:"ibsim,omitempty"`
+	IBSimUDP string `json:"ibsim_udp,omitempty"`
 }
 
 // Interface is one IPoIB interface (`pibgw show`).

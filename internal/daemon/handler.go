@@ -32,8 +32,12 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 	d := h.D
 	switch req.Verb {
 	case control.VerbStatus:
-		return control.Status{Protocol: control.Protocol, PID: os.Getpid(), Config: d.cfg.Source,
-			Started: d.started, Control: h.ControlPath, Attach: h.AttachPath}, nil
+		st := control.Status{Protocol: control.Protocol, PID: os.Getpid(), Config: d.cfg.Source,
+			Started: d.started, Control: h.ControlPath, Attach: h.AttachPath}
+		if d.cfg.IBSim.Enable {
+			st.IBSim, st.IBSimUDP = d.cfg.IBSim.SocketName, d.cfg.IBSim.UDP
+		}
+		return st, nil
 	case control.VerbPS:
 		if h.Attach == nil {
 			return []attach.SessionInfo{}, nil
