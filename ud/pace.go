@@ -46,7 +46,16 @@ type pacer struct {
 	next  time.Time // when what was sent would have left at its rate
 	timer clock.Timer
 	armed bool
+	// flush asks the drainer to drop the queue: flushComplete completes each send with
+	// IBV_WC_WR_FLUSH_ERR, flushSilent not. The drainer does it, after the sends it took
+	// before have completed, so that completions stay in order.
+	flush int
 }
+
+const (
+	flushComplete = 1 + iota
+	flushSilent
+)
 
 // postPaced queues wr (built now) and drains the queue as far as the rate allows.
 func (t *Transport) postPaced(qp *hca.QP, port *hca.Port, st *qpState, wr *hca.SendWR) error {
@@ -96,6 +105,19 @@ func (t *Transport) drainOnce(qp *hca.QP, port *hca.Port, st *qpState) bool {
 	var out [batchMax]queuedSend
 	n := 0
 	p.mu.Lock()
+	if mode := p.flush; mode != 0 {
+		q := p.queue
+		p.queue, p.flush = nil, 0
+		p.mu.Unlock()
+		for _, s := range q {
+			pktPool.Put(s.buf)
+			if mode == flushComplete {
+				qp.CompleteSend(&hca.WC{WRID: s.wrid, Status: hca.WCWRFlushErr, Opcode: hca.WCSend})
+			}
+			p.queued.Add(-1)
+		}
+		return false
+	}
 	now := clk.Now()
 	for n < batchMax && len(p.queue) > 0 {
 		q := p.queue[0]
@@ -167,18 +189,20 @@ func (t *Transport) drainOnce(qp *hca.QP, port *hca.Port, st *qpState) bool {
 }
 
 // flushPaced drops the queued sends: with complete (the QP in ERR or SQE), each
-// completes with IBV_WC_WR_FLUSH_ERR, signaled or not; without (RESET), silently.
+// completes with IBV_WC_WR_FLUSH_ERR, signaled or not; without (RESET), silently. The
+// drainer does it — now, or when the goroutine draining finishes its batch.
 func (t *Transport) flushPaced(qp *hca.QP, st *qpState, complete bool) {
 	p := &st.pace
 	p.mu.Lock()
-	q := p.queue
-	p.queue = nil
-	p.mu.Unlock()
-	for _, s := range q {
-		pktPool.Put(s.buf)
-		if complete {
-			qp.CompleteSend(&hca.WC{WRID: s.wrid, Status: hca.WCWRFlushErr, Opcode: hca.WCSend})
-		}
-		p.queued.Add(-1)
+	if len(p.queue) == 0 {
+		p.mu.Unlock()
+		return
 	}
+	if complete {
+		p.flush = flushComplete
+	} else if p.flush == 0 {
+		p.flush = flushSilent
+	}
+	p.mu.Unlock()
+	t.drain(qp, qp.Port(), st)
 }
