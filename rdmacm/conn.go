@@ -136,11 +136,13 @@ func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 			id.emit(&Event{Type: EventUnreachable, Status: errno(syscall.ETIMEDOUT)})
 		}
 	case ibcm.EventDReqReceived:
+		// The QP stays as it is until the consumer's rdma_disconnect: neither Linux's
+		// rdma_cm (cma_ib_handler) nor librdmacm (rdma_get_cm_event) touches it here. A
+		// SEND of this side whose ACK is still on its way completes, not flushed.
 		id.mu.Lock()
 		id.dreqRcvd = true
 		ok := id.endConnection()
 		id.mu.Unlock()
-		id.qpToError()
 		if ok {
 			id.emit(&Event{Type: EventDisconnected, Param: ConnParam{Private: ev.Private}})
 		}

@@ -265,8 +265,17 @@ func TestConnectSendDisconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	getEvent(t, sch, rdmacm.EventDisconnected).Ack()
+	// The peer's DREQ leaves the QP to its consumer, as Linux's rdma_cm and librdmacm
+	// do: only rdma_disconnect moves it to ERR (a SEND whose ACK is still on its way
+	// completes rather than being flushed).
+	if st := sqp.State(); st != hca.QPStateRTS {
+		t.Fatalf("server QP at DISCONNECTED, before its rdma_disconnect: %v, want RTS", st)
+	}
 	if err := sid.Disconnect(); err != nil {
 		t.Fatal(err)
+	}
+	if st := sqp.State(); st != hca.QPStateErr {
+		t.Fatalf("server QP after its rdma_disconnect: %v, want ERR", st)
 	}
 	getEvent(t, cch, rdmacm.EventDisconnected).Ack()
 	getEvent(t, cch, rdmacm.EventTimewaitExit).Ack()

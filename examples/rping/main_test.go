@@ -41,7 +41,14 @@ func pingInProcess(t *testing.T, f *inproc.Fabric, addr string, serving func()) 
 		serving()
 	}
 	if err := runClient(f.RDMA(), netip.MustParseAddr("10.10.0.1"), a); err != nil {
-		t.Fatal(err)
+		// The server's side of the story, if it has one by now (a server that failed
+		// sends no DREP, and the client waits out its DREQ's retries).
+		select {
+		case serr := <-done:
+			t.Fatalf("client: %v; server: %v", err, serr)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("client: %v; the server still runs", err)
+		}
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
