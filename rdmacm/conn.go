@@ -129,6 +129,9 @@ func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 		}
 	case ibcm.EventRejReceived:
 		if id.move(stConnect, stRouteResolved) {
+			// The QP goes to the error state, its posted receives flushed, as Linux's
+			// rdma_cm (cma_modify_qp_err) and librdmacm (ucma_modify_qp_err) do at REJECTED.
+			id.qpToError()
 			id.emit(&Event{Type: EventRejected, Status: int(ev.Reason), Param: ConnParam{Private: ev.Private}})
 		}
 	case ibcm.EventReqError, ibcm.EventRepError, ibcm.EventSIDRReqError:

@@ -310,13 +310,28 @@ func resolve(t *testing.T, h *testHost, ps rdmacm.PortSpace, dst netip.AddrPort)
 
 func TestRejectAndNoListener(t *testing.T) {
 	h := newTestHost(t, 2)
-	// Nobody listens on 7000: REJECTED with status 8.
+	// Nobody listens on 7000: REJECTED with status 8, and the QP in the error state with
+	// its posted receive flushed, as Linux's rdma_cm and librdmacm leave it.
 	id, ch := resolve(t, h, rdmacm.PSTCP, netip.AddrPortFrom(h.addr(1), 7000))
-	if err := id.Connect(rdmacm.ConnParam{QPNum: 0x99}); err != nil {
+	e0 := newEndpoint(t, id.Device())
+	qp, err := id.CreateQP(e0.pd, e0.initAttr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qp.PostRecv([]hca.RecvWR{{WRID: 5, SGL: e0.sge(0, 64)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := id.Connect(rdmacm.ConnParam{}); err != nil {
 		t.Fatal(err)
 	}
 	if e := getEvent(t, ch, rdmacm.EventRejected); e.Status != wire.RejInvalidServiceID {
 		t.Fatalf("status %d, want 8", e.Status)
+	}
+	if st := qp.State(); st != hca.QPStateErr {
+		t.Fatalf("QP after REJECTED: %v, want ERR", st)
+	}
+	if wc := e0.poll(t); wc.WRID != 5 || wc.Status != hca.WCWRFlushErr {
+		t.Fatalf("posted receive after REJECTED: %+v, want WR 5 flushed", wc)
 	}
 	// A listener that rejects with private data: status 28, data delivered.
 	sch := rdmacm.CreateEventChannel()
