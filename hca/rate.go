@@ -1,5 +1,7 @@
 package hca
 
+import "time"
+
 // Static rate control (IBA 9.11): an address vector's StaticRate caps how fast packets
 // to that destination leave, below the link's rate. The encoding is the one of
 // PathRecord:Rate (IBA 15.2.5.16) and libibverbs' enum ibv_rate.
@@ -65,4 +67,32 @@ func PaceBytesPerSec(p *Port, staticRate uint8) int64 {
 		return 0
 	}
 	return int64(m) * 1e6 / 8
+}
+
+// PaceLead is how far ahead of its static rate a Pacer lets a sender run, and how far
+// behind it lets it catch up: it sends in bursts of up to this much time's worth of
+// packets, so a timer that fires late (a Go timer, on a loaded machine) costs no
+// throughput while its lateness stays below twice that.
+const PaceLead = 2 * time.Millisecond
+
+// Pacer keeps a sender to a static rate: the time by which what it sent would have left
+// at that rate. Its owner serializes the calls.
+type Pacer struct{ next time.Time }
+
+// Wait is how long the sender must wait before it sends more: 0 while it is less than
+// PaceLead ahead of its rate.
+func (p *Pacer) Wait(now time.Time) time.Duration {
+	if !p.next.After(now.Add(PaceLead)) { // (a zero next is long past)
+		return 0
+	}
+	return p.next.Sub(now) - PaceLead
+}
+
+// Charge accounts for n bytes sent at rate bytes per second. A sender behind its rate —
+// its timer fired late, or it was idle — catches up by at most PaceLead.
+func (p *Pacer) Charge(now time.Time, n int, rate int64) {
+	if floor := now.Add(-PaceLead); p.next.Before(floor) {
+		p.next = floor
+	}
+	p.next = p.next.Add(time.Duration(int64(n) * int64(time.Second) / rate))
 }

@@ -34,6 +34,3 @@ func StallDrainer(qp *hca.QP) (release func()) {
 	c.running.Store(true)
 	return func() { c.running.Store(false) }
 }
-
-// PaceLead is how far ahead of its static rate a QP may send.
-const PaceLead = paceLead

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/hca"
-	"github.com/pibgw/pibgw/rc"
 )
 
 // A QP whose address vector has a static rate below the link's (IBA 9.11) sends no
@@ -42,8 +41,8 @@ func TestStaticRate(t *testing.T) {
 			if c.rate == 0 {
 				return
 			}
-			if took < ideal-2*rc.PaceLead {
-				t.Errorf("%v for %d bytes at a static rate of 2.5 Gb/s (%.2f Gb/s), want at least %v", took, n, gbps, ideal-2*rc.PaceLead)
+			if took < ideal-2*hca.PaceLead {
+				t.Errorf("%v for %d bytes at a static rate of 2.5 Gb/s (%.2f Gb/s), want at least %v", took, n, gbps, ideal-2*hca.PaceLead)
 			}
 			if took > 20*ideal {
 				t.Errorf("%v for %d bytes at a static rate of 2.5 Gb/s, more than 20 times its %v: the pacer stalls", took, n, ideal)

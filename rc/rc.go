@@ -13,7 +13,6 @@ package rc
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
@@ -54,19 +53,12 @@ type conn struct {
 	pending atomic.Bool
 	failing atomic.Bool // a fatal error waits to move the QP to ERR
 
-	// Static rate control (IBA 9.11), owned by the drainer: the time by which what was
-	// sent would have left at the path's static rate, and the timer that kicks the
+	// Static rate control (IBA 9.11), owned by the drainer, and the timer that kicks the
 	// drainer when it may send again.
-	paceNext  time.Time
+	pacer     hca.Pacer
 	paceTimer clock.Timer
 	paceArmed atomic.Bool
 }
-
-// paceLead is how far ahead of its static rate a QP may send, and how far behind it may
-// catch up: it sends in bursts of up to this much time's worth of packets, so a timer
-// that fires late (a Go timer, on a loaded machine) costs no throughput while its
-// lateness stays below twice that.
-const paceLead = 2 * time.Millisecond
 
 // paced reports whether the drainer must wait before it sends on p, and arms the timer
 // that kicks it when it may.
@@ -74,11 +66,10 @@ func (c *conn) paced(p *path) bool {
 	if p.pace == 0 {
 		return false
 	}
-	now := c.clk.Now()
-	if !c.paceNext.After(now.Add(paceLead)) { // (a zero paceNext is long past)
+	wait := c.pacer.Wait(c.clk.Now())
+	if wait == 0 {
 		return false
 	}
-	wait := c.paceNext.Sub(now) - paceLead
 	if c.paceArmed.CompareAndSwap(false, true) {
 		if c.paceTimer == nil {
 			c.paceTimer = c.clk.AfterFunc(wait, c.paceKick)
@@ -92,19 +83,6 @@ func (c *conn) paced(p *path) bool {
 func (c *conn) paceKick() {
 	c.paceArmed.Store(false)
 	c.kick()
-}
-
-// paceCharge accounts for n bytes sent on p at its static rate.
-func (c *conn) paceCharge(p *path, n int) {
-	if p.pace == 0 {
-		return
-	}
-	// A QP behind its rate — a timer that fired late, or an idle QP — catches up by at
-	// most the lead: its bursts stay within twice that.
-	if floor := c.clk.Now().Add(-paceLead); c.paceNext.Before(floor) {
-		c.paceNext = floor
-	}
-	c.paceNext = c.paceNext.Add(time.Duration(int64(n) * int64(time.Second) / p.pace))
 }
 
 // Stats counts a connection's recovery events (pibgw's inspection shows them).
@@ -327,11 +305,13 @@ func (c *conn) drainOnce() bool {
 	if n > 0 {
 		p.port.TransmitQP(c.qp, b.pkts[:n])
 	}
+	sent := 0
 	for i := range b.pkts[:n] {
-		if p.pace != 0 {
-			c.paceCharge(p, len(b.pkts[i]))
-		}
+		sent += len(b.pkts[i])
 		b.pkts[i] = nil
+	}
+	if p.pace != 0 && sent > 0 {
+		c.pacer.Charge(c.clk.Now(), sent, p.pace)
 	}
 	b.n = 0
 	batchPool.Put(b)

@@ -3,7 +3,6 @@ package ud
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
@@ -15,10 +14,6 @@ import (
 // an HCA fetches it — and queued; the QP's pacer transmits it when the rate allows and
 // completes it then. Sends posted while any wait queue behind them whatever their AH:
 // a send queue executes and completes in order.
-
-// paceLead is how far ahead of its rate a paced QP may send, and how far behind it may
-// catch up (a timer that fired late): bursts stay within twice that.
-const paceLead = 2 * time.Millisecond
 
 // queuedSend is a posted send waiting for its turn: its packet, or the status its WR
 // failed with, and what its completion needs.
@@ -43,7 +38,7 @@ type pacer struct {
 
 	mu    sync.Mutex
 	queue []queuedSend
-	next  time.Time // when what was sent would have left at its rate
+	pacer hca.Pacer
 	timer clock.Timer
 	armed bool
 	// flush asks the drainer to drop the queue: flushComplete completes each send with
@@ -122,28 +117,23 @@ func (t *Transport) drainOnce(qp *hca.QP, port *hca.Port, st *qpState) bool {
 	for n < batchMax && len(p.queue) > 0 {
 		q := p.queue[0]
 		if q.pace != 0 && q.status == hca.WCSuccess {
-			if p.next.After(now.Add(paceLead)) {
+			if wait := p.pacer.Wait(now); wait > 0 {
 				if !p.armed {
 					p.armed = true
-					wait := p.next.Sub(now) - paceLead
-					kick := func() {
-						p.mu.Lock()
-						p.armed = false
-						p.mu.Unlock()
-						t.drain(qp, port, st)
-					}
 					if p.timer == nil {
-						p.timer = clk.AfterFunc(wait, kick)
+						p.timer = clk.AfterFunc(wait, func() {
+							p.mu.Lock()
+							p.armed = false
+							p.mu.Unlock()
+							t.drain(qp, port, st)
+						})
 					} else {
 						p.timer.Reset(wait)
 					}
 				}
 				break
 			}
-			if floor := now.Add(-paceLead); p.next.Before(floor) {
-				p.next = floor
-			}
-			p.next = p.next.Add(time.Duration(int64(len(q.pkt)) * int64(time.Second) / q.pace))
+			p.pacer.Charge(now, len(q.pkt), q.pace)
 		}
 		out[n] = q
 		n++
