@@ -867,8 +867,7 @@ static int req_notify_cq_op(struct ibv_cq *cq, int solicited)
 	return pibgo_req_notify_cq(H(cq, pib_cq), solicited);
 }
 
-// ibv_cq_ex polling: a small batch is polled into the CQ's buffer; the read_* calls read
-// the current entry.
+// ibv_cq_ex polling: the read_* calls read the current completion (cq_poll_one).
 #define CUR(cq) (&((struct pib_cq *)(cq))->wc)
 
 // ibv_cq_ex polling takes one completion from the CQ per start_poll or next_poll, as a

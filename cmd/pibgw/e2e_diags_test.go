@@ -21,7 +21,7 @@ import (
 // `ibping -S` attached at the other HCA.
 func TestE2EDiagsBuiltinSM(t *testing.T) {
 	requireE2E(t, "saquery", "iblinkinfo", "vendstat", "ibping")
-	if umad2sim() == "" {
+	if findUmad2sim() == "" {
 		t.Skip("needs libumad2sim.so (Debian libumad2sim0, with ibsim-utils) in /usr/lib/*/umad2sim/")
 	}
 	nsA, nsB := e2eNetNS("da"), e2eNetNS("db")

@@ -170,7 +170,7 @@ addresses = ["10.20.0.%d/24"]
 	// infiniband-diags on host A, through its ibsim server: the MADs cross the UDP link,
 	// and ibnetdiscover finds the switch process's switch with the three hosts and the
 	// SM's HCA on it.
-	if u := umad2sim(); u != "" {
+	if u := findUmad2sim(); u != "" {
 		if _, err := exec.LookPath("ibnetdiscover"); err == nil {
 			dir := t.TempDir() // libumad2sim writes its sysfs tree here
 			out, err := umadRun(t, func(ctx context.Context) *exec.Cmd {
@@ -641,7 +641,7 @@ func TestE2EHostSM(t *testing.T) {
 	requireE2E(t, "ping")
 	t.Run("builtin", func(t *testing.T) { hostSM(t, "s", false) })
 	t.Run("opensm", func(t *testing.T) {
-		if _, err := exec.LookPath("opensm"); err != nil || umad2sim() == "" {
+		if _, err := exec.LookPath("opensm"); err != nil || findUmad2sim() == "" {
 			t.Skip("needs opensm and libumad2sim.so (Debian opensm, libumad2sim0)")
 		}
 		hostSM(t, "so", true)
@@ -685,7 +685,7 @@ addresses = ["10.10.0.%d/24"]
 	if opensm {
 		// opensm in A's namespace (where A's ibsim server listens), preloaded with libumad2sim.
 		osmDir := t.TempDir()
-		osm := exec.Command("ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+ibsimSock,
+		osm := exec.Command("ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+findUmad2sim(), "IBSIM_SOCKNAME="+ibsimSock,
 			"OSM_CACHE_DIR="+osmDir, "OSM_TMP_DIR="+osmDir, "opensm", "-f", filepath.Join(osmDir, "opensm.log"))
 		osm.Dir = osmDir
 		osmOut := &syncBuffer{}

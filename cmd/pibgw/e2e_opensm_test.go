@@ -14,17 +14,6 @@ import (
 	"time"
 )
 
-// umad2sim finds the LD_PRELOAD library that sends libibumad's MADs to an ibsim server,
-// where Debian's libumad2sim0 (pulled in by ibsim-utils) installs it: the multiarch
-// library directory's umad2sim/ folder.
-func umad2sim() string {
-	m, _ := filepath.Glob("/usr/lib/*/umad2sim/libumad2sim.so")
-	if len(m) == 0 {
-		return ""
-	}
-	return m[0]
-}
-
 // osmEnv runs libibumad programs through libumad2sim against a test daemon's ibsim
 // server (its own socket name) in a scratch directory, where libumad2sim writes its fake
 // sysfs tree.
@@ -39,7 +28,7 @@ func (e *osmEnv) cmd(ctx context.Context, host string, name string, args ...stri
 	c.Dir = e.dir
 	// opensm keeps its caches (guid2lid…) and dumps in OSM_CACHE_DIR and OSM_TMP_DIR:
 	// the test's directory, not /var/cache/opensm.
-	c.Env = append(os.Environ(), "LD_PRELOAD="+umad2sim(), "IBSIM_SOCKNAME="+e.sock,
+	c.Env = append(os.Environ(), "LD_PRELOAD="+findUmad2sim(), "IBSIM_SOCKNAME="+e.sock,
 		"OSM_CACHE_DIR="+e.dir, "OSM_TMP_DIR="+e.dir)
 	if host != "" {
 		c.Env = append(c.Env, "SIM_HOST="+host)
@@ -103,7 +92,7 @@ func diagField(out, name string) string {
 // traffic), saquery, ibroute, sminfo.
 func TestE2EOpenSM(t *testing.T) {
 	requireE2E(t, "ping", "opensm", "ibnetdiscover", "ibstat", "smpquery", "perfquery", "saquery", "ibroute", "sminfo")
-	if umad2sim() == "" {
+	if findUmad2sim() == "" {
 		t.Skip("needs libumad2sim.so (Debian libumad2sim0, with ibsim-utils) in /usr/lib/*/umad2sim/")
 	}
 	nsA, nsB, nsC := e2eNetNS("oa"), e2eNetNS("ob"), e2eNetNS("oc")
