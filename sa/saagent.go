@@ -167,9 +167,13 @@ func (a *Agent) handleRequest(m *hca.MAD) {
 		a.replyError(m, wire.StatusBadVersion)
 		return
 	}
+	// An ACK, STOP or ABORT of a GetTable answer's transfer comes as a request when the
+	// receiver's RMPP flips the DATA's method, as Linux's does (mad_rmpp.c format_ack:
+	// the ACK reaches the agent that sends the answers, which takes the requests).
 	// A request RMPP DATA (a multi-MAD request) is not something pibgw's SA takes:
 	// every request it supports fits one MAD.
 	if r := req.RMPP(); r.Active() && r.Type() != wire.RMPPTypeData {
+		a.rmppControl(m)
 		return
 	}
 	switch h.AttrID() {

@@ -6,6 +6,10 @@
 #                     attach socket ($PIBGW_ATTACH, else /run/pibgw/attach.sock); C
 #                     (cabi/libibverbs) over its Go side, libpibgw_verbs.so (cabi/ibverbs),
 #                     loaded at the first verb
+#   umad/libibumad.so.3  libibumad for unmodified libibumad programs (infiniband-diags,
+#                     opensm, perftest's -g): plain C, a client of the daemon's ibsim
+#                     server doing the kernel MAD layer's part (agents, timeouts, RMPP);
+#                     in its own directory, which `pibgw exec --umad` puts first
 #   librdmacm.so.1    librdmacm for unmodified rdma_cm programs (rping, ucmatose, udaddy,
 #                     rdma_server/rdma_client): plain C over libibverbs.so.1 above, which
 #                     runs their rdma_cm calls (package rdmacm) in its Go runtime
@@ -13,7 +17,7 @@
 #   bash scripts/build-libs.sh [DIR]
 #
 # Needs cgo (gcc) and rdma-core's headers (Debian: libibverbs-dev; librdmacm-dev for
-# librdmacm.so.1, which is skipped with a message without it), which give the
+# librdmacm.so.1 and libibumad-dev for libibumad.so.3, each skipped with a message without it), which give the
 # structures their real layouts. Run programs with `pibgw exec -- CMD`, or with
 # LD_LIBRARY_PATH=DIR.
 set -euo pipefail
@@ -47,6 +51,16 @@ gcc -shared -fPIC -O2 -Wall -Wno-unused-parameter -Wno-unused-function -fvisibil
 	-Wl,--version-script="$src/libibverbs.map" -Wl,-soname,libibverbs.so.1 -Wl,--no-undefined -ldl -lpthread
 ln -sf libibverbs.so.1 "$out/libibverbs.so"
 echo "built $out/libibverbs.so.1 (and its Go side, libpibgw_verbs.so)"
+
+if [[ ! -f /usr/include/infiniband/umad.h ]]; then
+	echo "build-libs.sh: /usr/include/infiniband/umad.h is missing (Debian: apt-get install libibumad-dev): libibumad.so.3 not built" >&2
+else
+	src=cabi/libibumad
+	mkdir -p "$out/umad"
+	gcc -shared -fPIC -O2 -Wall -Wno-unused-parameter -fvisibility=hidden -o "$out/umad/libibumad.so.3" "$src/umad.c" \
+		-Wl,--version-script="$src/libibumad.map" -Wl,-soname,libibumad.so.3 -Wl,--no-undefined -lpthread
+	echo "built $out/umad/libibumad.so.3"
+fi
 
 if [[ ! -f /usr/include/rdma/rdma_cma.h ]]; then
 	echo "build-libs.sh: /usr/include/rdma/rdma_cma.h is missing (Debian: apt-get install librdmacm-dev): librdmacm.so.1 not built" >&2

@@ -37,6 +37,7 @@ TOOLS=(
 	"ibv_devinfo ibverbs-utils"
 	"ib_write_bw perftest"
 	"/usr/include/rdma/rdma_cma.h librdmacm-dev"
+	"/usr/include/infiniband/umad.h libibumad-dev"
 	"rping rdmacm-utils"
 	"opensm opensm"
 	"ibsim ibsim-utils"

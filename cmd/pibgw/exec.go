@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -31,16 +32,19 @@ func execCommand(e *env) *cli.Command {
 			"(bash scripts/build-libs.sh), then in /usr/local/lib/pibgw. The attach socket is --attach,\n" +
 			"else $PIBGW_ATTACH, else attach.sock beside --control's socket (/run/pibgw/attach.sock).\n" +
 			"\n" +
-			"--umad runs a libibumad program (opensm, infiniband-diags, ibping) through the daemon's\n" +
-			"ibsim server ([ibsim] enable = true): libumad2sim preloaded (ibsim-utils' libumad2sim0;\n" +
-			"$PIBGW_UMAD2SIM names another), IBSIM_SOCKNAME the daemon's, SIM_HOST --node's (an HCA,\n" +
-			"HCA/port, node description or port GUID; default the SM's port). libumad2sim writes\n" +
-			"./sys-PID into the working directory, which must be writable. The verbs libraries and\n" +
-			"the attach socket are set too when found (perftest links both).",
+			"--umad runs a libibumad program (infiniband-diags, opensm, ibping, perftest -g) through\n" +
+			"the daemon's ibsim server ([ibsim] enable = true): with pibgw's libibumad.so.3 (built\n" +
+			"beside libibverbs.so.1) found first, its devices the daemon's HCAs (PIBGW_UMAD_CAS, --node's\n" +
+			"first; default the SM's), IBSIM_SOCKNAME the daemon's. --umad2sim (or no libibumad.so.3)\n" +
+			"preloads ibsim-utils' libumad2sim instead ($PIBGW_UMAD2SIM names another; SIM_HOST\n" +
+			"--node's: an HCA, HCA/port, node description or port GUID), which cuts SA tables to one\n" +
+			"MAD and writes ./sys-PID into the working directory, which must be writable. The verbs\n" +
+			"libraries and the attach socket are set too when found (perftest links both).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "attach", Usage: "the daemon's attach socket `PATH`", EnvVars: []string{"PIBGW_ATTACH"}},
-			&cli.BoolFlag{Name: "umad", Usage: "run a libibumad program through the daemon's ibsim server (libumad2sim)"},
-			&cli.StringFlag{Name: "node", Usage: "with --umad: the `NODE` to attach to (SIM_HOST: pib_1, pib_1/2, a node description, a port GUID)"},
+			&cli.BoolFlag{Name: "umad", Usage: "run a libibumad program through the daemon's ibsim server (pibgw's libibumad.so.3)"},
+			&cli.BoolFlag{Name: "umad2sim", Usage: "with --umad: preload ibsim-utils' libumad2sim instead of pibgw's libibumad.so.3"},
+			&cli.StringFlag{Name: "node", Usage: "with --umad: the `NODE` to attach to (pib_1; libumad2sim also takes pib_1/2, a node description, a port GUID)"},
 			controlFlag(),
 		},
 		Action: func(c *cli.Context) error {
@@ -49,6 +53,9 @@ func execCommand(e *env) *cli.Command {
 			}
 			if c.String("node") != "" && !c.Bool("umad") {
 				return usagef(c, "--node chooses the node of a --umad program")
+			}
+			if c.Bool("umad2sim") && !c.Bool("umad") {
+				return usagef(c, "--umad2sim chooses how a --umad program attaches")
 			}
 			sock := c.String("attach")
 			if sock == "" {
@@ -70,7 +77,7 @@ func execCommand(e *env) *cli.Command {
 			}
 			if c.Bool("umad") {
 				var err error
-				if env, err = umadEnv(c, env); err != nil {
+				if env, err = umadEnv(c, env, dir); err != nil {
 					return err
 				}
 			}
@@ -104,14 +111,42 @@ func execEnv(env []string, dir, sock string) []string {
 }
 
 // umadEnv is env for a libibumad program attached through the daemon's ibsim server:
-// libumad2sim preloaded, IBSIM_SOCKNAME the daemon's, SIM_HOST --node's.
-func umadEnv(c *cli.Context, env []string) ([]string, error) {
+// pibgw's libibumad.so.3 from dir first on LD_LIBRARY_PATH with the daemon's HCAs in
+// PIBGW_UMAD_CAS (--node's first), or (--umad2sim, or no such library) libumad2sim
+// preloaded with SIM_HOST --node's; IBSIM_SOCKNAME the daemon's.
+func umadEnv(c *cli.Context, env []string, dir string) ([]string, error) {
 	var st control.Status
 	if err := client(c).Do(c.Context, control.Request{Verb: control.VerbStatus}, &st); err != nil {
 		return nil, fmt.Errorf("exec --umad: %w", err)
 	}
 	if st.IBSim == "" {
 		return nil, fmt.Errorf("exec --umad: the daemon serves no ibsim protocol; set [ibsim] enable = true in its config")
+	}
+	if umadDir := findUmadLib(dir); umadDir != "" && !c.Bool("umad2sim") {
+		cas := st.IBSimCAs
+		if n := c.String("node"); n != "" {
+			if !slices.Contains(cas, n) {
+				return nil, fmt.Errorf("exec --umad: no HCA %q (the daemon has %s; --umad2sim attaches to a port, switch or GUID)", n, strings.Join(cas, ", "))
+			}
+			cas = append([]string{n}, slices.DeleteFunc(slices.Clone(cas), func(s string) bool { return s == n })...)
+		}
+		set := map[string]string{"IBSIM_SOCKNAME": st.IBSim, "PIBGW_UMAD_CAS": strings.Join(cas, ",")}
+		var out []string
+		ld := umadDir
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			switch {
+			case k == "LD_LIBRARY_PATH":
+				if v != "" && v != umadDir && !strings.HasPrefix(v, umadDir+":") {
+					ld += ":" + v
+				} else if v != "" {
+					ld = v
+				}
+			case set[k] == "":
+				out = append(out, kv)
+			}
+		}
+		return append(out, "LD_LIBRARY_PATH="+ld, "IBSIM_SOCKNAME="+set["IBSIM_SOCKNAME"], "PIBGW_UMAD_CAS="+set["PIBGW_UMAD_CAS"]), nil
 	}
 	lib := findUmad2sim()
 	if lib == "" {
@@ -140,6 +175,23 @@ func umadEnv(c *cli.Context, env []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// findUmadLib returns the directory of pibgw's libibumad.so.3 (umad/ beside the verbs
+// libraries, so that a program run without --umad, or with --umad2sim, keeps the
+// system's): under dir, else under the first of findLibDir's places that has it; ""
+// when none has.
+func findUmadLib(dir string) string {
+	_, searched := findLibDir()
+	for _, d := range append([]string{dir}, searched...) {
+		if d == "" {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, "umad", "libibumad.so.3")); err == nil {
+			return filepath.Join(d, "umad")
+		}
+	}
+	return ""
 }
 
 // findUmad2sim is libumad2sim.so: $PIBGW_UMAD2SIM, else where Debian's and other

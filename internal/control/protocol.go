@@ -190,6 +190,8 @@ type Status struct {
 	// IBSimUDP its UDP address, "" when it serves none.
 	IBSim    string `json:"ibsim,omitempty"`
 	IBSimUDP string `json:"ibsim_udp,omitempty"`
+	// IBSimCAs names the HCAs its clients attach to, the default (the SM's) first.
+	IBSimCAs []string `json:"ibsim_cas,omitempty"`
 }
 
 // Interface is one IPoIB interface (`pibgw show`).

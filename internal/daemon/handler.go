@@ -36,6 +36,9 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 			Started: d.started, Control: h.ControlPath, Attach: h.AttachPath}
 		if d.cfg.IBSim.Enable {
 			st.IBSim, st.IBSimUDP = d.cfg.IBSim.SocketName, d.cfg.IBSim.UDP
+			if d.Fabric != nil && d.Fabric.IBSim != nil {
+				st.IBSimCAs = d.Fabric.IBSim.CAs()
+			}
 		}
 		return st, nil
 	case control.VerbPS:

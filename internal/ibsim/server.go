@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -224,6 +225,21 @@ func (s *Server) Close() {
 }
 
 // Stats snapshots the counters.
+// CAs returns the names of the HCAs clients can attach to, the default node's first:
+// the devices a libibumad of the server's clients lists (pibgw exec --umad).
+func (s *Server) CAs() []string {
+	var out []string
+	if s.cfg.Default != nil {
+		out = append(out, s.cfg.Default.Device().Name())
+	}
+	for _, d := range s.cfg.Devices {
+		if !slices.Contains(out, d.Name()) {
+			out = append(out, d.Name())
+		}
+	}
+	return out
+}
+
 func (s *Server) Stats() Stats {
 	s.mu.RLock()
 	n := s.nclient

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestE2EUmadLibrary: pibgw's own libibumad.so.3 (scripts/build-libs.sh, umad/) under
+// `pibgw exec --umad`. infiniband-diags see the daemon's HCAs by their verbs names and
+// whole SA tables — saquery's NodeRecords of all three nodes and PathRecords between all
+// three LIDs, which libumad2sim cut to the first MAD (one record) — and perftest's -g,
+// which joins its multicast group through libibumad under the verbs device's name,
+// runs (libumad2sim: "failed to open UMAD port").
+func TestE2EUmadLibrary(t *testing.T) {
+	requireE2E(t, "gcc", "saquery", "ibstat")
+	if _, err := os.Stat("/usr/include/infiniband/umad.h"); err != nil {
+		t.Skip("libibumad's header is missing (libibumad-dev)")
+	}
+	libDir := t.TempDir()
+	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
+		t.Fatalf("build-libs.sh: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(libDir, "umad", "libibumad.so.3")); err != nil {
+		t.Fatalf("build-libs.sh built no umad/libibumad.so.3: %v", err)
+	}
+	sock := fmt.Sprintf("pibgwe2e-umad-%d", os.Getpid())
+	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock))
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
+		if time.Now().After(deadline) {
+			t.Fatalf("pib_1 not Active under the built-in SM:\n%s", d.MustPibgw("stat"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	run := func(ctx context.Context, args ...string) *exec.Cmd {
+		c := exec.CommandContext(ctx, d.Bin, append([]string{"exec", "--control", d.Sock, "--umad"}, args...)...)
+		c.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir)
+		c.Dir = "/" // nothing is written to the working directory (libumad2sim writes ./sys-PID)
+		return c
+	}
+	out := func(args ...string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := run(ctx, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("pibgw exec --umad %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+
+	// ibstat lists both HCAs as the verbs do, each Active at its LID.
+	st := out("--", "ibstat")
+	for _, dev := range []string{"pib_0", "pib_1"} {
+		want := diagField(d.MustPibgw("stat", dev), "Base lid")
+		if !strings.Contains(st, "CA '"+dev+"'") || !strings.Contains(st, "Base lid: "+want) {
+			t.Errorf("ibstat: want CA '%s' with base lid %s\n%s", dev, want, st)
+		}
+	}
+	if n := strings.Count(st, "State: Active"); n != 2 {
+		t.Errorf("ibstat: %d Active ports, want 2\n%s", n, st)
+	}
+
+	// Whole tables through RMPP: three NodeRecords (two HCAs, the switch), nine
+	// PathRecords (every LID to every LID).
+	if nr := out("--", "saquery"); strings.Count(nr, "NodeRecord dump") != 3 ||
+		!strings.Contains(nr, "pibgw HCA-1") || !strings.Contains(nr, "pibgw HCA-2") {
+		t.Errorf("saquery: want the NodeRecords of the three nodes\n%s", nr)
+	}
+	if pr := out("--", "saquery", "PR"); strings.Count(pr, "PathRecord dump") != 9 {
+		t.Errorf("saquery PR: %d PathRecords, want 9\n%s", strings.Count(pr, "PathRecord dump"), pr)
+	}
+	// --node puts an HCA first: ibaddr there prints its LID.
+	lid1 := diagField(d.MustPibgw("stat", "pib_1"), "Base lid")
+	if a := out("--node", "pib_1", "--", "ibaddr"); !strings.Contains(a, "LID start "+hexLID(lid1)) {
+		t.Errorf("ibaddr with --node pib_1: want pib_1's LID %s\n%s", lid1, a)
+	}
+
+	// perftest's UD multicast (-g) joins its group through libibumad at the verbs
+	// device's name.
+	if _, err := exec.LookPath("ib_send_bw"); err != nil {
+		t.Log("perftest not installed: ib_send_bw -g not run")
+		return
+	}
+	port := fmt.Sprint(20000 + os.Getpid()%10000)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := run(ctx, "--", "ib_send_bw", "-c", "UD", "-g", "-n", "200", "-d", "pib_1", "-p", port)
+	var srvOut syncBuffer
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	var cl []byte
+	var err error
+	for try := 0; try < 50; try++ { // the server's TCP port comes up after its setup
+		time.Sleep(200 * time.Millisecond)
+		cl, err = run(ctx, "--", "ib_send_bw", "-c", "UD", "-g", "-n", "200", "-d", "pib_0", "-p", port, "localhost").CombinedOutput()
+		if err == nil || !strings.Contains(string(cl), "Couldn't connect") {
+			break
+		}
+	}
+	serr := srv.Wait()
+	if err != nil || serr != nil || !strings.Contains(string(cl), "BW average") {
+		t.Errorf("ib_send_bw -c UD -g: client %v, server %v\nclient:\n%s\nserver:\n%s", err, serr, cl, srvOut.String())
+	}
+}
+
+// hexLID is a decimal LID as ibaddr prints it (0x3).
+func hexLID(lid string) string {
+	var n int
+	fmt.Sscan(lid, &n)
+	return fmt.Sprintf("%#x", n)
+}
