@@ -79,6 +79,7 @@ struct pending {
 	uint64_t tid; /* low 48 bits */
 	int agent;
 	int timeout_ms, retries;
+	int rmpp; /* sent in RMPP segments */
 	uint64_t deadline;
 	size_t len; /* of msg */
 	uint8_t *msg; /* the umad header and the MAD(s) as sent */
@@ -968,7 +969,10 @@ EXPORT int umad_send(int fd, int agentid, void *umad, int length, int timeout_ms
 		return -EINVAL;
 	}
 	struct agent *a = &p->agents[agentid];
-	int rmpp = a->rmpp_version && !a->user_rmpp && length > MAD_LEN;
+	/* As the kernel (user_mad.c: rmpp_active from the header's flag): a message of an
+	 * RMPP agent whose RMPP header says Active goes out in segments, numbered and
+	 * flagged here, however short; a longer one must. */
+	int rmpp = a->rmpp_version && !a->user_rmpp && (length > MAD_LEN || (m->data[26] & RMPP_FLAG_ACTIVE));
 	if (length > MAD_LEN && !rmpp) {
 		pthread_mutex_unlock(&lock);
 		errno = EINVAL;
@@ -1000,6 +1004,7 @@ EXPORT int umad_send(int fd, int agentid, void *umad, int length, int timeout_ms
 		}
 		memcpy(pd->msg, m, sizeof(*m) + length);
 		pd->len = length;
+		pd->rmpp = rmpp;
 		pd->tid = tid & 0xffffffffffffull;
 		pd->agent = agentid;
 		pd->timeout_ms = timeout_ms;
@@ -1049,8 +1054,7 @@ static uint64_t run_timers(struct port *p)
 			pd->retries--;
 			pd->deadline = now + pd->timeout_ms;
 			struct ib_user_mad *m = (struct ib_user_mad *)pd->msg;
-			struct agent *a = &p->agents[pd->agent];
-			send_msg(p->fd, &m->addr, m->data, pd->len, a->used && a->rmpp_version && !a->user_rmpp && pd->len > MAD_LEN);
+			send_msg(p->fd, &m->addr, m->data, pd->len, pd->rmpp);
 			if (!next || pd->deadline < next)
 				next = pd->deadline;
 			pp = &pd->next;

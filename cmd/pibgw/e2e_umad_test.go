@@ -30,7 +30,9 @@ func TestE2EUmadLibrary(t *testing.T) {
 		t.Fatalf("build-libs.sh built no umad/libibumad.so.3: %v", err)
 	}
 	sock := fmt.Sprintf("pibgwe2e-umad-%d", os.Getpid())
-	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock))
+	nsA, nsB := e2eNetNS("ua"), e2eNetNS("ub")
+	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock)+
+		interfaceTOML("ib0", "pib_0", nsA, "10.31.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.31.0.2/24"), nsA, nsB)
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
 		if time.Now().After(deadline) {
@@ -82,8 +84,12 @@ func TestE2EUmadLibrary(t *testing.T) {
 		t.Errorf("ibaddr with --node pib_1: want pib_1's LID %s\n%s", lid1, a)
 	}
 
-	// perftest's UD multicast (-g) joins its group through libibumad at the verbs
-	// device's name.
+	umadPerftestMulticast(t, run)
+}
+
+// umadPerftestMulticast runs perftest's UD multicast (-g), which joins its group through
+// libibumad at the verbs device's name, between pib_1 and pib_0.
+func umadPerftestMulticast(t *testing.T, run func(ctx context.Context, args ...string) *exec.Cmd) {
 	if _, err := exec.LookPath("ib_send_bw"); err != nil {
 		t.Log("perftest not installed: ib_send_bw -g not run")
 		return
@@ -118,4 +124,79 @@ func hexLID(lid string) string {
 	var n int
 	fmt.Sscan(lid, &n)
 	return fmt.Sprintf("%#x", n)
+}
+
+// TestE2EUmadLibraryOpenSM: the real opensm through pibgw's libibumad.so.3 is the
+// subnet manager (sm.mode = "external"): its SM agent makes its port the SM's, it brings
+// both ports up, and its SA's answers — GetTable responses sent in RMPP segments by the
+// library under opensm, reassembled by the one under saquery — are whole tables.
+func TestE2EUmadLibraryOpenSM(t *testing.T) {
+	requireE2E(t, "gcc", "opensm", "saquery", "sminfo")
+	if _, err := os.Stat("/usr/include/infiniband/umad.h"); err != nil {
+		t.Skip("libibumad's header is missing (libibumad-dev)")
+	}
+	libDir := t.TempDir()
+	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
+		t.Fatalf("build-libs.sh: %v\n%s", err, out)
+	}
+	sock := fmt.Sprintf("pibgwe2e-umadsm-%d", os.Getpid())
+	nsA, nsB := e2eNetNS("usa"), e2eNetNS("usb")
+	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[sm]\nmode = \"external\"\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock)+
+		interfaceTOML("ib0", "pib_0", nsA, "10.32.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.32.0.2/24"), nsA, nsB)
+	dir := t.TempDir()
+	run := func(ctx context.Context, args ...string) *exec.Cmd {
+		c := exec.CommandContext(ctx, d.Bin, append([]string{"exec", "--control", d.Sock, "--umad"}, args...)...)
+		c.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir, "OSM_CACHE_DIR="+dir, "OSM_TMP_DIR="+dir)
+		c.Dir = dir
+		return c
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	osm := run(ctx, "--", "opensm", "-f", filepath.Join(dir, "opensm.log"))
+	var osmOut syncBuffer
+	osm.Stdout, osm.Stderr = &osmOut, &osmOut
+	if err := osm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		osm.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { osm.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			osm.Process.Kill()
+			<-done
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
+		if time.Now().After(deadline) {
+			t.Fatalf("pib_1 not Active under opensm:\n%s\nopensm:\n%s", d.MustPibgw("stat"), osmOut.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out := func(args ...string) string {
+		t.Helper()
+		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := run(c, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("pibgw exec --umad %s: %v\n%s\nopensm:\n%s", strings.Join(args, " "), err, b, osmOut.String())
+		}
+		return string(b)
+	}
+	lid0 := diagField(d.MustPibgw("stat", "pib_0"), "Base lid")
+	if sm := out("--", "sminfo"); !strings.Contains(sm, "sm lid "+lid0+" ") || !strings.Contains(sm, "SMINFO_MASTER") {
+		t.Errorf("sminfo: want opensm MASTER at pib_0's LID %s\n%s", lid0, sm)
+	}
+	if nr := out("--", "saquery"); strings.Count(nr, "NodeRecord dump") != 3 {
+		t.Errorf("saquery (opensm's SA): want three NodeRecords\n%s", nr)
+	}
+	if pr := out("--", "saquery", "PR"); strings.Count(pr, "PathRecord dump") != 9 {
+		t.Errorf("saquery PR (opensm's SA): %d PathRecords, want 9\n%s", strings.Count(pr, "PathRecord dump"), pr)
+	}
+	if s := out("--", "saquery", "-s"); strings.Count(s, "PortInfoRecord dump") != 1 || diagField(s, "base_lid") != lid0 {
+		t.Errorf("saquery -s (opensm's SA): want the one SM port, LID %s\n%s", lid0, s)
+	}
 }
