@@ -99,3 +99,59 @@ func TestSARMPPRecoversFromLoss(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// linuxAckLink sends the client's RMPP ACKs as Linux's RMPP does (mad_rmpp.c format_ack):
+// the DATA's method with the response bit flipped, GetTable instead of GetTableResp.
+type linuxAckLink struct {
+	inner fabric.Link
+	mu    sync.Mutex
+	n     int
+}
+
+func (l *linuxAckLink) Send(pkts [][]byte) {
+	out := make([][]byte, 0, len(pkts))
+	for _, p := range pkts {
+		const off = wire.LRHLen + wire.BTHLen + wire.DETHLen
+		if len(p) >= off+wire.MADLen && p[off+1] == wire.MgmtClassSubnAdm {
+			m := wire.MAD(p[off : off+wire.MADLen])
+			if r := wire.RMPPOf(m); r.Active() && r.Type() == wire.RMPPTypeAck {
+				q := append([]byte(nil), p...)
+				wire.Finalize(q)
+				q[off+3] ^= 0x80
+				wire.SetICRC(q)
+				p = q
+				l.mu.Lock()
+				l.n++
+				l.mu.Unlock()
+			}
+		}
+		out = append(out, p)
+	}
+	l.inner.Send(out)
+}
+
+// TestSARMPPAckAsRequest: a receiver whose ACKs come with the request method (Linux's,
+// and pibgw's libibumad) gets a many-segment NodeRecord table whole, with no resend: the
+// SA takes such an ACK as its transfer's (it ignored it, and the transfer stalled at its
+// first window until it aborted).
+func TestSARMPPAckAsRequest(t *testing.T) {
+	fake := clock.NewFake(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	f := satest.SmallTree(t, satest.Options{Clock: fake})
+	s := newSAFabric(t, f, sa.Config{SweepInterval: -1}, sa.ClientOptions{Timeout: 5 * time.Second})
+	up := &linuxAckLink{}
+	f.HCACables[4].Wrap(fabric.AtoB, func(l fabric.Link) fabric.Link { up.inner = l; return up })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	recs, err := s.clients[4].NodeRecords(ctx) // the fake clock never moves: no resend
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(f.HCAs) + len(f.Switches); len(recs) != want {
+		t.Fatalf("%d records, want %d", len(recs), want)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if up.n < 2 {
+		t.Fatalf("%d ACKs sent as requests, want the table's (at least 2)", up.n)
+	}
+}
