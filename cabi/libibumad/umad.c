@@ -54,6 +54,7 @@ enum { SIM_CTL_ERROR, SIM_CTL_CONNECT, SIM_CTL_DISCONNECT, SIM_CTL_GET_PORT, SIM
 #define RMPP_FLAG_LAST 4
 #define RMPP_HDR_END 36 /* common header (24) + RMPP header (12) */
 #define RMPP_WINDOW 32
+#define RMPP_MAX_MSG (16u << 20) /* bytes of one reassembled message */
 
 #define METHOD_RESP 0x80
 #define METHOD_TRAP 0x05
@@ -1169,6 +1170,17 @@ static void rmpp_data(struct port *p, int agent, const ib_mad_addr_t *addr, cons
 		ack = r->expect > 1;
 	} else {
 		size_t need = sizeof(struct ib_user_mad) + r->len + per;
+		if (need > RMPP_MAX_MSG) {
+			/* Larger than any table of the fabric: a runaway sender; drop it. */
+			for (struct rmpp_rx **rp = &p->rmpp; *rp; rp = &(*rp)->next)
+				if (*rp == r) {
+					*rp = r->next;
+					break;
+				}
+			free(r->buf);
+			free(r);
+			return;
+		}
 		if (need > r->cap) {
 			size_t cap = r->cap * 2 > need ? r->cap * 2 : need;
 			uint8_t *b = realloc(r->buf, cap);

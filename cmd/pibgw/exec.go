@@ -33,7 +33,7 @@ func execCommand(e *env) *cli.Command {
 			"else $PIBGW_ATTACH, else attach.sock beside --control's socket (/run/pibgw/attach.sock).\n" +
 			"\n" +
 			"--umad runs a libibumad program (infiniband-diags, opensm, ibping, perftest -g) through\n" +
-			"the daemon's ibsim server ([ibsim] enable = true): with pibgw's libibumad.so.3 (built\n" +
+			"the daemon's ibsim server ([ibsim] enable = true): with pibgw's libibumad.so.3 (umad/\n" +
 			"beside libibverbs.so.1) found first, its devices the daemon's HCAs (PIBGW_UMAD_CAS, --node's\n" +
 			"first; default the SM's), IBSIM_SOCKNAME the daemon's. --umad2sim (or no libibumad.so.3)\n" +
 			"preloads ibsim-utils' libumad2sim instead ($PIBGW_UMAD2SIM names another; SIM_HOST\n" +
@@ -130,23 +130,21 @@ func umadEnv(c *cli.Context, env []string, dir string) ([]string, error) {
 			}
 			cas = append([]string{n}, slices.DeleteFunc(slices.Clone(cas), func(s string) bool { return s == n })...)
 		}
-		set := map[string]string{"IBSIM_SOCKNAME": st.IBSim, "PIBGW_UMAD_CAS": strings.Join(cas, ",")}
 		var out []string
 		ld := umadDir
 		for _, kv := range env {
 			k, v, _ := strings.Cut(kv, "=")
-			switch {
-			case k == "LD_LIBRARY_PATH":
-				if v != "" && v != umadDir && !strings.HasPrefix(v, umadDir+":") {
+			switch k {
+			case "LD_LIBRARY_PATH":
+				if v != "" {
 					ld += ":" + v
-				} else if v != "" {
-					ld = v
 				}
-			case set[k] == "":
+			case "IBSIM_SOCKNAME", "PIBGW_UMAD_CAS":
+			default:
 				out = append(out, kv)
 			}
 		}
-		return append(out, "LD_LIBRARY_PATH="+ld, "IBSIM_SOCKNAME="+set["IBSIM_SOCKNAME"], "PIBGW_UMAD_CAS="+set["PIBGW_UMAD_CAS"]), nil
+		return append(out, "LD_LIBRARY_PATH="+ld, "IBSIM_SOCKNAME="+st.IBSim, "PIBGW_UMAD_CAS="+strings.Join(cas, ",")), nil
 	}
 	lib := findUmad2sim()
 	if lib == "" {

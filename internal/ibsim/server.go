@@ -224,7 +224,6 @@ func (s *Server) Close() {
 	s.wg.Wait()
 }
 
-// Stats snapshots the counters.
 // CAs returns the names of the HCAs clients can attach to, the default node's first:
 // the devices a libibumad of the server's clients lists (pibgw exec --umad).
 func (s *Server) CAs() []string {
@@ -240,6 +239,7 @@ func (s *Server) CAs() []string {
 	return out
 }
 
+// Stats snapshots the counters.
 func (s *Server) Stats() Stats {
 	s.mu.RLock()
 	n := s.nclient
