@@ -26,6 +26,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 #include <endian.h>
@@ -212,38 +214,94 @@ static void conn_close(struct conn *c)
 
 /* conn_open attaches to the node named node ("CA/PORT", "" for the server's default) as
  * an ibsim client; *name gets the node's name from the answer. */
+/* udp_server resolves $IBSIM_SERVER_NAME and $IBSIM_SERVER_PORT (default 7070): ibsim's
+ * remote mode. It returns 0 with *sa set, 1 when the variables are not set, or -errno. */
+static int udp_server(struct sockaddr_storage *sa, socklen_t *len, int *port)
+{
+	const char *host = getenv("IBSIM_SERVER_NAME"), *ps = getenv("IBSIM_SERVER_PORT");
+	if (!host || !*host)
+		return 1;
+	*port = ps && *ps ? atoi(ps) : 7070;
+	if (*port <= 0 || *port > 0xffff - 1 - 256)
+		return -EINVAL;
+	struct addrinfo hints = {.ai_socktype = SOCK_DGRAM}, *res = NULL;
+	if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) {
+		fprintf(stderr, "libibumad (pibgw): IBSIM_SERVER_NAME %s: cannot resolve it\n", host);
+		return -EHOSTUNREACH;
+	}
+	memcpy(sa, res->ai_addr, res->ai_addrlen);
+	*len = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+static void set_port(struct sockaddr_storage *sa, int port)
+{
+	if (sa->ss_family == AF_INET6)
+		((struct sockaddr_in6 *)sa)->sin6_port = htons(port);
+	else
+		((struct sockaddr_in *)sa)->sin_port = htons(port);
+}
+
+/* conn_open attaches to the node named node ("CA/PORT", "" for the server's default) as
+ * an ibsim client — over Unix abstract sockets named by $IBSIM_SOCKNAME, or over UDP to
+ * $IBSIM_SERVER_NAME:$IBSIM_SERVER_PORT when that is set — and *name gets the node's
+ * name from the answer. */
 static int conn_open(struct conn *c, const char *node, int issm, char *name, size_t namelen)
 {
 	struct sockaddr_un a;
-	socklen_t l;
+	struct sockaddr_storage srv;
+	socklen_t l, srvlen = 0;
 	char what[32];
-	int err;
+	int err, port = 0;
 
 	c->fd = c->ctl = -1;
 	c->client = UINT32_MAX;
-	pthread_mutex_lock(&lock);
-	c->id = ((uint32_t)getpid() << 8 | (conn_seq++ & 0xff)) & 0x7fffffff;
-	pthread_mutex_unlock(&lock);
-
-	c->ctl = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	c->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (c->ctl < 0 || c->fd < 0)
-		goto fail_errno;
-	snprintf(what, sizeof(what), "ctl%u", c->id);
-	l = abstract_addr(&a, what);
-	if (bind(c->ctl, (struct sockaddr *)&a, l) < 0)
-		goto fail_errno;
-	l = abstract_addr(&a, "ctl");
-	if (connect(c->ctl, (struct sockaddr *)&a, l) < 0) {
-		err = -errno;
-		fprintf(stderr, "libibumad (pibgw): no ibsim server at @%s:ctl (%s): is pibgw up running with [ibsim] enable = true, and IBSIM_SOCKNAME its socket name? (pibgw exec --umad sets it)\n",
+	int udp = udp_server(&srv, &srvlen, &port);
+	if (udp < 0)
+		return udp;
+	if (udp == 0) {
+		c->ctl = socket(srv.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		c->fd = socket(srv.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (c->ctl < 0 || c->fd < 0)
+			goto fail_errno;
+		set_port(&srv, port);
+		if (connect(c->ctl, (struct sockaddr *)&srv, srvlen) < 0)
+			goto fail_errno;
+		/* The data socket on the control socket's address, any port: the server sends
+		 * to that address at the port CONNECT names. */
+		struct sockaddr_storage me;
+		socklen_t melen = sizeof(me);
+		if (getsockname(c->ctl, (struct sockaddr *)&me, &melen) < 0)
+			goto fail_errno;
+		set_port(&me, 0);
+		if (bind(c->fd, (struct sockaddr *)&me, melen) < 0 || getsockname(c->fd, (struct sockaddr *)&me, &melen) < 0)
+			goto fail_errno;
+		c->id = ntohs(me.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&me)->sin6_port : ((struct sockaddr_in *)&me)->sin_port);
+	} else {
+		pthread_mutex_lock(&lock);
+		c->id = ((uint32_t)getpid() << 8 | (conn_seq++ & 0xff)) & 0x7fffffff;
+		pthread_mutex_unlock(&lock);
+		c->ctl = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		c->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (c->ctl < 0 || c->fd < 0)
+			goto fail_errno;
+		snprintf(what, sizeof(what), "ctl%u", c->id);
+		l = abstract_addr(&a, what);
+		if (bind(c->ctl, (struct sockaddr *)&a, l) < 0)
+			goto fail_errno;
+		l = abstract_addr(&a, "ctl");
+		if (connect(c->ctl, (struct sockaddr *)&a, l) < 0) {
+			err = -errno;
+			fprintf(stderr, "libibumad (pibgw): no ibsim server at @%s:ctl (%s): is pibgw up running with [ibsim] enable = true, and IBSIM_SOCKNAME its socket name? (pibgw exec --umad sets it)\n",
 				sockname(), strerror(-err));
-		goto fail;
+			goto fail;
+		}
+		snprintf(what, sizeof(what), "in%u", c->id);
+		l = abstract_addr(&a, what);
+		if (bind(c->fd, (struct sockaddr *)&a, l) < 0)
+			goto fail_errno;
 	}
-	snprintf(what, sizeof(what), "in%u", c->id);
-	l = abstract_addr(&a, what);
-	if (bind(c->fd, (struct sockaddr *)&a, l) < 0)
-		goto fail_errno;
 
 	uint8_t info[44] = {0}, out[64];
 	put32(info, c->id);
@@ -254,6 +312,9 @@ static int conn_open(struct conn *c, const char *node, int issm, char *name, siz
 		if (err == -ENODEV)
 			fprintf(stderr, "libibumad (pibgw): the ibsim server refused to attach to \"%s\" (no such node, or no free client slot)\n",
 				node && *node ? node : "(default)");
+		else if (udp == 0)
+			fprintf(stderr, "libibumad (pibgw): no answer from an ibsim server at %s port %d (%s): is it pibgw's [ibsim] udp address?\n",
+				getenv("IBSIM_SERVER_NAME"), port, strerror(-err));
 		goto fail;
 	}
 	c->client = get32(out);
@@ -264,6 +325,16 @@ static int conn_open(struct conn *c, const char *node, int issm, char *name, siz
 		if (slash)
 			*slash = 0;
 		snprintf(name, namelen, "%s", n);
+	}
+	if (udp == 0) {
+		set_port(&srv, port + 1 + c->client);
+		if (c->client > 0xfffe - (uint32_t)port) {
+			err = -ERANGE;
+			goto fail;
+		}
+		if (connect(c->fd, (struct sockaddr *)&srv, srvlen) < 0)
+			goto fail_errno;
+		return 0;
 	}
 	snprintf(what, sizeof(what), "out%u", c->client);
 	l = abstract_addr(&a, what);

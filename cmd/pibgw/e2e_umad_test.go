@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +32,13 @@ func TestE2EUmadLibrary(t *testing.T) {
 	}
 	sock := fmt.Sprintf("pibgwe2e-umad-%d", os.Getpid())
 	nsA, nsB := e2eNetNS("ua"), e2eNetNS("ub")
-	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock)+
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0") // a free port for ibsim's UDP mode
+	if err != nil {
+		t.Fatal(err)
+	}
+	udpPort := pc.LocalAddr().(*net.UDPAddr).Port
+	pc.Close()
+	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\nudp = \"127.0.0.1:%d\"\n", sock, udpPort)+
 		interfaceTOML("ib0", "pib_0", nsA, "10.31.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.31.0.2/24"), nsA, nsB)
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
@@ -77,6 +84,15 @@ func TestE2EUmadLibrary(t *testing.T) {
 	}
 	if pr := out("--", "saquery", "PR"); strings.Count(pr, "PathRecord dump") != 9 {
 		t.Errorf("saquery PR: %d PathRecords, want 9\n%s", strings.Count(pr, "PathRecord dump"), pr)
+	}
+	// ibsim's UDP mode (IBSIM_SERVER_NAME, IBSIM_SERVER_PORT), the library loaded by hand.
+	udpCtx, udpCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer udpCancel()
+	uc := exec.CommandContext(udpCtx, "saquery")
+	uc.Env = append(os.Environ(), "LD_LIBRARY_PATH="+filepath.Join(libDir, "umad"), "PIBGW_UMAD_CAS=pib_0,pib_1",
+		"IBSIM_SERVER_NAME=127.0.0.1", fmt.Sprintf("IBSIM_SERVER_PORT=%d", udpPort))
+	if b, err := uc.CombinedOutput(); err != nil || strings.Count(string(b), "NodeRecord dump") != 3 {
+		t.Errorf("saquery over ibsim's UDP mode: %v; want three NodeRecords\n%s", err, b)
 	}
 	// --node puts an HCA first: ibaddr there prints its LID.
 	lid1 := diagField(d.MustPibgw("stat", "pib_1"), "Base lid")
