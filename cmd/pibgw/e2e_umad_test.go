@@ -85,6 +85,22 @@ func TestE2EUmadLibrary(t *testing.T) {
 	if pr := out("--", "saquery", "PR"); strings.Count(pr, "PathRecord dump") != 9 {
 		t.Errorf("saquery PR: %d PathRecords, want 9\n%s", strings.Count(pr, "PathRecord dump"), pr)
 	}
+	// The semantics programs rely on, call by call (testdata/umad_check.c).
+	check := filepath.Join(t.TempDir(), "umad_check")
+	if b, err := exec.Command("gcc", "-O1", "-Wall", "-Werror", "-o", check, "testdata/umad_check.c", "-libumad").CombinedOutput(); err != nil {
+		t.Fatalf("building testdata/umad_check.c: %v\n%s", err, b)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	b, err := run(ctx, "--", check).CombinedOutput()
+	cancel()
+	for _, c := range []string{"cas", "get_ca", "open_unknown_ENODEV", "get_fd", "register", "register_twice_EINVAL",
+		"poll_ETIMEDOUT", "recv_ETIMEDOUT", "recv_nonblocking_EWOULDBLOCK", "unroutable_ETIMEDOUT", "sa_classportinfo",
+		"rmpp_ENOSPC", "rmpp_table", "unregister", "close"} {
+		if !strings.Contains(string(b), "ok "+c+"\n") {
+			t.Errorf("umad_check %s did not pass (%v):\n%s", c, err, b)
+		}
+	}
+
 	// ibsim's UDP mode (IBSIM_SERVER_NAME, IBSIM_SERVER_PORT), the library loaded by hand.
 	udpCtx, udpCancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer udpCancel()
