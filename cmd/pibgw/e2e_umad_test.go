@@ -20,16 +20,7 @@ import (
 // runs (libumad2sim: "failed to open UMAD port").
 func TestE2EUmadLibrary(t *testing.T) {
 	requireE2E(t, "gcc", "saquery", "ibstat")
-	if _, err := os.Stat("/usr/include/infiniband/umad.h"); err != nil {
-		t.Skip("libibumad's header is missing (libibumad-dev)")
-	}
-	libDir := t.TempDir()
-	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
-		t.Fatalf("build-libs.sh: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(libDir, "umad", "libibumad.so.3")); err != nil {
-		t.Fatalf("build-libs.sh built no umad/libibumad.so.3: %v", err)
-	}
+	libDir := umadLibs(t)
 	sock := fmt.Sprintf("pibgwe2e-umad-%d", os.Getpid())
 	nsA, nsB := e2eNetNS("ua"), e2eNetNS("ub")
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0") // a free port for ibsim's UDP mode
@@ -47,22 +38,8 @@ func TestE2EUmadLibrary(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	run := func(ctx context.Context, args ...string) *exec.Cmd {
-		c := exec.CommandContext(ctx, d.Bin, append([]string{"exec", "--control", d.Sock, "--umad"}, args...)...)
-		c.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir)
-		c.Dir = "/" // nothing is written to the working directory (libumad2sim writes ./sys-PID)
-		return c
-	}
-	out := func(args ...string) string {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		b, err := run(ctx, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("pibgw exec --umad %s: %v\n%s", strings.Join(args, " "), err, b)
-		}
-		return string(b)
-	}
+	u := &umadRunner{t: t, d: d, libDir: libDir, dir: "/"} // libumad2sim would write ./sys-PID; nothing is written
+	run, out := u.cmd, u.out
 
 	// ibstat lists both HCAs as the verbs do, each Active at its LID.
 	st := out("--", "ibstat")
@@ -164,24 +141,14 @@ func hexLID(lid string) string {
 // library under opensm, reassembled by the one under saquery — are whole tables.
 func TestE2EUmadLibraryOpenSM(t *testing.T) {
 	requireE2E(t, "gcc", "opensm", "saquery", "sminfo")
-	if _, err := os.Stat("/usr/include/infiniband/umad.h"); err != nil {
-		t.Skip("libibumad's header is missing (libibumad-dev)")
-	}
-	libDir := t.TempDir()
-	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
-		t.Fatalf("build-libs.sh: %v\n%s", err, out)
-	}
+	libDir := umadLibs(t)
 	sock := fmt.Sprintf("pibgwe2e-umadsm-%d", os.Getpid())
 	nsA, nsB := e2eNetNS("usa"), e2eNetNS("usb")
 	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[sm]\nmode = \"external\"\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock)+
 		interfaceTOML("ib0", "pib_0", nsA, "10.32.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.32.0.2/24"), nsA, nsB)
 	dir := t.TempDir()
-	run := func(ctx context.Context, args ...string) *exec.Cmd {
-		c := exec.CommandContext(ctx, d.Bin, append([]string{"exec", "--control", d.Sock, "--umad"}, args...)...)
-		c.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir, "OSM_CACHE_DIR="+dir, "OSM_TMP_DIR="+dir)
-		c.Dir = dir
-		return c
-	}
+	u := &umadRunner{t: t, d: d, libDir: libDir, dir: dir, env: []string{"OSM_CACHE_DIR=" + dir, "OSM_TMP_DIR=" + dir}}
+	run, out := u.cmd, u.out
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	osm := run(ctx, "--", "opensm", "-f", filepath.Join(dir, "opensm.log"))
@@ -208,16 +175,7 @@ func TestE2EUmadLibraryOpenSM(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	out := func(args ...string) string {
-		t.Helper()
-		c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		b, err := run(c, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("pibgw exec --umad %s: %v\n%s\nopensm:\n%s", strings.Join(args, " "), err, b, osmOut.String())
-		}
-		return string(b)
-	}
+	u.context = func() string { return "opensm:\n" + osmOut.String() }
 	lid0 := diagField(d.MustPibgw("stat", "pib_0"), "Base lid")
 	if sm := out("--", "sminfo"); !strings.Contains(sm, "sm lid "+lid0+" ") || !strings.Contains(sm, "SMINFO_MASTER") {
 		t.Errorf("sminfo: want opensm MASTER at pib_0's LID %s\n%s", lid0, sm)
@@ -231,4 +189,55 @@ func TestE2EUmadLibraryOpenSM(t *testing.T) {
 	if s := out("--", "saquery", "-s"); strings.Count(s, "PortInfoRecord dump") != 1 || diagField(s, "base_lid") != lid0 {
 		t.Errorf("saquery -s (opensm's SA): want the one SM port, LID %s\n%s", lid0, s)
 	}
+}
+
+// umadLibs builds pibgw's C libraries into a temporary directory for a test of the
+// libibumad.so.3 among them, and skips the test without libibumad's header.
+func umadLibs(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat("/usr/include/infiniband/umad.h"); err != nil {
+		t.Skip("libibumad's header is missing (libibumad-dev)")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", dir).CombinedOutput(); err != nil {
+		t.Fatalf("build-libs.sh: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "umad", "libibumad.so.3")); err != nil {
+		t.Fatalf("build-libs.sh built no umad/libibumad.so.3: %v", err)
+	}
+	return dir
+}
+
+// umadRunner runs programs with `pibgw exec --umad` against a test daemon, with the
+// libraries of libDir, in dir, with env added.
+type umadRunner struct {
+	t           *testing.T
+	d           *e2eDaemon
+	libDir, dir string
+	env         []string
+	context     func() string // more to show when a program fails
+}
+
+func (u *umadRunner) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, u.d.Bin, append([]string{"exec", "--control", u.d.Sock, "--umad"}, args...)...)
+	c.Env = append(append(os.Environ(), "PIBGW_LIBDIR="+u.libDir), u.env...)
+	c.Dir = u.dir
+	return c
+}
+
+// out runs args (pibgw exec --umad's) and returns the output; it fails the test when
+// the program fails.
+func (u *umadRunner) out(args ...string) string {
+	u.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	b, err := u.cmd(ctx, args...).CombinedOutput()
+	if err != nil {
+		more := ""
+		if u.context != nil {
+			more = u.context()
+		}
+		u.t.Fatalf("pibgw exec --umad %s: %v\n%s\n%s", strings.Join(args, " "), err, b, more)
+	}
+	return string(b)
 }
