@@ -94,7 +94,6 @@ struct rmpp_rx {
 	uint64_t tid;
 	uint16_t slid;
 	int agent;
-	size_t hdr_len;
 	uint32_t expect, window_last;
 	size_t len, cap;
 	uint8_t *buf; /* the umad header, then the message */
@@ -108,18 +107,26 @@ struct ready {
 	uint8_t *msg;
 };
 
+/* A datagram for the server, built under the lock and sent without it. */
+struct frame {
+	struct frame *next;
+	uint8_t r[REQ_LEN];
+};
+
+struct frames {
+	struct frame *head, *tail;
+};
+
 struct port {
 	int used;
 	int fd, ctl;
 	uint32_t client;
-	uint32_t id;
-	char ca[UMAD_CA_NAME_LEN];
-	int portnum;
 	int issm;
 	struct agent agents[MAX_AGENTS];
 	struct pending *pending;
 	struct rmpp_rx *rmpp;
 	struct ready *ready, *ready_tail;
+	struct frames out; /* ACKs and resends for the next wait_ready to send */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -212,8 +219,6 @@ static void conn_close(struct conn *c)
 	c->client = UINT32_MAX;
 }
 
-/* conn_open attaches to the node named node ("CA/PORT", "" for the server's default) as
- * an ibsim client; *name gets the node's name from the answer. */
 /* udp_server resolves $IBSIM_SERVER_NAME and $IBSIM_SERVER_PORT (default 7070): ibsim's
  * remote mode. It returns 0 with *sa set, 1 when the variables are not set, or -errno. */
 static int udp_server(struct sockaddr_storage *sa, socklen_t *len, int *port)
@@ -399,7 +404,7 @@ static int known_ca(const char *name)
 	return 0;
 }
 
-/* port_info reads port portnum of the node c is attached to. */
+/* fill_port reads port portnum of the node c is attached to. */
 static int fill_port(struct conn *c, const char *ca, int portnum, umad_port_t *p)
 {
 	uint8_t ni[64], pi[64], pk[64], arg[4] = {(uint8_t)portnum};
@@ -445,13 +450,14 @@ static int fill_port(struct conn *c, const char *ca, int portnum, umad_port_t *p
 	return 0;
 }
 
-static int node_of(const char *ca, int portnum, char *node, size_t len)
+/* node_of names port portnum of CA ca as the server takes it: "ca/portnum". */
+static void node_of(const char *ca, int portnum, char *node, size_t len)
 {
-	return snprintf(node, len, "%s/%d", ca, portnum) >= (int)len ? -EINVAL : 0;
+	snprintf(node, len, "%s/%d", ca, portnum);
 }
 
-/* resolve_ca returns the CA a NULL or empty name means: the first whose ports include an
- * Active one, else the first (libibumad's resolve_ca_name). */
+/* resolve_ca returns the CA name names if known, or for a NULL or empty name the first
+ * CA: pibgw exec --umad lists --node's, else the SM's, first. */
 static const char *resolve_ca(const char *name)
 {
 	if (name && *name)
@@ -687,9 +693,6 @@ EXPORT int umad_open_port(const char *ca_name, int portnum)
 	p->fd = c.fd;
 	p->ctl = c.ctl;
 	p->client = c.client;
-	p->id = c.id;
-	p->portnum = portnum;
-	snprintf(p->ca, sizeof(p->ca), "%s", name);
 	pthread_mutex_unlock(&lock);
 	return c.fd;
 }
@@ -714,6 +717,12 @@ static void free_port_state(struct port *p)
 		free(p->ready);
 		p->ready = n;
 	}
+	while (p->out.head) {
+		struct frame *n = p->out.head->next;
+		free(p->out.head);
+		p->out.head = n;
+	}
+	p->out.tail = NULL;
 }
 
 EXPORT int umad_close_port(int fd)
@@ -745,9 +754,11 @@ EXPORT int umad_get_fd(int fd)
 	return p ? fd : -EINVAL;
 }
 
+/* test_method reports whether method's bit is set in a 128-bit method mask. */
 static int test_method(const uint64_t mask[2], uint8_t method)
 {
-	return (mask[(method & 0x7f) / 64] >> (method % 64)) & 1;
+	method &= 0x7f;
+	return (mask[method / 64] >> (method % 64)) & 1;
 }
 
 static int do_register(int fd, uint8_t mgmt_class, uint8_t version, uint8_t rmpp_version, int user_rmpp,
@@ -764,8 +775,11 @@ static int do_register(int fd, uint8_t mgmt_class, uint8_t version, uint8_t rmpp
 	int id = -1;
 	for (int i = 0; i < MAX_AGENTS; i++) {
 		struct agent *a = &p->agents[i];
-		if (!a->used)
+		if (!a->used) {
+			if (id < 0)
+				id = i;
 			continue;
+		}
 		/* The kernel refuses a second agent for the same class, version and method. */
 		if (a->mgmt_class == mgmt_class && a->class_version == version && a->oui == oui &&
 		    ((a->method_mask[0] & mask[0]) || (a->method_mask[1] & mask[1]))) {
@@ -773,25 +787,13 @@ static int do_register(int fd, uint8_t mgmt_class, uint8_t version, uint8_t rmpp
 			return -EINVAL;
 		}
 	}
-	for (int i = 0; i < MAX_AGENTS; i++)
-		if (!p->agents[i].used) {
-			id = i;
-			break;
-		}
 	if (id < 0) {
 		pthread_mutex_unlock(&lock);
 		return -ENOMEM;
 	}
-	struct agent *a = &p->agents[id];
-	memset(a, 0, sizeof(*a));
-	a->used = 1;
-	a->mgmt_class = mgmt_class;
-	a->class_version = version;
-	a->rmpp_version = rmpp_version;
-	a->user_rmpp = user_rmpp;
-	a->method_mask[0] = mask[0];
-	a->method_mask[1] = mask[1];
-	a->oui = oui;
+	p->agents[id] = (struct agent){.used = 1, .mgmt_class = mgmt_class, .class_version = version,
+				       .rmpp_version = rmpp_version, .user_rmpp = user_rmpp,
+				       .method_mask = {mask[0], mask[1]}, .oui = oui};
 	/* The SM takes the traps of its class: that agent's port is the SM's (IsSM), as the
 	 * kernel's issm device makes it (opensm opens that and binds such an agent). */
 	if ((mgmt_class == CLASS_SMI || mgmt_class == CLASS_SMI_DR) && test_method(mask, METHOD_TRAP) && !p->issm) {
@@ -945,10 +947,13 @@ static int is_request(uint8_t method)
 	return !(method & METHOD_RESP) && method != METHOD_TRAP_REPRESS;
 }
 
-/* sim_send puts one MAD (≤ 256 bytes) on the wire to addr. */
-static int sim_send(int fd, const ib_mad_addr_t *addr, const uint8_t *mad, size_t len)
+/* frame_mad appends one MAD (≤ 256 bytes) to addr, as the server takes it, to q. */
+static int frame_mad(struct frames *q, const ib_mad_addr_t *addr, const uint8_t *mad, size_t len)
 {
-	uint8_t r[REQ_LEN] = {0};
+	struct frame *f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	uint8_t *r = f->r;
 	uint8_t mgmt_class = mad[1];
 	uint16_t dlid = be16toh(addr->lid);
 	r[0] = dlid >> 8;
@@ -961,27 +966,20 @@ static int sim_send(int fd, const ib_mad_addr_t *addr, const uint8_t *mad, size_
 	uint64_t l = htobe64(len);
 	memcpy(r + 24, &l, 8);
 	memcpy(r + 32, mad, len > MAD_LEN ? MAD_LEN : len);
-	for (;;) {
-		ssize_t n = send(fd, r, sizeof(r), 0);
-		if (n == (ssize_t)sizeof(r))
-			return 0;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN) {
-			struct pollfd p = {.fd = fd, .events = POLLOUT};
-			poll(&p, 1, 100);
-			continue;
-		}
-		return n < 0 ? -errno : -EIO;
-	}
+	if (q->tail)
+		q->tail->next = f;
+	else
+		q->head = f;
+	q->tail = f;
+	return 0;
 }
 
-/* send_msg sends a message: one MAD, or (longer, for an RMPP agent) its segments, all at
- * once with the Active, First and Last flags and PayloadLengths of IBA 13.6.2.3. */
-static int send_msg(int fd, const ib_mad_addr_t *addr, const uint8_t *msg, size_t len, int rmpp)
+/* frame_msg appends a message to q: one MAD, or (rmpp) its segments, all at once with
+ * the Active, First and Last flags and PayloadLengths of IBA 13.6.2.3. */
+static int frame_msg(struct frames *q, const ib_mad_addr_t *addr, const uint8_t *msg, size_t len, int rmpp)
 {
 	if (len <= MAD_LEN && !rmpp)
-		return sim_send(fd, addr, msg, len);
+		return frame_mad(q, addr, msg, len);
 	size_t hl = hdr_len(msg[1]);
 	size_t per = MAD_LEN - hl;
 	size_t data = len > hl ? len - hl : 0;
@@ -1002,11 +1000,35 @@ static int send_msg(int fd, const ib_mad_addr_t *addr, const uint8_t *msg, size_
 		size_t chl = hl - RMPP_HDR_END;
 		uint32_t pl = s == 1 ? (uint32_t)(segs * chl + data) : s == segs ? (uint32_t)(chl + n) : 0;
 		putbe32(seg + 32, pl);
-		int err = sim_send(fd, addr, seg, MAD_LEN);
+		int err = frame_mad(q, addr, seg, MAD_LEN);
 		if (err < 0)
 			return err;
 	}
 	return 0;
+}
+
+/* send_frames sends q's datagrams on fd, waiting while the socket is full, and frees
+ * them; it returns the first error. Called without the lock. */
+static int send_frames(int fd, struct frames *q)
+{
+	int err = 0;
+	while (q->head) {
+		struct frame *f = q->head;
+		ssize_t n = err ? 0 : send(fd, f->r, REQ_LEN, 0);
+		if (!err && n < 0 && errno == EINTR)
+			continue;
+		if (!err && n < 0 && errno == EAGAIN) {
+			struct pollfd pf = {.fd = fd, .events = POLLOUT};
+			poll(&pf, 1, 100);
+			continue;
+		}
+		if (!err && n != REQ_LEN)
+			err = n < 0 ? -errno : -EIO;
+		q->head = f->next;
+		free(f);
+	}
+	q->tail = NULL;
+	return err;
 }
 
 static void enqueue(struct port *p, uint8_t *msg, size_t len)
@@ -1085,9 +1107,12 @@ EXPORT int umad_send(int fd, int agentid, void *umad, int length, int timeout_ms
 		pd->next = p->pending;
 		p->pending = pd;
 	}
-	ib_mad_addr_t addr = m->addr;
 	pthread_mutex_unlock(&lock);
-	int err = send_msg(fd, &addr, mad, length, rmpp);
+	struct frames q = {0};
+	int err = frame_msg(&q, &m->addr, mad, length, rmpp);
+	int serr = send_frames(fd, &q);
+	if (err == 0)
+		err = serr;
 	if (err < 0) {
 		errno = -err;
 		return err;
@@ -1109,8 +1134,8 @@ static void timed_out(struct port *p, struct pending *pd)
 	free(pd);
 }
 
-/* run_timers resends or times out the requests whose time is up; it returns the time of
- * the next deadline (0: none). Called with lock held; sends with it released. */
+/* run_timers resends (into the port's outbox) or times out the requests whose time is
+ * up; it returns the time of the next deadline (0: none). Lock held. */
 static uint64_t run_timers(struct port *p)
 {
 	uint64_t now = now_ms(), next = 0;
@@ -1126,7 +1151,7 @@ static uint64_t run_timers(struct port *p)
 			pd->retries--;
 			pd->deadline = now + pd->timeout_ms;
 			struct ib_user_mad *m = (struct ib_user_mad *)pd->msg;
-			send_msg(p->fd, &m->addr, m->data, pd->len, pd->rmpp);
+			frame_msg(&p->out, &m->addr, m->data, pd->len, pd->rmpp);
 			if (!next || pd->deadline < next)
 				next = pd->deadline;
 			pp = &pd->next;
@@ -1150,26 +1175,47 @@ static uint64_t run_timers(struct port *p)
 	return next;
 }
 
+/* find_pending returns the link to agent's request with tid, or NULL. */
+static struct pending **find_pending(struct port *p, uint64_t tid, int agent)
+{
+	for (struct pending **pp = &p->pending; *pp; pp = &(*pp)->next)
+		if ((*pp)->tid == tid && (*pp)->agent == agent)
+			return pp;
+	return NULL;
+}
+
 /* take_pending removes the request a response with tid answers; it reports whether one
  * was waiting (extend: keep it, its deadline moved on, while RMPP segments arrive). */
 static int take_pending(struct port *p, uint64_t tid, int agent, int extend)
 {
-	for (struct pending **pp = &p->pending; *pp; pp = &(*pp)->next) {
-		struct pending *pd = *pp;
-		if (pd->tid != tid || pd->agent != agent)
-			continue;
-		if (extend) {
-			pd->deadline = now_ms() + pd->timeout_ms + 1000;
-			return 1;
-		}
-		*pp = pd->next;
-		free(pd->msg);
-		free(pd);
+	struct pending **pp = find_pending(p, tid, agent);
+	if (!pp)
+		return 0;
+	struct pending *pd = *pp;
+	if (extend) {
+		pd->deadline = now_ms() + pd->timeout_ms + 1000;
 		return 1;
 	}
-	return 0;
+	*pp = pd->next;
+	free(pd->msg);
+	free(pd);
+	return 1;
 }
 
+/* rmpp_drop unlinks r from the port's reassemblies and frees it. */
+static void rmpp_drop(struct port *p, struct rmpp_rx *r)
+{
+	for (struct rmpp_rx **rp = &p->rmpp; *rp; rp = &(*rp)->next)
+		if (*rp == r) {
+			*rp = r->next;
+			break;
+		}
+	free(r->buf);
+	free(r);
+}
+
+/* send_ack puts an ACK of segments up to acked, the window open to nwl, in the port's
+ * outbox. */
 static void send_ack(struct port *p, const ib_mad_addr_t *addr, const uint8_t *seg, uint32_t acked, uint32_t nwl)
 {
 	uint8_t ack[MAD_LEN] = {0};
@@ -1183,7 +1229,7 @@ static void send_ack(struct port *p, const ib_mad_addr_t *addr, const uint8_t *s
 	ack[27] = 0;
 	putbe32(ack + 28, acked);
 	putbe32(ack + 32, nwl);
-	sim_send(p->fd, addr, ack, MAD_LEN);
+	frame_mad(&p->out, addr, ack, MAD_LEN);
 }
 
 /* rmpp_data takes a DATA segment of a response for an RMPP agent (IBA 13.6.3.1, the
@@ -1212,7 +1258,6 @@ static void rmpp_data(struct port *p, int agent, const ib_mad_addr_t *addr, cons
 		r->tid = tid;
 		r->slid = slid;
 		r->agent = agent;
-		r->hdr_len = hl;
 		r->expect = 1;
 		r->window_last = 1;
 		r->len = 0;
@@ -1221,8 +1266,7 @@ static void rmpp_data(struct port *p, int agent, const ib_mad_addr_t *addr, cons
 			r->buf = malloc(r->cap);
 		}
 		if (!r->buf) {
-			p->rmpp = r->next;
-			free(r);
+			rmpp_drop(p, r);
 			return;
 		}
 		memset(r->buf, 0, sizeof(struct ib_user_mad));
@@ -1242,14 +1286,7 @@ static void rmpp_data(struct port *p, int agent, const ib_mad_addr_t *addr, cons
 	} else {
 		size_t need = sizeof(struct ib_user_mad) + r->len + per;
 		if (need > RMPP_MAX_MSG) {
-			/* Larger than any table of the fabric: a runaway sender; drop it. */
-			for (struct rmpp_rx **rp = &p->rmpp; *rp; rp = &(*rp)->next)
-				if (*rp == r) {
-					*rp = r->next;
-					break;
-				}
-			free(r->buf);
-			free(r);
+			rmpp_drop(p, r); /* larger than any table of the fabric: a runaway sender */
 			return;
 		}
 		if (need > r->cap) {
@@ -1282,15 +1319,11 @@ static void rmpp_data(struct port *p, int agent, const ib_mad_addr_t *addr, cons
 		send_ack(p, addr, mad, acked, nwl);
 	if (!done)
 		return;
-	for (struct rmpp_rx **rp = &p->rmpp; *rp; rp = &(*rp)->next)
-		if (*rp == r) {
-			*rp = r->next;
-			break;
-		}
 	take_pending(p, tid, agent, 0);
 	size_t len = r->len;
 	uint8_t *buf = r->buf;
-	free(r);
+	r->buf = NULL; /* handed to umad_recv */
+	rmpp_drop(p, r);
 	enqueue(p, buf, len);
 }
 
@@ -1339,47 +1372,31 @@ static void handle(struct port *p, const uint8_t *r, size_t n)
 		 * requester learns at once, as with a timeout. */
 		if (!is_request(method))
 			return;
-		agent = (tid >> 32) & 0xffff;
-		for (struct pending **pp = &p->pending; *pp; pp = &(*pp)->next)
-			if ((*pp)->tid == tid && (*pp)->agent == agent) {
-				struct pending *pd = *pp;
-				*pp = pd->next;
-				timed_out(p, pd);
-				return;
-			}
+		struct pending **pp = find_pending(p, tid, (tid >> 32) & 0xffff);
+		if (pp) {
+			struct pending *pd = *pp;
+			*pp = pd->next;
+			timed_out(p, pd);
+		}
 		return;
 	}
-	if (is_request(method)) {
-		agent = find_agent(p, mad);
-		if (agent < 0)
-			return;
-		/* A request arriving in RMPP segments (an SA Set of many records) is rare; it
-		 * is reassembled as a response is. */
-		if ((mad[26] & RMPP_FLAG_ACTIVE) && p->agents[agent].rmpp_version && !p->agents[agent].user_rmpp) {
-			if (mad[25] == RMPP_TYPE_DATA)
-				rmpp_data(p, agent, &addr, mad);
-			return;
-		}
-	} else {
-		agent = (tid >> 32) & 0xffff;
-		if (agent >= MAX_AGENTS || !p->agents[agent].used)
-			return;
-		struct agent *a = &p->agents[agent];
-		if (a->rmpp_version && !a->user_rmpp && (mad[26] & RMPP_FLAG_ACTIVE)) {
-			switch (mad[25]) {
-			case RMPP_TYPE_DATA:
-				rmpp_data(p, agent, &addr, mad);
-				return;
-			case RMPP_TYPE_ACK:
-				return; /* our segments went out at once; nothing waits for ACKs */
-			default: /* STOP or ABORT: the transfer is over; its request times out */
-				return;
-			}
-		}
-		/* The kernel drops a response nothing waits for. */
-		if (!take_pending(p, tid, agent, 0))
-			return;
+	/* A request goes to the agent registered for it, a response to the agent its TID
+	 * names. */
+	agent = is_request(method) ? find_agent(p, mad) : (int)((tid >> 32) & 0xffff);
+	if (agent < 0 || agent >= MAX_AGENTS || !p->agents[agent].used)
+		return;
+	struct agent *a = &p->agents[agent];
+	if (a->rmpp_version && !a->user_rmpp && (mad[26] & RMPP_FLAG_ACTIVE)) {
+		/* RMPP for the agent: DATA is reassembled (a response, or — rarely — a request
+		 * of many records); an ACK needs nothing (our segments went out at once); after
+		 * a STOP or ABORT the request times out. */
+		if (mad[25] == RMPP_TYPE_DATA)
+			rmpp_data(p, agent, &addr, mad);
+		return;
 	}
+	/* The kernel drops a response nothing waits for. */
+	if (!is_request(method) && !take_pending(p, tid, agent, 0))
+		return;
 	uint8_t *msg = calloc(1, sizeof(struct ib_user_mad) + len);
 	if (!msg)
 		return;
@@ -1418,6 +1435,16 @@ static int wait_ready(int fd, struct port **pp, int timeout_ms)
 		if (!p)
 			return -EINVAL;
 		uint64_t next = service(p);
+		if (p->out.head) {
+			/* The ACKs and resends service made leave without the lock. */
+			struct frames q = p->out;
+			p->out = (struct frames){0};
+			pthread_mutex_unlock(&lock);
+			send_frames(fd, &q);
+			pthread_mutex_lock(&lock);
+			if (!(*pp = p = port_of(fd)))
+				return -EINVAL;
+		}
 		if (p->ready)
 			return 0;
 		if (timeout_ms == 0)

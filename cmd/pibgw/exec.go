@@ -94,20 +94,37 @@ func execCommand(e *env) *cli.Command {
 
 // execEnv is env with dir first on LD_LIBRARY_PATH and PIBGW_ATTACH set to sock.
 func execEnv(env []string, dir, sock string) []string {
-	var out []string
-	ld := dir
+	return withEnv(env, envVar{"LD_LIBRARY_PATH", dir, true}, envVar{"PIBGW_ATTACH", sock, false})
+}
+
+// envVar is a variable withEnv sets: to val, or with prepend to val before the old
+// value (a colon-separated list such as LD_LIBRARY_PATH or LD_PRELOAD).
+type envVar struct {
+	name, val string
+	prepend   bool
+}
+
+// withEnv returns env with vars set, in their order after the rest.
+func withEnv(env []string, vars ...envVar) []string {
+	out := make([]string, 0, len(env)+len(vars))
+	vals := make([]string, len(vars))
+	for i, v := range vars {
+		vals[i] = v.val
+	}
 	for _, kv := range env {
+		k, old, _ := strings.Cut(kv, "=")
+		i := slices.IndexFunc(vars, func(v envVar) bool { return v.name == k })
 		switch {
-		case strings.HasPrefix(kv, "LD_LIBRARY_PATH="):
-			if old := strings.TrimPrefix(kv, "LD_LIBRARY_PATH="); old != "" {
-				ld += ":" + old
-			}
-		case strings.HasPrefix(kv, "PIBGW_ATTACH="):
-		default:
+		case i < 0:
 			out = append(out, kv)
+		case vars[i].prepend && old != "":
+			vals[i] += ":" + old
 		}
 	}
-	return append(out, "LD_LIBRARY_PATH="+ld, "PIBGW_ATTACH="+sock)
+	for i, v := range vars {
+		out = append(out, v.name+"="+vals[i])
+	}
+	return out
 }
 
 // umadEnv is env for a libibumad program attached through the daemon's ibsim server:
@@ -130,21 +147,8 @@ func umadEnv(c *cli.Context, env []string, dir string) ([]string, error) {
 			}
 			cas = append([]string{n}, slices.DeleteFunc(slices.Clone(cas), func(s string) bool { return s == n })...)
 		}
-		var out []string
-		ld := umadDir
-		for _, kv := range env {
-			k, v, _ := strings.Cut(kv, "=")
-			switch k {
-			case "LD_LIBRARY_PATH":
-				if v != "" {
-					ld += ":" + v
-				}
-			case "IBSIM_SOCKNAME", "PIBGW_UMAD_CAS":
-			default:
-				out = append(out, kv)
-			}
-		}
-		return append(out, "LD_LIBRARY_PATH="+ld, "IBSIM_SOCKNAME="+st.IBSim, "PIBGW_UMAD_CAS="+strings.Join(cas, ",")), nil
+		return withEnv(env, envVar{"LD_LIBRARY_PATH", umadDir, true}, envVar{"IBSIM_SOCKNAME", st.IBSim, false},
+			envVar{"PIBGW_UMAD_CAS", strings.Join(cas, ","), false}), nil
 	}
 	lib := findUmad2sim()
 	if lib == "" {
@@ -154,25 +158,11 @@ func umadEnv(c *cli.Context, env []string, dir string) ([]string, error) {
 		wd, _ := os.Getwd()
 		return nil, fmt.Errorf("exec --umad: libumad2sim writes ./sys-PID into the working directory, and %s is not writable: cd to one that is", wd)
 	}
-	set := map[string]string{"IBSIM_SOCKNAME": st.IBSim, "LD_PRELOAD": lib}
+	vars := []envVar{{"IBSIM_SOCKNAME", st.IBSim, false}, {"LD_PRELOAD", lib, true}}
 	if n := c.String("node"); n != "" {
-		set["SIM_HOST"] = n
+		vars = append(vars, envVar{"SIM_HOST", n, false}) // else the user's SIM_HOST stays
 	}
-	var out []string
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		if _, ok := set[k]; !ok {
-			out = append(out, kv)
-		} else if k == "LD_PRELOAD" && v != "" {
-			set[k] += ":" + v
-		}
-	}
-	for _, k := range []string{"IBSIM_SOCKNAME", "LD_PRELOAD", "SIM_HOST"} {
-		if v, ok := set[k]; ok {
-			out = append(out, k+"="+v)
-		}
-	}
-	return out, nil
+	return withEnv(env, vars...), nil
 }
 
 // findUmadLib returns the directory of pibgw's libibumad.so.3 (umad/ beside the verbs
