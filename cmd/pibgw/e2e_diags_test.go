@@ -88,11 +88,12 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 		t.Errorf("iblinkinfo: want both HCA links Active from both ends\n%s", ll)
 	}
 
-	// pibgw exec --umad sets libumad2sim up from the daemon's own settings: ibaddr,
-	// attached at pib_1, prints pib_1's LID.
+	// pibgw exec --umad sets the program up from the daemon's own settings (pibgw's
+	// libibumad.so.3 where the libraries are built, else libumad2sim): ibaddr, attached
+	// at pib_1, prints pib_1's LID.
 	out, err := umadRun(t, func(ctx context.Context) *exec.Cmd {
 		c := exec.CommandContext(ctx, d.Bin, "exec", "--control", d.Sock, "--umad", "--node", "pib_1", "--", "ibaddr")
-		c.Dir = e.dir // libumad2sim writes ./sys-PID
+		c.Dir = e.dir // libumad2sim, if it is the one, writes ./sys-PID
 		return c
 	})
 	if l, _ := strconv.ParseUint(lid1, 0, 16); err != nil || !strings.Contains(string(out), fmt.Sprintf("LID start %#x ", l)) {
