@@ -67,7 +67,7 @@ if [[ ! -f /usr/include/rdma/rdma_cma.h ]]; then
 	exit 0
 fi
 src=cabi/rdmacm
-gcc -shared -fPIC -O2 -Wall -Wno-unused-parameter -fvisibility=hidden -o "$out/librdmacm.so.1" "$src/cma.c" \
+gcc -shared -fPIC -O2 -Wall -Wno-unused-parameter -fvisibility=hidden -o "$out/librdmacm.so.1" "$src/cma.c" "$src/rsocket.c" \
 	-Wl,--version-script="$src/librdmacm.map" -Wl,-soname,librdmacm.so.1 -Wl,--no-undefined \
 	-L"$out" -l:libibverbs.so.1 -lpthread
 ln -sf librdmacm.so.1 "$out/librdmacm.so"

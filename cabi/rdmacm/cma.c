@@ -7,7 +7,7 @@
 //
 // Built by scripts/build-libs.sh. What has no meaning here is accepted and ignored:
 // rdma_set_option's TOS, REUSEADDR, AFONLY and IB path records, rdma_notify.
-// rsockets (r*) fail with ENOSYS except rpoll, which is poll(2).
+// rsockets (rsocket, rsend, rrecv, rpoll, …) are in rsocket.c.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netdb.h>
@@ -367,9 +367,8 @@ static int wait(struct cm_id *p, enum rdma_cm_event_type want)
 		int type = e->ev.event, status = e->ev.status;
 		if (p->id.event)
 			rdma_ack_cm_event(p->id.event);
-		p->id.event = NULL;
 		ack(e);
-		free(e);
+		p->id.event = &e->ev; // kept for the program until its next call, as ucma_complete's
 		if (type == (int)want)
 			return 0;
 		if (type == RDMA_CM_EVENT_CONNECT_RESPONSE && want == RDMA_CM_EVENT_ESTABLISHED)
@@ -949,6 +948,23 @@ EXPORT void rdma_destroy_ep(struct rdma_cm_id *id)
 	rdma_destroy_id(id);
 }
 
+// own_channel gives a synchronous listener's new ID an event channel of its own, as
+// librdmacm's ucma_process_conn_req does (rdma_migrate_id(id, NULL)): the ID's events do
+// not mix with the listener's, and its channel's descriptor is its own (an rsocket is
+// numbered by it).
+static int own_channel(struct rdma_cm_id *id)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	if (!ch)
+		return -1;
+	if (rdma_migrate_id(id, ch)) {
+		rdma_destroy_event_channel(ch);
+		return -1;
+	}
+	ID(id)->sync = ID(id)->own_channel = 1;
+	return 0;
+}
+
 EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **out)
 {
 	struct cm_id *lp = ID(listen);
@@ -968,8 +984,14 @@ EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **out)
 		stash(c, e);
 	}
 	struct rdma_cm_id *id = e->ev.id;
-	ID(id)->sync = 1;
 	ack(e); // the request is acknowledged; id->event keeps it for the program
+	if (own_channel(id)) {
+		int err = errno;
+		rdma_ack_cm_event(&e->ev);
+		rdma_reject(id, NULL, 0);
+		rdma_destroy_id(id);
+		return fail(err);
+	}
 	id->event = &e->ev;
 	if (lp->qp_init) {
 		struct ibv_qp_init_attr a = *lp->qp_init;
@@ -985,36 +1007,3 @@ EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **out)
 	*out = id;
 	return 0;
 }
-
-// ---- rsockets: not provided -----------------------------------------------------------
-
-EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout) { return poll(fds, nfds, timeout); }
-
-#define NOSYS(name) \
-	EXPORT int name() { errno = ENOSYS; return -1; }
-NOSYS(raccept)
-NOSYS(rbind)
-NOSYS(rclose)
-NOSYS(rconnect)
-NOSYS(rfcntl)
-NOSYS(rgetpeername)
-NOSYS(rgetsockname)
-NOSYS(rgetsockopt)
-NOSYS(riomap)
-NOSYS(riounmap)
-NOSYS(riowrite)
-NOSYS(rlisten)
-NOSYS(rread)
-NOSYS(rreadv)
-NOSYS(rrecv)
-NOSYS(rrecvfrom)
-NOSYS(rrecvmsg)
-NOSYS(rselect)
-NOSYS(rsend)
-NOSYS(rsendmsg)
-NOSYS(rsendto)
-NOSYS(rsetsockopt)
-NOSYS(rshutdown)
-NOSYS(rsocket)
-NOSYS(rwrite)
-NOSYS(rwritev)

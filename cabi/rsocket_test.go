@@ -1,0 +1,123 @@
+package cabi
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// rspreload is Debian's librspreload.so (librdmacm1), which runs a sockets program's TCP
+// sockets as rsockets.
+const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+
+// TestRstream runs rdma-core's rstream over pibgw's rsockets, server and client in two
+// processes: its default run (latency and bandwidth tests over transfer sizes from 64
+// bytes to 6 MiB, non-blocking calls), blocking calls and rpoll each with data
+// verification, and addresses through rdma_getaddrinfo.
+func TestRstream(t *testing.T) {
+	fb := startFabric(t)
+	requireRDMACM(t, buildLibs(t), "rstream")
+	gbps := regexp.MustCompile(`(?m)^\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+[0-9.]+s\s+([0-9.]+)\s+[0-9.]+$`)
+	for _, args := range [][]string{
+		{"-S", "all"},
+		{"-T", "b", "-T", "v", "-S", "1000000", "-C", "100"},
+		{"-T", "a", "-T", "v", "-S", "100000", "-C", "1000"},
+		{"-T", "r", "-S", "4096", "-C", "1000"},
+	} {
+		port := freePort(t)
+		args = append(args, "-p", port)
+		sout, cout := fb.pair(t, append([]string{"rstream"}, args...),
+			append([]string{"rstream", "-s", "10.10.0.2"}, args...))
+		t.Logf("rstream %s:\n%s", strings.Join(args, " "), cout)
+		for _, out := range []string{sout, cout} {
+			rows := gbps.FindAllStringSubmatch(out, -1)
+			want := 1
+			if args[1] == "all" {
+				want = 40 // 20 latency and 20 bandwidth sizes
+			}
+			if len(rows) < want {
+				t.Errorf("rstream %s: %d result lines, want %d\n%s", strings.Join(args, " "), len(rows), want, tail(out))
+			}
+			for _, r := range rows {
+				if r[1] == "0.00" {
+					t.Errorf("rstream %s: a result of 0.00 Gb/s: %s", strings.Join(args, " "), r[0])
+				}
+			}
+		}
+	}
+}
+
+// TestRsocketCheck runs testdata/rsocket_check.c: the calls one by one (errors as
+// sockets give them, ECONNREFUSED, a non-blocking listener's EAGAIN, MSG_PEEK, rpoll and
+// rselect, 8 MiB checked byte by byte, SHUT_WR's end of file and EPIPE, rclose's end of
+// file at the peer).
+func TestRsocketCheck(t *testing.T) {
+	fb := startFabric(t)
+	requireRDMACM(t, buildLibs(t))
+	bin := buildCMProgram(t, "rsocket_check")
+	out := fb.run(t, bin, "10.10.0.2", freePort(t))
+	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "connect", "recv_peek_poll", "send_8MiB", "shutdown_and_close", "done"} {
+		if !strings.Contains(out, "ok "+check+"\n") {
+			t.Errorf("rsocket_check: no %q\n%s", check, out)
+		}
+	}
+}
+
+// TestRcopy copies a 3 MB file with rdma-core's rcopy (rsockets, its server writing
+// what it receives to the named path); the copy must equal the original.
+func TestRcopy(t *testing.T) {
+	fb := startFabric(t)
+	requireRDMACM(t, buildLibs(t), "rcopy")
+	dir := t.TempDir()
+	src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+	data := make([]byte, 3_000_000)
+	rand.Read(data)
+	if err := os.WriteFile(src, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var sout bytes.Buffer
+	s := fb.command(ctx, "rcopy", "-p", port)
+	s.Stdout, s.Stderr = &sout, &sout
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Process.Kill() // rcopy's server serves until killed
+	fb.waitListening(t, s.Process.Pid)
+	out, err := fb.command(ctx, "rcopy", src, "10.10.0.2:"+dst, "-p", port).CombinedOutput()
+	if err != nil {
+		t.Fatalf("rcopy: %v\n%s\nserver:\n%s", err, out, sout.String())
+	}
+	got, err := os.ReadFile(dst)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Errorf("the copy: %d bytes (%v), want the %d bytes sent\nclient: %s", len(got), err, len(data), out)
+	}
+}
+
+// TestRspreloadIperf3 runs an unmodified sockets program, iperf3, over rsockets with
+// Debian's librspreload.so: its control connection and data stream are rsockets on the
+// fabric (the server binds 10.10.0.2, an address only the fabric has here).
+func TestRspreloadIperf3(t *testing.T) {
+	fb := startFabric(t)
+	requireRDMACM(t, buildLibs(t), "iperf3")
+	if _, err := os.Stat(rspreload); err != nil {
+		t.Skipf("%s is missing (Debian: librdmacm1)", rspreload)
+	}
+	fb.env = append(fb.env, "LD_PRELOAD="+rspreload)
+	port := freePort(t)
+	sout, cout := fb.pair(t, []string{"iperf3", "-s", "-1", "-B", "10.10.0.2", "-p", port},
+		[]string{"iperf3", "-c", "10.10.0.2", "-p", port, "-t", "2", "-f", "g"})
+	t.Logf("iperf3 over librspreload:\n%s", tail(cout))
+	m := regexp.MustCompile(`([0-9.]+) Gbits/sec\s+\S*\s*receiver`).FindStringSubmatch(cout)
+	if m == nil || m[1] == "0.00" {
+		t.Errorf("iperf3: no receiver rate\nclient:\n%s\nserver:\n%s", cout, sout)
+	}
+}
