@@ -53,6 +53,25 @@ func TestRstream(t *testing.T) {
 	}
 }
 
+// TestRiostream runs rdma-core's riostream: each side maps its buffer (riomap) and the
+// other writes into it directly (riowrite, RDMA WRITE), then waits for the last byte to
+// change; 1 MB transfers verified, and 64-byte ones (inline) with rpoll.
+func TestRiostream(t *testing.T) {
+	fb := startFabric(t)
+	requireRDMACM(t, buildLibs(t), "riostream")
+	for _, args := range [][]string{{"-S", "1000000", "-C", "100", "-T", "v"}, {"-S", "64", "-C", "200", "-T", "a"}} {
+		args = append(args, "-p", freePort(t))
+		sout, cout := fb.pair(t, append([]string{"riostream"}, args...),
+			append([]string{"riostream", "-s", "10.10.0.2"}, args...))
+		t.Logf("riostream %s:\n%s", strings.Join(args, " "), cout)
+		for _, out := range []string{sout, cout} {
+			if !strings.Contains(out, "custom ") || !strings.Contains(out, "Gb/sec") {
+				t.Errorf("riostream %s:\n%s", strings.Join(args, " "), tail(out))
+			}
+		}
+	}
+}
+
 // TestRsocketCheck runs testdata/rsocket_check.c: the calls one by one (errors as
 // sockets give them, ECONNREFUSED, a non-blocking listener's EAGAIN, MSG_PEEK, rpoll and
 // rselect, 8 MiB checked byte by byte, SHUT_WR's end of file and EPIPE, rclose's end of
@@ -62,7 +81,7 @@ func TestRsocketCheck(t *testing.T) {
 	requireRDMACM(t, buildLibs(t))
 	bin := buildCMProgram(t, "rsocket_check")
 	out := fb.run(t, bin, "10.10.0.2", freePort(t))
-	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "connect", "recv_peek_poll", "send_8MiB", "shutdown_and_close", "done"} {
+	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "connect", "recv_peek_poll", "send_8MiB", "shutdown_and_close", "iomap_errors", "done"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rsocket_check: no %q\n%s", check, out)
 		}

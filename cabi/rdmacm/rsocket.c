@@ -16,9 +16,12 @@
 // fast network: rconnect completes (or fails) before it returns even on a non-blocking
 // rsocket; raccept on a non-blocking listener returns EAGAIN when no request waits and
 // otherwise completes the accept before returning; an accepted rsocket is blocking, as
-// accept(2)'s socket on Linux (rdma-core's inherits O_NONBLOCK). Not provided: SOCK_DGRAM rsockets
-// (EOPNOTSUPP), riomap/riounmap/riowrite (ENOSYS), keepalives (SO_KEEPALIVE is recorded and
-// reported only), the /etc/rdma/rsocket configuration files.
+// accept(2)'s socket on Linux (rdma-core's inherits O_NONBLOCK). I/O mapping (riomap,
+// riowrite) is rdma-core's too: a mapping is an RDMA WRITE with immediate RS_OP_IOMAP_SGL
+// of {offset, SGE} into the peer's table (RDMA_IOMAPSIZE entries, after its target SGL),
+// and riowrite an RDMA WRITE into the peer's mapped buffer. Not provided: SOCK_DGRAM
+// rsockets (EOPNOTSUPP), keepalives (SO_KEEPALIVE is recorded and reported only), the
+// /etc/rdma/rsocket configuration files.
 #define _GNU_SOURCE
 #include <endian.h>
 #include <errno.h>
@@ -34,6 +37,7 @@
 #include <byteswap.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -110,6 +114,20 @@ struct rs_msg {
 	uint32_t data;
 };
 
+// An entry of an I/O map table: the peer's buffer for offsets [offset, offset+sge.length).
+struct rs_iomap {
+	uint64_t offset;
+	struct rs_sge sge;
+};
+
+// A riomap'd buffer of ours: index is its entry in the peer's table (-1: local only).
+struct iomap_mr {
+	uint64_t offset;
+	struct ibv_mr *mr;
+	int index;
+	int pending; // its entry not yet written to the peer
+};
+
 struct rsock {
 	int index; // the ID's event channel's fd: a number no other descriptor has
 	struct rdma_cm_id *id;
@@ -124,6 +142,7 @@ struct rsock {
 
 	uint32_t sbuf_size, rbuf_size;
 	uint16_t sq_size, rq_size, sq_inline;
+	uint16_t target_iomap_size; // entries of our I/O map table (RDMA_IOMAPSIZE)
 
 	// connected
 	struct ibv_comp_channel *cch;
@@ -135,7 +154,11 @@ struct rsock {
 	struct rs_sge remote_sgl; // the peer's target SGL
 	struct ibv_mr *target_mr;
 	volatile struct rs_sge *target_sgl; // written by the peer
+	volatile struct rs_iomap *target_iomap; // after it, also written by the peer
 	int target_sge;
+	struct rs_sge remote_iomap; // the peer's table
+	struct iomap_mr *maps;
+	int nmaps, iomap_pending;
 	uint8_t *rbuf;
 	struct ibv_mr *rmr;
 	uint32_t rbuf_bytes_avail, rbuf_free_offset, rbuf_offset;
@@ -222,6 +245,7 @@ static struct rsock *rs_alloc(const struct rsock *parent)
 		rs->sq_inline = parent->sq_inline;
 		rs->sq_size = parent->sq_size;
 		rs->rq_size = parent->rq_size;
+		rs->target_iomap_size = parent->target_iomap_size;
 		rs->so_opts = parent->so_opts;
 		rs->tcp_opts = parent->tcp_opts;
 		rs->keepalive_time = parent->keepalive_time;
@@ -278,6 +302,10 @@ static void rs_free(struct rsock *rs)
 		id->send_cq = id->recv_cq = NULL;
 		id->send_cq_channel = id->recv_cq_channel = NULL;
 	}
+	for (int i = 0; i < rs->nmaps; i++)
+		if (rs->maps[i].mr)
+			ibv_dereg_mr(rs->maps[i].mr);
+	free(rs->maps);
 	if (rs->smr)
 		ibv_dereg_mr(rs->smr);
 	if (rs->rmr)
@@ -366,13 +394,14 @@ static int create_ep(struct rsock *rs)
 	if (rs->sq_inline < RS_MAX_CTRL_MSG)
 		sbuf_total += RS_MAX_CTRL_MSG * RS_QP_CTRL_SIZE; // control messages' SGEs
 	rs->sbuf = zalloc(sbuf_total);
-	rs->target_sgl = zalloc(sizeof(struct rs_sge) * RS_SGL_SIZE);
+	size_t tlen = sizeof(struct rs_sge) * RS_SGL_SIZE + sizeof(struct rs_iomap) * rs->target_iomap_size;
+	rs->target_sgl = zalloc(tlen);
 	rs->rbuf = zalloc(rs->rbuf_size);
 	if (!rs->sbuf || !rs->target_sgl || !rs->rbuf)
 		return fail(ENOMEM);
 	rs->smr = ibv_reg_mr(id->pd, rs->sbuf, sbuf_total, IBV_ACCESS_LOCAL_WRITE);
-	rs->target_mr = ibv_reg_mr(id->pd, (void *)rs->target_sgl, sizeof(struct rs_sge) * RS_SGL_SIZE,
-				   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	rs->target_iomap = (volatile struct rs_iomap *)(rs->target_sgl + RS_SGL_SIZE);
+	rs->target_mr = ibv_reg_mr(id->pd, (void *)rs->target_sgl, tlen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	rs->rmr = ibv_reg_mr(id->pd, rs->rbuf, rs->rbuf_size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	if (!rs->smr || !rs->target_mr || !rs->rmr)
 		return -1;
@@ -394,13 +423,18 @@ static int create_ep(struct rsock *rs)
 
 static int host_is_net(void) { return __BYTE_ORDER == __BIG_ENDIAN; }
 
+// The I/O map size's one-byte encoding in the private data: up to 128 as it is, above in
+// units of 256 (rdma-core's rs_value_to_scale and rs_scale_to_value).
+static int value_to_scale(int v) { return v <= 128 ? v : 128 | (v >> 8); }
+static int scale_to_value(int v) { return v <= 128 ? v : (v & ~128) << 8; }
+
 static void format_conn_data(struct rsock *rs, struct rs_conn_data *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->version = 1;
 	c->flags = RS_CONN_FLAG_IOMAP | (host_is_net() ? RS_CONN_FLAG_NET : 0);
 	c->credits = htobe16(rs->rq_size);
-	c->target_iomap_size = 0;
+	c->target_iomap_size = (uint8_t)value_to_scale(rs->target_iomap_size);
 	c->target_sgl.addr = htobe64((uintptr_t)rs->target_sgl);
 	c->target_sgl.length = htobe32(RS_SGL_SIZE);
 	c->target_sgl.key = htobe32(rs->target_mr->rkey);
@@ -428,6 +462,11 @@ static int save_conn_data(struct rsock *rs, const void *priv, int len)
 	rs->remote_sge = 1;
 	if (host_is_net() != !!(c->flags & RS_CONN_FLAG_NET))
 		rs->opts |= RS_OPT_SWAP_SGL;
+	if (c->flags & RS_CONN_FLAG_IOMAP) {
+		rs->remote_iomap.addr = rs->remote_sgl.addr + sizeof(struct rs_sge) * rs->remote_sgl.length;
+		rs->remote_iomap.length = scale_to_value(c->target_iomap_size);
+		rs->remote_iomap.key = rs->remote_sgl.key;
+	}
 	rs->target_sgl[0].addr = be64toh(c->data_buf.addr);
 	rs->target_sgl[0].length = be32toh(c->data_buf.length);
 	rs->target_sgl[0].key = be32toh(c->data_buf.key);
@@ -587,7 +626,11 @@ static void poll_cq(struct rsock *rs)
 					if (rs_msg_data(msg) == RS_CTRL_DISCONNECT)
 						rs->state = rs_disconnected;
 					break;
-				default:
+				case RS_OP_IOMAP_SGL:
+					rs->sqe_avail++;
+					rs->sbuf_bytes_avail += sizeof(struct rs_iomap);
+					break;
+				default: // RS_OP_DATA, RS_OP_WRITE: the length
 					rs->sqe_avail++;
 					rs->sbuf_bytes_avail += rs_msg_data(msg);
 					break;
@@ -962,9 +1005,49 @@ EXPORT ssize_t rrecvmsg(int socket, struct msghdr *msg, int flags)
 EXPORT ssize_t rread(int socket, void *buf, size_t count) { return rrecv(socket, buf, count, 0); }
 EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt) { return recvv(socket, iov, iovcnt, 0); }
 
+// stage gives the SGEs (one, or two where the send ring wraps) of len bytes of src for a
+// WRITE: src itself when it fits the QP's inline size, else a copy in the send ring.
+static int stage(struct rsock *rs, const void *src, uint32_t len, struct ibv_sge *sge, int *flags)
+{
+	if (len <= rs->sq_inline) {
+		sge[0] = (struct ibv_sge){.addr = (uintptr_t)src, .length = len};
+		*flags = IBV_SEND_INLINE;
+		return 1;
+	}
+	*flags = 0;
+	uint32_t tail = (uint32_t)((uintptr_t)&rs->sbuf[rs->sbuf_size] - rs->ssgl[0].addr);
+	if (len <= tail) {
+		memcpy((void *)(uintptr_t)rs->ssgl[0].addr, src, len);
+		sge[0] = rs->ssgl[0];
+		sge[0].length = len;
+		rs->ssgl[0].addr = len < tail ? rs->ssgl[0].addr + len : (uintptr_t)rs->sbuf;
+		return 1;
+	}
+	memcpy((void *)(uintptr_t)rs->ssgl[0].addr, src, tail);
+	memcpy(rs->sbuf, (const uint8_t *)src + tail, len - tail);
+	sge[0] = rs->ssgl[0];
+	sge[0].length = tail;
+	sge[1] = rs->ssgl[1];
+	sge[1].length = len - tail;
+	rs->ssgl[0].addr = (uintptr_t)rs->sbuf + (len - tail);
+	return 2;
+}
+
+// wait_send waits until a WRITE may go: ECONNRESET once the connection cannot send.
+static int wait_send(struct rsock *rs, int flags)
+{
+	if (can_send(rs))
+		return 0;
+	if (wait(rs, nonblocking(rs, flags), conn_can_send))
+		return -1;
+	return (rs->state & rs_writable) ? 0 : fail(ECONNRESET);
+}
+
+static int send_iomaps(struct rsock *rs, int flags);
+
 // send_locked is rsend with rs->mu held: the data goes out in transfers that grow from
 // 2 KiB to 64 KiB (rdma-core's overlap), each within the send buffer's free space and the
-// peer's current target SGE; what fits the QP's inline size goes inline.
+// peer's current target SGE.
 static ssize_t send_locked(struct rsock *rs, const void *buf, size_t len, int flags)
 {
 	size_t left = len;
@@ -977,17 +1060,12 @@ static ssize_t send_locked(struct rsock *rs, const void *buf, size_t len, int fl
 	}
 	if (!(rs->state & rs_writable))
 		return fail(EPIPE); // after rshutdown(SHUT_WR), as send(2)
+	if (rs->iomap_pending && send_iomaps(rs, flags))
+		return -1;
 	const uint8_t *p = buf;
 	while (left) {
-		if (!can_send(rs)) {
-			ret = wait(rs, nonblocking(rs, flags), conn_can_send);
-			if (ret)
-				break;
-			if (!(rs->state & rs_writable)) {
-				ret = fail(ECONNRESET);
-				break;
-			}
-		}
+		if ((ret = wait_send(rs, flags)))
+			break;
 		uint32_t xfer;
 		if (olen < left) {
 			xfer = olen;
@@ -1000,27 +1078,9 @@ static ssize_t send_locked(struct rsock *rs, const void *buf, size_t len, int fl
 			xfer = rs->sbuf_bytes_avail;
 		if (xfer > rs->target_sgl[rs->target_sge].length)
 			xfer = rs->target_sgl[rs->target_sge].length;
-		uint32_t tail = (uint32_t)((uintptr_t)&rs->sbuf[rs->sbuf_size] - rs->ssgl[0].addr);
-		if (xfer <= rs->sq_inline) {
-			struct ibv_sge sge = {.addr = (uintptr_t)p, .length = xfer};
-			ret = write_data(rs, &sge, 1, xfer, IBV_SEND_INLINE);
-		} else if (xfer <= tail) {
-			memcpy((void *)(uintptr_t)rs->ssgl[0].addr, p, xfer);
-			rs->ssgl[0].length = xfer;
-			ret = write_data(rs, rs->ssgl, 1, xfer, 0);
-			if (xfer < tail)
-				rs->ssgl[0].addr += xfer;
-			else
-				rs->ssgl[0].addr = (uintptr_t)rs->sbuf;
-		} else {
-			rs->ssgl[0].length = tail;
-			memcpy((void *)(uintptr_t)rs->ssgl[0].addr, p, tail);
-			rs->ssgl[1].length = xfer - tail;
-			memcpy(rs->sbuf, p + tail, rs->ssgl[1].length);
-			ret = write_data(rs, rs->ssgl, 2, xfer, 0);
-			rs->ssgl[0].addr = (uintptr_t)rs->sbuf + rs->ssgl[1].length;
-		}
-		if (ret)
+		struct ibv_sge sge[2];
+		int wflags, n = stage(rs, p, xfer, sge, &wflags);
+		if ((ret = write_data(rs, sge, n, xfer, wflags)))
 			break;
 		left -= xfer;
 		p += xfer;
@@ -1434,8 +1494,10 @@ EXPORT int rsetsockopt(int socket, int level, int optname, const void *optval, s
 			rs->sq_inline = (uint32_t)v < RS_QP_MAX_SIZE ? (uint32_t)v : RS_QP_MAX_SIZE;
 			return 0;
 		case RDMA_IOMAPSIZE:
+			rs->target_iomap_size = (uint16_t)scale_to_value((uint8_t)value_to_scale(v));
+			return 0;
 		case RDMA_ROUTE:
-			return 0; // no I/O mapping; routes come from the SA
+			return 0; // routes come from the SA
 		default:
 			return fail(ENOPROTOOPT);
 		}
@@ -1537,7 +1599,7 @@ EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, socklen
 		case RDMA_INLINE:
 			return putint(optval, optlen, rs->sq_inline);
 		case RDMA_IOMAPSIZE:
-			return putint(optval, optlen, 0);
+			return putint(optval, optlen, rs->target_iomap_size);
 		}
 		return fail(ENOPROTOOPT);
 	}
@@ -1579,16 +1641,198 @@ EXPORT int rfcntl(int socket, int cmd, ... /* arg */)
 	return ret;
 }
 
-// ---- I/O mapping: not provided --------------------------------------------------------
+// ---- I/O mapping ----------------------------------------------------------------------
 
-EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
+// send_iomaps writes the entries of the buffers riomap gave since into the peer's table.
+static int send_iomaps(struct rsock *rs, int flags)
 {
-	return lookup(socket) ? fail(ENOSYS) : fail(EBADF);
+	for (int i = 0; i < rs->nmaps; i++) {
+		struct iomap_mr *m = &rs->maps[i];
+		if (!m->pending)
+			continue;
+		if (wait_send(rs, flags))
+			return -1;
+		struct rs_iomap iom = {
+			.offset = m->offset,
+			.sge = {.addr = (uintptr_t)m->mr->addr, .key = m->mr->rkey, .length = (uint32_t)m->mr->length},
+		};
+		if (rs->opts & RS_OPT_SWAP_SGL) {
+			iom.offset = bswap_64(iom.offset);
+			iom.sge.addr = bswap_64(iom.sge.addr);
+			iom.sge.key = bswap_32(iom.sge.key);
+			iom.sge.length = bswap_32(iom.sge.length);
+		}
+		struct ibv_sge sge[2];
+		int wflags, n = stage(rs, &iom, sizeof(iom), sge, &wflags);
+		rs->sseq_no++;
+		rs->sqe_avail--;
+		rs->sbuf_bytes_avail -= sizeof(iom);
+		m->pending = 0;
+		if (post_write_msg(rs, sge, n, rs_msg_set(RS_OP_IOMAP_SGL, m->index), wflags,
+				   rs->remote_iomap.addr + m->index * sizeof(struct rs_iomap), rs->remote_iomap.key))
+			return -1;
+	}
+	rs->iomap_pending = 0;
+	return 0;
 }
 
-EXPORT int riounmap(int socket, void *buf, size_t len) { return lookup(socket) ? fail(ENOSYS) : fail(EBADF); }
+// riomap registers buf for the peer's riowrite at offset (-1: the buffer's address) and
+// sends its entry to the peer's table with the next rsend or riowrite (PROT_WRITE); a
+// PROT_NONE map is local only. Offsets are not checked for overlap (as rdma-core's).
+EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
+{
+	struct rsock *rs = lookup(socket);
+	if (!rs)
+		return fail(EBADF);
+	pthread_mutex_lock(&rs->mu);
+	off_t ret = -1;
+	if (!rs->cq || (prot & ~(PROT_WRITE | PROT_NONE))) {
+		errno = EINVAL;
+		goto out;
+	}
+	int index = -1;
+	if (prot & PROT_WRITE) {
+		// the first entry of the peer's table no map of ours holds
+		for (int i = 0; i < (int)rs->remote_iomap.length && index < 0; i++) {
+			index = i;
+			for (int j = 0; j < rs->nmaps; j++)
+				if (rs->maps[j].mr && rs->maps[j].index == i)
+					index = -1;
+		}
+		if (index < 0) {
+			errno = ENOMEM; // the peer's table (its RDMA_IOMAPSIZE) is full
+			goto out;
+		}
+	}
+	struct iomap_mr *m = NULL;
+	for (int j = 0; j < rs->nmaps && !m; j++)
+		if (!rs->maps[j].mr)
+			m = &rs->maps[j];
+	if (!m) {
+		struct iomap_mr *g = realloc(rs->maps, (rs->nmaps + 1) * sizeof(*g));
+		if (!g) {
+			errno = ENOMEM;
+			goto out;
+		}
+		rs->maps = g;
+		m = &rs->maps[rs->nmaps++];
+	}
+	int access = IBV_ACCESS_LOCAL_WRITE | ((prot & PROT_WRITE) ? IBV_ACCESS_REMOTE_WRITE : 0);
+	*m = (struct iomap_mr){.offset = offset == -1 ? (uintptr_t)buf : (uint64_t)offset, .index = index};
+	m->mr = ibv_reg_mr(rs->id->pd, buf, len, access);
+	if (!m->mr)
+		goto out;
+	if (index >= 0)
+		m->pending = rs->iomap_pending = 1;
+	ret = (off_t)m->offset;
+out:
+	pthread_mutex_unlock(&rs->mu);
+	return ret;
+}
 
+// riounmap drops the map of exactly buf and len (the peer is not told, as with rdma-core).
+EXPORT int riounmap(int socket, void *buf, size_t len)
+{
+	struct rsock *rs = lookup(socket);
+	if (!rs)
+		return fail(EBADF);
+	pthread_mutex_lock(&rs->mu);
+	int ret = fail(EINVAL);
+	for (int j = 0; j < rs->nmaps; j++) {
+		struct iomap_mr *m = &rs->maps[j];
+		if (m->mr && m->mr->addr == buf && m->mr->length == len) {
+			ibv_dereg_mr(m->mr);
+			*m = (struct iomap_mr){.index = -1};
+			ret = 0;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&rs->mu);
+	return ret;
+}
+
+// find_iomap is the peer's entry that holds offset.
+static int find_iomap(struct rsock *rs, uint64_t offset, struct rs_iomap *out)
+{
+	for (int i = 0; i < rs->target_iomap_size; i++) {
+		volatile struct rs_iomap *e = &rs->target_iomap[i];
+		if (offset >= e->offset && offset < e->offset + e->sge.length) {
+			out->offset = e->offset;
+			out->sge.addr = e->sge.addr;
+			out->sge.key = e->sge.key;
+			out->sge.length = e->sge.length;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// riowrite writes count bytes into the peer's buffer mapped at offset (RDMA WRITE, no
+// notification): what lies past the peer's maps is not written (a short count).
 EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)
 {
-	return lookup(socket) ? (size_t)fail(ENOSYS) : (size_t)fail(EBADF);
+	struct rsock *rs = lookup(socket);
+	if (!rs)
+		return (size_t)fail(EBADF);
+	pthread_mutex_lock(&rs->mu);
+	size_t left = count;
+	uint32_t olen = RS_OLAP_START_SIZE;
+	int ret = 0;
+	struct rs_iomap iom;
+	int have = 0;
+	const uint8_t *p = buf;
+	if (!(rs->state & rs_writable)) {
+		ret = fail(rs->state & rs_connected ? EPIPE : (rs->state & (rs_disconnected | rs_error)) ? ECONNRESET : ENOTCONN);
+		goto out;
+	}
+	if (rs->iomap_pending && (ret = send_iomaps(rs, flags)))
+		goto out;
+	while (left) {
+		if (!have || (uint64_t)offset >= iom.offset + iom.sge.length) {
+			if (!(have = find_iomap(rs, offset, &iom))) {
+				if (left == count)
+					ret = fail(EINVAL); // nothing of the peer's there
+				break;
+			}
+		}
+		if ((ret = wait_send(rs, flags)))
+			break;
+		uint32_t xfer;
+		if (olen < left) {
+			xfer = olen;
+			if (olen < RS_MAX_TRANSFER)
+				olen <<= 1;
+		} else {
+			xfer = left;
+		}
+		if (xfer > rs->sbuf_bytes_avail)
+			xfer = rs->sbuf_bytes_avail;
+		if (xfer > iom.offset + iom.sge.length - offset)
+			xfer = iom.offset + iom.sge.length - offset;
+		struct ibv_sge sge[2];
+		int wflags, n = stage(rs, p, xfer, sge, &wflags);
+		rs->sqe_avail--;
+		rs->sbuf_bytes_avail -= xfer;
+		struct ibv_send_wr wr = {
+			.wr_id = rs_msg_set(RS_OP_WRITE, xfer),
+			.sg_list = sge,
+			.num_sge = n,
+			.opcode = IBV_WR_RDMA_WRITE,
+			.send_flags = wflags,
+		},
+				   *bad;
+		wr.wr.rdma.remote_addr = iom.sge.addr + offset - iom.offset;
+		wr.wr.rdma.rkey = iom.sge.key;
+		int err = ibv_post_send(rs->id->qp, &wr, &bad);
+		if (err) {
+			ret = fail(err);
+			break;
+		}
+		left -= xfer;
+		p += xfer;
+		offset += xfer;
+	}
+out:
+	pthread_mutex_unlock(&rs->mu);
+	return (ret && left == count) ? (size_t)ret : count - left;
 }

@@ -178,7 +178,12 @@ int main(int argc, char **argv)
 	pthread_join(th, NULL);
 	OK("shutdown_and_close");
 
-	CHECK(riomap(fd, buf, sizeof(buf), PROT_WRITE, 0, -1) < 0 && errno == ENOSYS, "riomap: want ENOSYS");
+	// The server set no RDMA_IOMAPSIZE: its table has no entry for a map of ours.
+	CHECK(riomap(fd, buf, sizeof(buf), PROT_WRITE, 0, -1) < 0 && errno == ENOMEM, "riomap with no room at the peer: want ENOMEM");
+	CHECK(riomap(fd, buf, sizeof(buf), PROT_NONE, 0, 4096) == 4096, "a local riomap at offset 4096");
+	CHECK(riounmap(fd, buf, 1) < 0 && errno == EINVAL, "riounmap of no map: want EINVAL");
+	CHECK(riounmap(fd, buf, sizeof(buf)) == 0, "riounmap");
+	OK("iomap_errors");
 	CHECK(rclose(fd) == 0, "rclose");
 	CHECK(rclose(lfd) == 0, "rclose of the listener");
 	OK("done");

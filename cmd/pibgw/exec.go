@@ -26,7 +26,8 @@ func execCommand(e *env) *cli.Command {
 		ArgsUsage: "-- CMD [ARGS...]",
 		Description: "Runs CMD with pibgw's libibverbs.so.1 and librdmacm.so.1 (same directory) found first\n" +
 			"(LD_LIBRARY_PATH) and the daemon's attach socket in PIBGW_ATTACH, so that ibv_devinfo, the\n" +
-			"ibv_*_pingpong programs, perftest, rping, ucmatose, udaddy and rdma_server/rdma_client run\n" +
+			"ibv_*_pingpong programs, perftest, rping, ucmatose, udaddy, rdma_server/rdma_client and the\n" +
+			"rsockets programs (rstream, rcopy; LD_PRELOAD=librspreload.so for a sockets program) run\n" +
 			"their verbs and rdma_cm on the soft fabric with no kernel module. The libraries are looked\n" +
 			"for in $PIBGW_LIBDIR, next to the pibgw binary, in build/lib of pibgw's source tree\n" +
 			"(bash scripts/build-libs.sh), then in /usr/local/lib/pibgw. The attach socket is --attach,\n" +
