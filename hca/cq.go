@@ -139,12 +139,13 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // Pending reports how many completions are queued, without taking the CQ's lock.
 func (cq *CQ) Pending() int { return int(cq.queued.Load()) }
 
-// WithdrawEvents takes back n of the CQ's channel events its consumer never took (the
-// C library's queue, which it empties of a CQ being destroyed): they need no
-// acknowledgement.
-func (cq *CQ) WithdrawEvents(n int) {
+// KeepReported takes back the CQ's channel events past the first n, which its consumer
+// never took (the C library's, queued or still on their way to its queue when the CQ is
+// destroyed): they need no acknowledgement, as the kernel drops them with the CQ and
+// ibv_destroy_cq waits only for those ibv_get_cq_event returned (comp_events_reported).
+func (cq *CQ) KeepReported(n uint32) {
 	cq.mu.Lock()
-	cq.events -= uint32(min(n, int(cq.events)))
+	cq.events = min(cq.events, n)
 	cq.mu.Unlock()
 }
 

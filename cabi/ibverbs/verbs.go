@@ -134,6 +134,8 @@ var (
 	cqPtr  = map[*hca.CQ]unsafe.Pointer{}
 	qpPtr  = map[*hca.QP]unsafe.Pointer{}
 	srqPtr = map[*hca.SRQ]unsafe.Pointer{}
+	// cqReported counts the channel events of each CQ that ibv_get_cq_event returned.
+	cqReported = map[*hca.CQ]uint32{}
 )
 
 // errno is the errno value of a verbs error (EINVAL for any other error).
@@ -544,6 +546,9 @@ func pibgo_get_cq_event(h C.uint64_t) unsafe.Pointer {
 	c.mu.Unlock()
 	ptrMu.Lock()
 	p := cqPtr[cq] // nil if the CQ is gone
+	if p != nil {
+		cqReported[cq]++
+	}
 	ptrMu.Unlock()
 	return p
 }
@@ -585,41 +590,42 @@ func pibgo_destroy_cq(h C.uint64_t) C.int {
 	if cq.Busy() {
 		return errno(cq.Destroy()) // EBUSY, and nothing withdrawn
 	}
-	// The CQ's events still queued on its channel were never handed to the program: the
-	// kernel drops them with the CQ, and ibv_destroy_cq waits only for the events
-	// ibv_get_cq_event returned (rdma-core's comp_events_reported), so only those need
-	// an ibv_ack_cq_events.
-	cq.WithdrawEvents(dropQueuedEvents(cq))
+	// The CQ's events never handed to the program — queued on its channel, or raised and
+	// still on their way to the queue — are dropped with it, as the kernel drops them;
+	// ibv_destroy_cq waits only for the events ibv_get_cq_event returned (rdma-core's
+	// comp_events_reported), so only those need an ibv_ack_cq_events.
+	dropQueuedEvents(cq)
+	ptrMu.Lock()
+	n := cqReported[cq]
+	ptrMu.Unlock()
+	cq.KeepReported(n)
 	if err := cq.Destroy(); err != nil {
 		return errno(err)
 	}
 	cqs.del(h)
 	ptrMu.Lock()
 	delete(cqPtr, cq)
+	delete(cqReported, cq)
 	ptrMu.Unlock()
 	return 0
 }
 
-// dropQueuedEvents removes cq's events from every channel's queue and returns how many.
-func dropQueuedEvents(cq *hca.CQ) int {
+// dropQueuedEvents removes cq's events from every channel's queue.
+func dropQueuedEvents(cq *hca.CQ) {
 	chans.mu.RLock()
 	defer chans.mu.RUnlock()
-	n := 0
 	for _, c := range chans.m {
 		c.mu.Lock()
 		q := c.queue[:0]
 		for _, x := range c.queue {
-			if x == cq {
-				n++
-				continue
+			if x != cq {
+				q = append(q, x)
 			}
-			q = append(q, x)
 		}
 		clear(c.queue[len(q):])
 		c.queue = q
 		c.mu.Unlock()
 	}
-	return n
 }
 
 //export pibgo_resize_cq
