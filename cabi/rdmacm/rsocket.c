@@ -147,6 +147,7 @@ struct rsock {
 	// connected
 	struct ibv_comp_channel *cch;
 	struct ibv_cq *cq;
+	int ep_ready; // create_ep finished: its receives posted, the counts set
 	int armed, unack;
 	unsigned ctrl_seqno, ctrl_max_seqno;
 	uint16_t sseq_no, sseq_comp, rseq_no, rseq_comp;
@@ -287,7 +288,7 @@ static void rs_free(struct rsock *rs)
 {
 	remove_index(rs);
 	struct rdma_cm_id *id = rs->id;
-	if (id && id->qp && rs->cq)
+	if (rs->ep_ready)
 		drain(rs);
 	if (id && id->qp)
 		rdma_destroy_qp(id);
@@ -418,6 +419,7 @@ static int create_ep(struct rsock *rs)
 	for (int i = 0; i < rs->rq_size; i++)
 		if (post_recv(rs))
 			return -1;
+	rs->ep_ready = 1;
 	return 0;
 }
 
