@@ -77,7 +77,8 @@ func TestRiostream(t *testing.T) {
 
 // TestRsocketCheck runs testdata/rsocket_check.c: the calls one by one (errors as
 // sockets give them, ECONNREFUSED, a non-blocking listener's EAGAIN, MSG_PEEK, rpoll and
-// rselect, 8 MiB checked byte by byte, SHUT_WR's end of file and EPIPE, rclose's end of
+// rselect, 8 MiB checked byte by byte, 8 MiB each way at once from two threads per
+// rsocket, SHUT_WR's end of file and EPIPE, rclose's end of
 // file at the peer).
 func TestRsocketCheck(t *testing.T) {
 	fb := startFabric(t)
@@ -87,7 +88,7 @@ func TestRsocketCheck(t *testing.T) {
 	if strings.Contains(out, "pitfall") {
 		t.Errorf("rsocket_check: the library warned\n%s", out)
 	}
-	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "connect", "recv_peek_poll", "send_8MiB", "shutdown_and_close", "iomap_errors", "done"} {
+	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "connect", "recv_peek_poll", "send_8MiB", "both_ways_two_threads", "shutdown_and_close", "iomap_errors", "done"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rsocket_check: no %q\n%s", check, out)
 		}

@@ -59,6 +59,38 @@ static void send_all(int fd, const void *buf, size_t n)
 	}
 }
 
+// send_pattern sends BIG bytes of the pattern (a thread's body: arg points to the fd).
+static void *send_pattern(void *arg)
+{
+	int fd = *(int *)arg;
+	uint8_t *big = malloc(BIG);
+	for (size_t i = 0; i < BIG; i++)
+		big[i] = pattern(i);
+	send_all(fd, big, BIG);
+	free(big);
+	return NULL;
+}
+
+// recv_pattern receives BIG bytes and checks them against the pattern.
+static void recv_pattern(int fd)
+{
+	uint8_t *buf = malloc(BIG);
+	recv_all(fd, buf, BIG);
+	for (size_t i = 0; i < BIG; i++)
+		CHECK(buf[i] == pattern(i), "byte %zu: %#x, want %#x", i, buf[i], pattern(i));
+	free(buf);
+}
+
+// both_ways sends the pattern from a second thread while this one receives it, on one
+// rsocket: each thread's waits must not hold up the other's.
+static void both_ways(int fd)
+{
+	pthread_t th;
+	pthread_create(&th, NULL, send_pattern, &fd);
+	recv_pattern(fd);
+	pthread_join(th, NULL);
+}
+
 // server: accepts one connection and runs its side of main's script.
 static void *server(void *arg)
 {
@@ -72,12 +104,8 @@ static void *server(void *arg)
 
 	send_all(fd, "hello", 5);
 
-	// The client's 8 MiB, checked byte by byte.
-	uint8_t *buf = malloc(BIG);
-	recv_all(fd, buf, BIG);
-	for (size_t i = 0; i < BIG; i++)
-		CHECK(buf[i] == pattern(i), "byte %zu: %#x, want %#x", i, buf[i], pattern(i));
-	free(buf);
+	recv_pattern(fd); // the client's 8 MiB, checked byte by byte
+	both_ways(fd);
 
 	// The client shut its sending side: end of file here, and this side still sends.
 	char c;
@@ -163,12 +191,10 @@ int main(int argc, char **argv)
 	CHECK(rselect(fd + 1, NULL, &w, NULL, &tv) == 1 && FD_ISSET(fd, &w), "rselect writable");
 	OK("recv_peek_poll");
 
-	uint8_t *big = malloc(BIG);
-	for (size_t i = 0; i < BIG; i++)
-		big[i] = pattern(i);
-	send_all(fd, big, BIG);
-	free(big);
+	send_pattern(&fd);
 	OK("send_8MiB");
+	both_ways(fd);
+	OK("both_ways_two_threads");
 
 	CHECK(rshutdown(fd, SHUT_WR) == 0, "rshutdown SHUT_WR");
 	CHECK(rsend(fd, "x", 1, 0) < 0 && errno == EPIPE, "rsend after SHUT_WR: want EPIPE");
