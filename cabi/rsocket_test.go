@@ -88,6 +88,11 @@ func TestRsocketCheck(t *testing.T) {
 	if strings.Contains(out, "pitfall") {
 		t.Errorf("rsocket_check: the library warned\n%s", out)
 	}
+	// 16 MiB take well under 100 ms here; a thread that sleeps through the other's
+	// progress (a lost wake-up, each up to the 1 s bound of a wait) made it 2–3 s.
+	if m := regexp.MustCompile(`both_ways_ms (\d+)`).FindStringSubmatch(out); m == nil || atoi(t, m[1]) > 1500 {
+		t.Errorf("rsocket_check: 8 MiB each way took too long (a lost wake-up?)\n%s", out)
+	}
 	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "connect", "recv_peek_poll", "send_8MiB", "both_ways_two_threads", "shutdown_and_close", "iomap_errors", "done"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rsocket_check: no %q\n%s", check, out)

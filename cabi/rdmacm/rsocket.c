@@ -149,6 +149,9 @@ struct rsock {
 	struct ibv_cq *cq;
 	int ep_ready; // create_ep finished: its receives posted, the counts set
 	int armed, unack;
+	int polling;         // a thread sleeps in poll(2) on the channels
+	int followers;       // threads waiting on moved for it, or for another thread's progress
+	pthread_cond_t moved; // broadcast when a thread took completions or events
 	unsigned ctrl_seqno, ctrl_max_seqno;
 	uint16_t sseq_no, sseq_comp, rseq_no, rseq_comp;
 	int remote_sge;
@@ -240,6 +243,11 @@ static struct rsock *rs_alloc(const struct rsock *parent)
 		return NULL;
 	rs->index = -1;
 	pthread_mutex_init(&rs->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&rs->moved, &ca);
+	pthread_condattr_destroy(&ca);
 	if (parent) {
 		rs->sbuf_size = parent->sbuf_size;
 		rs->rbuf_size = parent->rbuf_size;
@@ -320,6 +328,7 @@ static void rs_free(struct rsock *rs)
 	if (id)
 		rdma_destroy_id(id);
 	pthread_mutex_destroy(&rs->mu);
+	pthread_cond_destroy(&rs->moved);
 	free(rs);
 }
 
@@ -582,8 +591,9 @@ static void update_credits(struct rsock *rs)
 static void poll_cq(struct rsock *rs)
 {
 	struct ibv_wc wc[16];
-	int n, rcnt = 0;
+	int n, rcnt = 0, took = 0;
 	while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+		took = 1;
 		for (int i = 0; i < n; i++) {
 			struct ibv_wc *w = &wc[i];
 			if (w->wr_id & RS_WR_ID_FLAG_RECV) {
@@ -652,6 +662,8 @@ static void poll_cq(struct rsock *rs)
 				break;
 			}
 	}
+	if (took && rs->followers)
+		pthread_cond_broadcast(&rs->moved); // what they wait for may be among these
 }
 
 // cm_events takes a connected rsocket's rdma_cm events: a DISCONNECTED (the peer went
@@ -708,8 +720,11 @@ static void process(struct rsock *rs)
 }
 
 // wait processes completions until test holds: 0, or -1 with EWOULDBLOCK when nonblock.
-// It sleeps in poll(2) on the CQ's channel and the ID's event channel with rs->mu released,
-// so that another thread's rsend or rrecv on the same rsocket goes on meanwhile.
+// One thread at a time sleeps in poll(2) on the CQ's channel and the ID's event channel,
+// with rs->mu released so that another thread's rsend or rrecv on the same rsocket goes
+// on; the others wait on rs->moved, which the poller broadcasts when it wakes and any
+// thread when it took completions (the CQ's event is the poller's alone to take, so no
+// wake-up is lost to another thread's taking it).
 static int wait(struct rsock *rs, int nonblock, int (*test)(struct rsock *))
 {
 	for (;;) {
@@ -723,17 +738,29 @@ static int wait(struct rsock *rs, int nonblock, int (*test)(struct rsock *))
 			rs->armed = 1;
 			continue; // what completed before the arming
 		}
+		if (rs->polling) {
+			struct timespec t;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			t.tv_sec++; // bounded, should a wake-up still be missed
+			rs->followers++;
+			pthread_cond_timedwait(&rs->moved, &rs->mu, &t);
+			rs->followers--;
+			continue;
+		}
 		struct pollfd p[2] = {{.fd = rs->cch->fd, .events = POLLIN}, {.fd = rs->id->channel->fd, .events = POLLIN}};
+		rs->polling = 1;
 		pthread_mutex_unlock(&rs->mu);
-		// Bounded: another thread may take the event this one waits for.
-		int n = poll(p, 2, 100);
+		int n = poll(p, 2, 1000);
 		pthread_mutex_lock(&rs->mu);
-		if (n < 0 && errno != EINTR)
-			return -1;
+		rs->polling = 0;
 		if (n > 0 && p[0].revents)
 			get_cq_event(rs);
 		if (n > 0 && p[1].revents)
 			cm_events(rs);
+		if (rs->followers)
+			pthread_cond_broadcast(&rs->moved); // one of them polls next, if need be
+		if (n < 0 && errno != EINTR)
+			return -1;
 	}
 }
 

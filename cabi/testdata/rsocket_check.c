@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -193,8 +194,12 @@ int main(int argc, char **argv)
 
 	send_pattern(&fd);
 	OK("send_8MiB");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	both_ways(fd);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	OK("both_ways_two_threads");
+	printf("both_ways_ms %ld\n", (long)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000));
 
 	CHECK(rshutdown(fd, SHUT_WR) == 0, "rshutdown SHUT_WR");
 	CHECK(rsend(fd, "x", 1, 0) < 0 && errno == EPIPE, "rsend after SHUT_WR: want EPIPE");
