@@ -164,6 +164,44 @@ func TestUcmatose(t *testing.T) {
 	}
 }
 
+// withServer starts a server that serves until killed (cmtime, rcopy), runs the client to
+// the end once the server listens, kills the server and returns the client's output; the
+// client must exit 0.
+func (fb *fabric) withServer(t *testing.T, server []string, client ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var sout syncBuffer
+	s := fb.command(ctx, server[0], server[1:]...)
+	s.Stdout, s.Stderr = &sout, &sout
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Process.Kill(); s.Wait() }()
+	fb.waitListening(t, s.Process.Pid)
+	out, err := fb.command(ctx, client[0], client[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s\nserver:\n%s", strings.Join(client, " "), err, out, sout.String())
+	}
+	return string(out)
+}
+
+// TestCmtime runs rdma-core's cmtime: 50 connections made and torn down step by step
+// (create ID, resolve address and route, create QP, connect, disconnect, destroy), each
+// step's time printed by the client.
+func TestCmtime(t *testing.T) {
+	fb := startFabric(t)
+	requireRDMACM(t, buildLibs(t), "cmtime")
+	port := freePort(t)
+	cout := fb.withServer(t, []string{"cmtime", "-c", "50", "-p", port}, "cmtime", "-s", "10.10.0.2", "-c", "50", "-p", port)
+	t.Logf("cmtime -c 50:\n%s", cout)
+	for _, step := range []string{"create id", "resolve addr", "resolve route", "create qp", "connect", "disconnect", "destroy"} {
+		if !regexp.MustCompile(`(?m)^` + step + ` *: +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$`).MatchString(cout) {
+			t.Errorf("cmtime: no %q row\n%s", step, cout)
+		}
+	}
+}
+
 // TestUdaddy runs rdma-core's udaddy (UD, port space UDP): address, route, SIDR and
 // messages each way.
 func TestUdaddy(t *testing.T) {

@@ -2,14 +2,12 @@ package cabi
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // rspreload is Debian's librspreload.so (librdmacm1), which runs a sockets program's TCP
@@ -113,20 +111,7 @@ func TestRcopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var sout bytes.Buffer
-	s := fb.command(ctx, "rcopy", "-p", port)
-	s.Stdout, s.Stderr = &sout, &sout
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Process.Kill() // rcopy's server serves until killed
-	fb.waitListening(t, s.Process.Pid)
-	out, err := fb.command(ctx, "rcopy", src, "10.10.0.2:"+dst, "-p", port).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rcopy: %v\n%s\nserver:\n%s", err, out, sout.String())
-	}
+	out := fb.withServer(t, []string{"rcopy", "-p", port}, "rcopy", src, "10.10.0.2:"+dst, "-p", port)
 	got, err := os.ReadFile(dst)
 	if err != nil || !bytes.Equal(got, data) {
 		t.Errorf("the copy: %d bytes (%v), want the %d bytes sent\nclient: %s", len(got), err, len(data), out)
