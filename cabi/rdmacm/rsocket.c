@@ -1062,6 +1062,23 @@ static int stage(struct rsock *rs, const void *src, uint32_t len, struct ibv_sge
 	return 2;
 }
 
+// next_xfer is the size of a WRITE of the left bytes: transfers grow from 2 KiB to 64 KiB
+// (rdma-core's overlap), each within the send buffer's free space and room at the target.
+static uint32_t next_xfer(struct rsock *rs, uint32_t *olen, size_t left, uint64_t room)
+{
+	uint64_t xfer = left;
+	if (*olen < left) {
+		xfer = *olen;
+		if (*olen < RS_MAX_TRANSFER)
+			*olen <<= 1;
+	}
+	if (xfer > rs->sbuf_bytes_avail)
+		xfer = rs->sbuf_bytes_avail;
+	if (xfer > room)
+		xfer = room;
+	return (uint32_t)xfer;
+}
+
 // wait_send waits until a WRITE may go: ECONNRESET once the connection cannot send.
 static int wait_send(struct rsock *rs, int flags)
 {
@@ -1074,9 +1091,8 @@ static int wait_send(struct rsock *rs, int flags)
 
 static int send_iomaps(struct rsock *rs, int flags);
 
-// send_locked is rsend with rs->mu held: the data goes out in transfers that grow from
-// 2 KiB to 64 KiB (rdma-core's overlap), each within the send buffer's free space and the
-// peer's current target SGE.
+// send_locked is rsend with rs->mu held: the data goes out in next_xfer's transfers, each
+// within the peer's current target SGE.
 static ssize_t send_locked(struct rsock *rs, const void *buf, size_t len, int flags)
 {
 	size_t left = len;
@@ -1095,18 +1111,7 @@ static ssize_t send_locked(struct rsock *rs, const void *buf, size_t len, int fl
 	while (left) {
 		if ((ret = wait_send(rs, flags)))
 			break;
-		uint32_t xfer;
-		if (olen < left) {
-			xfer = olen;
-			if (olen < RS_MAX_TRANSFER)
-				olen <<= 1;
-		} else {
-			xfer = left;
-		}
-		if (xfer > rs->sbuf_bytes_avail)
-			xfer = rs->sbuf_bytes_avail;
-		if (xfer > rs->target_sgl[rs->target_sge].length)
-			xfer = rs->target_sgl[rs->target_sge].length;
+		uint32_t xfer = next_xfer(rs, &olen, left, rs->target_sgl[rs->target_sge].length);
 		struct ibv_sge sge[2];
 		int wflags, n = stage(rs, p, xfer, sge, &wflags);
 		if ((ret = write_data(rs, sge, n, xfer, wflags)))
@@ -1826,18 +1831,7 @@ EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, 
 		}
 		if ((ret = wait_send(rs, flags)))
 			break;
-		uint32_t xfer;
-		if (olen < left) {
-			xfer = olen;
-			if (olen < RS_MAX_TRANSFER)
-				olen <<= 1;
-		} else {
-			xfer = left;
-		}
-		if (xfer > rs->sbuf_bytes_avail)
-			xfer = rs->sbuf_bytes_avail;
-		if (xfer > iom.offset + iom.sge.length - offset)
-			xfer = iom.offset + iom.sge.length - offset;
+		uint32_t xfer = next_xfer(rs, &olen, left, iom.offset + iom.sge.length - offset);
 		struct ibv_sge sge[2];
 		int wflags, n = stage(rs, p, xfer, sge, &wflags);
 		rs->sqe_avail--;
