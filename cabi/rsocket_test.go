@@ -74,7 +74,8 @@ func TestRiostream(t *testing.T) {
 }
 
 // TestRsocketCheck runs testdata/rsocket_check.c: the calls one by one (errors as
-// sockets give them, ECONNREFUSED, a non-blocking listener's EAGAIN, MSG_PEEK, rpoll and
+// sockets give them, ECONNREFUSED, a non-blocking listener's EAGAIN, a listener closed
+// with a request pending refusing it at once, MSG_PEEK, rpoll and
 // rselect, 8 MiB checked byte by byte, 8 MiB each way at once from two threads per
 // rsocket, SHUT_WR's end of file and EPIPE, rclose's end of
 // file at the peer).
@@ -91,7 +92,7 @@ func TestRsocketCheck(t *testing.T) {
 	if m := regexp.MustCompile(`both_ways_ms (\d+)`).FindStringSubmatch(out); m == nil || atoi(t, m[1]) > 1500 {
 		t.Errorf("rsocket_check: 8 MiB each way took too long (a lost wake-up?)\n%s", out)
 	}
-	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "connect", "recv_peek_poll", "send_8MiB", "both_ways_two_threads", "shutdown_and_close", "iomap_errors", "done"} {
+	for _, check := range []string{"bad_arguments", "refused_ECONNREFUSED", "listen_nonblocking_EAGAIN", "listener_closed_refuses", "connect", "recv_peek_poll", "send_8MiB", "both_ways_two_threads", "shutdown_and_close", "iomap_errors", "done"} {
 		if !strings.Contains(out, "ok "+check+"\n") {
 			t.Errorf("rsocket_check: no %q\n%s", check, out)
 		}

@@ -148,6 +148,19 @@ func (e *Event) Ack() {
 	}
 }
 
+// Discard drops an event its program was never given, as the kernel's ucma does with
+// the events still queued for an ID being destroyed (ucma_cleanup_events): it is
+// acknowledged, and a connection request's new ID is rejected and destroyed (Linux's CM
+// rejects a REQ_RCVD ID it destroys, reason 28), so the peer is refused at once instead
+// of waiting out its REQ's timeout.
+func (e *Event) Discard() {
+	e.Ack()
+	if e.Type == EventConnectRequest && e.ID != nil {
+		e.ID.Reject(nil)
+		e.ID.Destroy()
+	}
+}
+
 // EventChannel delivers the events of its IDs in order (rdma_event_channel).
 type EventChannel struct {
 	mu     sync.Mutex

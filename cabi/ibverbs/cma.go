@@ -154,14 +154,15 @@ func pibcm_migrate(h, ch C.uint64_t) C.int {
 	return 0
 }
 
-// drop acknowledges and removes the queued events of id (and the requests to it).
+// drop removes the queued events of id (and the requests to it) and discards them: the
+// program destroying id never took them.
 func (c *cmChan) drop(id *rdmacm.ID) {
 	var gone []*rdmacm.Event
 	c.mu.Lock()
 	c.q, gone = rdmacm.TakeEvents(c.q, id)
 	c.mu.Unlock()
 	for _, e := range gone {
-		e.Ack()
+		e.Discard()
 	}
 }
 

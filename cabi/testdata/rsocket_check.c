@@ -92,6 +92,18 @@ static void both_ways(int fd)
 	pthread_join(th, NULL);
 }
 
+// connect_refused connects to the address arg points to; the errno it ends with is
+// refused_errno (0 if it connected).
+static int refused_errno = -1;
+static void *connect_refused(void *arg)
+{
+	int fd = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(fd >= 0, "rsocket");
+	refused_errno = rconnect(fd, (struct sockaddr *)arg, sizeof(struct sockaddr_in)) ? errno : 0;
+	rclose(fd);
+	return NULL;
+}
+
 // server: accepts one connection and runs its side of main's script.
 static void *server(void *arg)
 {
@@ -143,6 +155,26 @@ int main(int argc, char **argv)
 	CHECK(rclose(fd) == 0, "rclose");
 	OK("refused_ECONNREFUSED");
 
+	// A listener closed with a request it never accepted: its client is refused at once,
+	// not after its REQ's timeout.
+	struct sockaddr_in a2 = addr;
+	a2.sin_port = htons(ntohs(addr.sin_port) + 1);
+	lfd = rsocket(AF_INET, SOCK_STREAM, 0);
+	CHECK(lfd >= 0 && rbind(lfd, (struct sockaddr *)&a2, sizeof(a2)) == 0 && rlisten(lfd, 1) == 0, "listen");
+	pthread_t th;
+	pthread_create(&th, NULL, connect_refused, &a2);
+	struct pollfd lp = {.fd = lfd, .events = POLLIN};
+	CHECK(rpoll(&lp, 1, 10000) == 1, "the request did not arrive");
+	struct timespec c0, c1;
+	clock_gettime(CLOCK_MONOTONIC, &c0);
+	CHECK(rclose(lfd) == 0, "rclose of the listener");
+	pthread_join(th, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &c1);
+	long ms = (long)((c1.tv_sec - c0.tv_sec) * 1000 + (c1.tv_nsec - c0.tv_nsec) / 1000000);
+	CHECK(refused_errno == ECONNREFUSED && ms < 2000, "rconnect to a listener closed with it pending: errno %d after %ld ms, want ECONNREFUSED at once",
+	      refused_errno, ms);
+	OK("listener_closed_refuses");
+
 	lfd = rsocket(AF_INET, SOCK_STREAM, 0);
 	CHECK(lfd >= 0, "rsocket");
 	int one = 1;
@@ -153,7 +185,6 @@ int main(int argc, char **argv)
 	CHECK(raccept(lfd, NULL, NULL) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK), "raccept with nothing waiting: want EAGAIN");
 	OK("listen_nonblocking_EAGAIN");
 
-	pthread_t th;
 	pthread_create(&th, NULL, server, NULL);
 
 	fd = rsocket(AF_INET, SOCK_STREAM, 0);
