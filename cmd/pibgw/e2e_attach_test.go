@@ -32,7 +32,10 @@ type attachProc struct {
 func startAttached(t *testing.T, path string, cmd *exec.Cmd) *attachProc {
 	t.Helper()
 	p := &attachProc{cmd: cmd, done: make(chan struct{})}
-	cmd.Env = append(os.Environ(), "PIBGW_ATTACH="+path)
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, "PIBGW_ATTACH="+path)
 	if cmd.Stdout == nil {
 		cmd.Stdout = &p.stdout
 	}

@@ -259,6 +259,37 @@ addresses = ["10.20.0.%d/24"]
 		t.Logf("rping A → B across the switch process: %s", m[0])
 	}
 
+	// rsockets across hosts: rdma-core's rstream through pibgw's librdmacm, its server
+	// attached to B's daemon, its client to A's, 1 MB transfers verified.
+	if _, err := exec.LookPath("rstream"); err != nil {
+		t.Logf("rstream across hosts not run: rstream is not installed (rdmacm-utils)")
+	} else if _, err := os.Stat("/usr/include/rdma/rsocket.h"); err != nil {
+		t.Logf("rstream across hosts not run: librdmacm-dev is missing")
+	} else {
+		libDir := t.TempDir()
+		if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
+			t.Fatalf("build-libs.sh: %v\n%s", err, out)
+		}
+		args := []string{"-T", "b", "-T", "v", "-S", "1000000", "-C", "50", "-p", "7472"}
+		withLibs := func(cmd *exec.Cmd) *exec.Cmd {
+			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+libDir)
+			return cmd
+		}
+		ssrv := startAttached(t, attachSock(1), withLibs(exec.Command("rstream", args...)))
+		waitUntil(t, 10*time.Second, "the rstream server listening on B", func() bool {
+			var ss []attach.SessionInfo
+			return hs[1].do(control.VerbPS, &ss) == nil && len(ss) == 1 && ss[0].Listens == 1
+		})
+		scli := startAttached(t, attachSock(0), withLibs(exec.Command("rstream", append([]string{"-s", "10.10.0.2", "-b", "10.10.0.1"}, args...)...)))
+		scli.mustSucceed(t, time.Minute)
+		ssrv.mustSucceed(t, 30*time.Second)
+		if !strings.Contains(scli.stdout.String(), "Gb/sec") {
+			t.Errorf("rstream across hosts:\n%s%s", scli.stdout.String(), scli.stderr.String())
+		} else {
+			t.Logf("rstream A → B across the switch process:\n%s", scli.stdout.String())
+		}
+	}
+
 	// P_Key 0x8001: A ↔ B over the children; C is no member, reaches neither.
 	if ok, out := pingNS(hosts[0], "10.20.0.2", 3); !ok {
 		t.Errorf("A → B on 0x8001:\n%s", out)
