@@ -196,7 +196,7 @@ type Interface struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	running atomic.Bool
-	runMu   sync.Mutex // Run's start against Close (see Run)
+	runMu   sync.Mutex // Run's start and timer callbacks against Close (see Run, enterCallback)
 	closed  atomic.Bool
 	once    sync.Once
 }
@@ -423,6 +423,19 @@ func (i *Interface) Run(ctx context.Context) error {
 		err = nil
 	}
 	return err
+}
+
+// enterCallback admits a timer's callback that sends (the neighbour timers' solicitations)
+// unless the interface is closed: Close waits for the admitted ones (i.wg) before it
+// frees the verbs objects they post to. False: closed, the callback must not run.
+func (i *Interface) enterCallback() bool {
+	i.runMu.Lock()
+	defer i.runMu.Unlock()
+	if i.closed.Load() {
+		return false
+	}
+	i.wg.Add(1)
+	return true
 }
 
 // Close takes the interface down: it leaves its multicast groups, closes the tun.Device

@@ -89,9 +89,10 @@ func (t *neighTimers) stopAll() {
 
 // neighTimersFire runs the due entries' timeouts in turn and re-arms for the next.
 func (i *Interface) neighTimersFire() {
-	if i.closed.Load() {
+	if !i.enterCallback() {
 		return
 	}
+	defer i.wg.Done()
 	now := i.clk.Now()
 	var due []netip.Addr
 	i.nb.mu.Lock()
