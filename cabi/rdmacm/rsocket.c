@@ -332,6 +332,14 @@ static void rs_free(struct rsock *rs)
 	free(rs);
 }
 
+// free_fail frees a half-made rsocket and fails with the errno that stopped it.
+static int free_fail(struct rsock *rs)
+{
+	int err = errno;
+	rs_free(rs);
+	return fail(err);
+}
+
 static void *zalloc(size_t n)
 {
 	void *p = NULL;
@@ -341,20 +349,17 @@ static void *zalloc(size_t n)
 	return p;
 }
 
+static uint16_t clamp_qp_size(uint16_t v, uint16_t max) { return v > max ? max : v < RS_QP_MIN_SIZE ? RS_QP_MIN_SIZE : v; }
+
+// set_qp_size brings the queue sizes within the device's (rdma-core's rs_set_qp_size).
 static void set_qp_size(struct rsock *rs)
 {
 	struct ibv_device_attr a;
 	uint16_t max = RS_QP_MAX_SIZE;
 	if (rs->id->verbs && !ibv_query_device(rs->id->verbs, &a) && a.max_qp_wr < max)
 		max = a.max_qp_wr;
-	if (rs->sq_size > max)
-		rs->sq_size = max;
-	else if (rs->sq_size < RS_QP_MIN_SIZE)
-		rs->sq_size = RS_QP_MIN_SIZE;
-	if (rs->rq_size > max)
-		rs->rq_size = max;
-	else if (rs->rq_size < RS_QP_MIN_SIZE)
-		rs->rq_size = RS_QP_MIN_SIZE;
+	rs->sq_size = clamp_qp_size(rs->sq_size, max);
+	rs->rq_size = clamp_qp_size(rs->rq_size, max);
 }
 
 static int post_recv(struct rsock *rs)
@@ -672,7 +677,7 @@ static void poll_cq(struct rsock *rs)
 static void cm_events(struct rsock *rs)
 {
 	struct rdma_cm_event *e;
-	while (rs->id && !rdma_get_cm_event(rs->id->channel, &e)) {
+	while (!rdma_get_cm_event(rs->id->channel, &e)) {
 		int t = e->event;
 		rdma_ack_cm_event(e);
 		if (t == RDMA_CM_EVENT_DISCONNECTED || t == RDMA_CM_EVENT_DEVICE_REMOVAL) {
@@ -780,27 +785,32 @@ EXPORT int rsocket(int domain, int type, int protocol)
 		return fail(ENOMEM);
 	rs->fd_flags = (type & SOCK_CLOEXEC) ? FD_CLOEXEC : 0;
 	rs->fs_flags = (type & SOCK_NONBLOCK) ? O_NONBLOCK : 0;
-	if (rdma_create_id(NULL, &rs->id, rs, RDMA_PS_TCP)) {
-		int err = errno;
-		rs_free(rs);
-		return fail(err);
-	}
+	if (rdma_create_id(NULL, &rs->id, rs, RDMA_PS_TCP))
+		return free_fail(rs);
 	rs->id->route.addr.src_addr.sa_family = domain;
-	if (insert(rs, rs->id->channel->fd)) {
-		int err = errno;
-		rs_free(rs);
-		return fail(err);
-	}
+	if (insert(rs, rs->id->channel->fd))
+		return free_fail(rs);
 	return rs->index;
+}
+
+// lookup_addr is the rsocket of a call that takes an address: NULL with EBADF or EINVAL.
+static struct rsock *lookup_addr(int socket, const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct rsock *rs = lookup(socket);
+	if (!rs)
+		errno = EBADF;
+	else if (!addr || addrlen < sizeof(struct sockaddr_in))
+		errno = EINVAL;
+	else
+		return rs;
+	return NULL;
 }
 
 EXPORT int rbind(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
-	struct rsock *rs = lookup(socket);
+	struct rsock *rs = lookup_addr(socket, addr, addrlen);
 	if (!rs)
-		return fail(EBADF);
-	if (!addr || addrlen < sizeof(struct sockaddr_in))
-		return fail(EINVAL);
+		return -1;
 	if (rs->state != rs_init)
 		return fail(EINVAL);
 	if (rdma_bind_addr(rs->id, (struct sockaddr *)addr))
@@ -864,11 +874,8 @@ EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 			continue; // the peer gave up; as the kernel's accept queue drops it
 		}
 		n->state = rs_connect_rdwr;
-		if (set_nonblock(id->channel->fd, 1) || insert(n, id->channel->fd)) {
-			int err = errno;
-			rs_free(n);
-			return fail(err);
-		}
+		if (set_nonblock(id->channel->fd, 1) || insert(n, id->channel->fd))
+			return free_fail(n);
 		if (addr && addrlen)
 			rgetpeername(n->index, addr, addrlen);
 		return n->index;
@@ -877,11 +884,9 @@ EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
 
 EXPORT int rconnect(int socket, const struct sockaddr *addr, socklen_t addrlen)
 {
-	struct rsock *rs = lookup(socket);
+	struct rsock *rs = lookup_addr(socket, addr, addrlen);
 	if (!rs)
-		return fail(EBADF);
-	if (!addr || addrlen < sizeof(struct sockaddr_in))
-		return fail(EINVAL);
+		return -1;
 	pthread_mutex_lock(&rs->mu);
 	int ret = -1, err = 0;
 	if (rs->state & rs_connected) {
