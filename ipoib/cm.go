@@ -66,10 +66,15 @@ const (
 	// the TX QPs' MaxSendWR). A peer's cmSRQLen shared receive buffers take two senders'
 	// worth without an RNR NAK, which ends the connection (cmRNRRetryCount 0); in fact a
 	// receiver re-posts each buffer before it takes the next message, so one of them is
-	// out at a time. Eight, not four: across hosts a message's slot is free again only
-	// when its ACK is back through the switch process, and with four the sender waited
-	// for ACKs (multi-host connected mode 6.0-6.1 -> 6.9-7.4 Gbit/s; sixteen no better).
-	cmTxSlots = 8
+	// out at a time. Across hosts a message's slot is free again only when its ACK is
+	// back through the switch process: with four the sender waited for ACKs
+	// (multi-host connected mode 6.0-6.1 -> 6.9-7.4 Gbit/s with eight), and with eight
+	// too once the machine moved 10 Gbit/s (2026-11-28, the two alternating, iperf3
+	// 8 s: eight 10.0, sixteen 10.9, 32 11.0 Gbit/s, medians of 7-10; 64, or RC's
+	// window of 256 packets raised to 1,024, no faster). Small messages gain most: a
+	// slot is held for an ACK's round trip whatever the message's size, so the ring
+	// bounds a host's messages per round trip. Linux's ipoib_sendq_size is 128.
+	cmTxSlots = 32
 	// cmRingSlots is the send ring: cmTxSlots messages in flight and the transmit loop's
 	// read buffer (cmState.spare).
 	cmRingSlots = cmTxSlots + 1

@@ -374,8 +374,9 @@ func TestConnectedModeRemoteLoss(t *testing.T) {
 }
 
 // TestConnectedModeRingFull: toward another process a message holds its send-ring slot
-// until its ACK is back; with the ACKs held up, the ninth message waits for a slot and
-// cm_tx_ring_full counts it; once they come, every message arrives in order.
+// until its ACK is back; with the ACKs held up, the message after the ring's 32 waits
+// for a slot and cm_tx_ring_full counts it; once they come, every message arrives in
+// order.
 func TestConnectedModeRingFull(t *testing.T) {
 	tf := newTestFabric(t, 2, sa.Config{})
 	cms := newCMs(t, tf, 2)
@@ -393,13 +394,25 @@ func TestConnectedModeRingFull(t *testing.T) {
 		t.Fatalf("cm_tx_ring_full before: %v", a.Info().Counters)
 	}
 	gate.hold()
-	const n = 12
+	const ring, n = 32, 36
 	sent := make([][]byte, n)
-	for k := range sent {
+	for k := range sent[:ring] {
+		sent[k] = icmpEcho4("10.10.0.1", "10.10.0.2", uint16(2+k), randomBytes(20000))
+		da.Inject(sent[k])
+	}
+	// The ring's 32 messages all go out without waiting for an ACK.
+	waitFor(t, "the ring's messages on the wire", func() bool { return gate.heldMessages() == ring })
+	if a.Counter("cm_tx_ring_full") != 0 {
+		t.Fatalf("cm_tx_ring_full with %d messages in flight: %v", ring, a.Info().Counters)
+	}
+	for k := ring; k < n; k++ {
 		sent[k] = icmpEcho4("10.10.0.1", "10.10.0.2", uint16(2+k), randomBytes(20000))
 		da.Inject(sent[k])
 	}
 	waitFor(t, "a send waiting for a ring slot", func() bool { return a.Counter("cm_tx_ring_full") > 0 })
+	if got := gate.heldMessages(); got != ring {
+		t.Fatalf("%d messages on the wire with the ring full, want %d", got, ring)
+	}
 	gate.open()
 	for k := range sent {
 		if got := db.recv(t); !bytes.Equal(got, sent[k]) {
@@ -455,6 +468,21 @@ func (g *gatedLink) Send(pkts [][]byte) {
 }
 
 func (g *gatedLink) hold() { g.mu.Lock(); g.holding = true; g.mu.Unlock() }
+
+// heldMessages counts the SENDs held whole: their last packets (SEND Last or Only, with
+// or without immediate data: IBA 9.2 opcodes 0x02-0x05).
+func (g *gatedLink) heldMessages() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, c := range g.held {
+		var pk wire.Packet
+		if pk.Parse(c) == nil && pk.BTH != nil && pk.BTH.OpCode() >= 0x02 && pk.BTH.OpCode() <= 0x05 {
+			n++
+		}
+	}
+	return n
+}
 
 func (g *gatedLink) open() {
 	g.mu.Lock()

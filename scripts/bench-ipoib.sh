@@ -331,5 +331,13 @@ for n in udp udpcm udpchain udpcrc; do
 	read -r s a b <<<"${cpuparts[$n]}"
 	echo "$n CPU%/Gbit by process: switch $s, host A (sender) $a, host B (receiver) $b"
 done
+if want udpcm; then
+	# How often host A's sends waited for a send-ring slot (the peer's ACKs through the
+	# switch): its cm_tx_ring_full against the messages it sent, over the whole run.
+	c=$("$work/pibgw" show --control "$work/udpcm-a.sock" ib0 2>/dev/null | tr -s ' ' '\n' | awk '
+		prev == "cm_tx_ring_full" {full = $1} prev == "tx_cm_packets" {sent = $1} {prev = $1}
+		END {if (sent > 0) printf "%d of %d messages (%.1f %%)", full, sent, 100 * full / sent}')
+	echo "udpcm host A: sends that waited for a send-ring slot: ${c:-not read}"
+fi
 echo "multi-host over UDP links: datagram TCP $(ratio "${tcp[udp]:-}" "${tcp[pibgw]:-}") single-host, connected $(ratio "${tcp[udpcm]:-}" "${tcp[connected]:-}") single-host (targets: ≥ 0.5×, ≥ 0.5×)"
 echo "the UDP ceiling at MTU 65520: udpchain TCP $(ratio "${tcp[udpchain]:-}" "${tcp[connected]:-}") single-host connected, udpcrc $(ratio "${tcp[udpcrc]:-}" "${tcp[connected]:-}"); udpcm $(ratio "${tcp[udpcm]:-}" "${tcp[udpchain]:-}") udpchain, $(ratio "${tcp[udpcm]:-}" "${tcp[udpcrc]:-}") udpcrc"
