@@ -48,12 +48,16 @@ const (
 	cmPrivateLen = 8
 	// cmSRQLen receive buffers of 64 KiB are shared by every RX connection. Linux posts
 	// ipoib_recvq_size (256) because its HCA fills them while the CPU is elsewhere; here
-	// a message is scattered into a buffer by the goroutine that delivers it, which
-	// writes it to the device and re-posts the buffer before it takes the next, so no
-	// more are outstanding than goroutines deliver to the interface at once. Few buffers
-	// stay in the CPU's cache: measured, 16 instead of 128 made the scatter of a 64 KiB
-	// message 2.3 times cheaper.
-	cmSRQLen = 16
+	// a message is scattered into a buffer by the goroutine that delivers it, and the
+	// interface writes it to the device and re-posts the buffer when the port runs the
+	// completion handlers: after at most hca.RxBudget packets. Each may be a whole
+	// message — a UDP link's batch can hold a ring's worth of small ones from each of
+	// several senders — so the SRQ holds that many: short of a buffer the responder
+	// answers RNR, and IPoIB-CM's RNR retry count of 0 ends the connection. (16 buffers,
+	// as before, stayed in the CPU's cache better — 2.3 times cheaper a scatter than
+	// 128 — but one sender's 32 small messages failed the connection thousands of times
+	// a second; 64 moved TCP across hosts and in one process as fast as 16, alternating.)
+	cmSRQLen = hca.RxBudget
 	// cmRxOff is where a receive lands in its buffer: the header, then the IP packet at
 	// tun.MinOffset, with room for the virtio-net header before it.
 	cmRxOff = tun.MinOffset - HeaderLen
@@ -63,17 +67,15 @@ const (
 	// cmMaxQueued packets wait per connection being set up.
 	cmMaxQueued = 16
 	// cmTxSlots messages are in flight at once per interface (the send ring's slots and
-	// the TX QPs' MaxSendWR). A peer's cmSRQLen shared receive buffers take two senders'
-	// worth without an RNR NAK, which ends the connection (cmRNRRetryCount 0); in fact a
-	// receiver re-posts each buffer before it takes the next message, so one of them is
-	// out at a time. Across hosts a message's slot is free again only when its ACK is
-	// back through the switch process: with four the sender waited for ACKs
-	// (multi-host connected mode 6.0-6.1 -> 6.9-7.4 Gbit/s with eight), and with eight
-	// too once the machine moved 10 Gbit/s (2026-11-28, the two alternating, iperf3
-	// 8 s: eight 10.0, sixteen 10.9, 32 11.0 Gbit/s, medians of 7-10; 64, or RC's
-	// window of 256 packets raised to 1,024, no faster). Small messages gain most: a
-	// slot is held for an ACK's round trip whatever the message's size, so the ring
-	// bounds a host's messages per round trip. Linux's ipoib_sendq_size is 128.
+	// the TX QPs' MaxSendWR); a peer's SRQ takes them in one batch (cmSRQLen). Across
+	// hosts a message's slot is free again only when its ACK is back through the switch
+	// process: with four the sender waited for ACKs (multi-host connected mode 6.0-6.1 ->
+	// 6.9-7.4 Gbit/s with eight), and with eight too once the machine moved 10 Gbit/s
+	// (2026-11-28, the two alternating, iperf3 8 s: eight 10.0, sixteen 10.9, 32 11.0
+	// Gbit/s, medians of 13, 7 and 9; 64, or RC's window of 256 packets raised to 1,024,
+	// no faster). A slot is held for an ACK's round trip whatever the message's size, so
+	// the ring also bounds a host's small messages per round trip. Linux's
+	// ipoib_sendq_size is 128.
 	cmTxSlots = 32
 	// cmRingSlots is the send ring: cmTxSlots messages in flight and the transmit loop's
 	// read buffer (cmState.spare).
