@@ -338,24 +338,33 @@ func asyncLossyLink(t *testing.T, l fabric.Link, dropped *atomic.Int64) fabric.L
 	})
 }
 
+// connectedPair makes ib0 (10.10.0.1) and ib1 (10.10.0.2) in connected mode, HCA A's
+// cable toward the fabric wrapped by wrap, and brings A's connection to B up: a small
+// packet has crossed it.
+func connectedPair(t *testing.T, wrap func(fabric.Link) fabric.Link) (a, b *ipoib.Interface, da, db *gsoTUN) {
+	t.Helper()
+	tf := newTestFabric(t, 2, sa.Config{})
+	cms := newCMs(t, tf, 2)
+	tf.f.HCACables[0].Wrap(fabric.AtoB, wrap)
+	da, db = newGSOTUN("ib0"), newGSOTUN("ib1")
+	a = tf.ifaceWith(t, 0, da, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
+	b = tf.ifaceWith(t, 1, db, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
+	small := icmpEcho4("10.10.0.1", "10.10.0.2", 1, randomBytes(56))
+	da.Inject(small)
+	if got := db.recv(t); !bytes.Equal(got, small) {
+		t.Fatal("A→B small packet differs")
+	}
+	return a, b, da, db
+}
+
 // TestConnectedModeRemoteLoss: toward a peer whose SENDs complete only when their ACKs
 // are back (another process), with packets lost, every 60,000-byte packet arrives whole
 // and in order: a message stays in its send-ring slot until its completion, the
 // transmit loop reading the next ones into other slots — go-back-N resends a lost
 // message's packets from that slot.
 func TestConnectedModeRemoteLoss(t *testing.T) {
-	tf := newTestFabric(t, 2, sa.Config{})
-	cms := newCMs(t, tf, 2)
 	var dropped atomic.Int64
-	tf.f.HCACables[0].Wrap(fabric.AtoB, func(l fabric.Link) fabric.Link { return asyncLossyLink(t, l, &dropped) })
-	da, db := newGSOTUN("ib0"), newGSOTUN("ib1")
-	a := tf.ifaceWith(t, 0, da, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
-	b := tf.ifaceWith(t, 1, db, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
-	small := icmpEcho4("10.10.0.1", "10.10.0.2", 1, randomBytes(56))
-	da.Inject(small)
-	if got := db.recv(t); !bytes.Equal(got, small) {
-		t.Fatal("A→B small packet differs")
-	}
+	a, b, da, db := connectedPair(t, func(l fabric.Link) fabric.Link { return asyncLossyLink(t, l, &dropped) })
 	const n = 160
 	sent := make([][]byte, n)
 	for k := range sent {
@@ -378,18 +387,8 @@ func TestConnectedModeRemoteLoss(t *testing.T) {
 // for a slot and cm_tx_ring_full counts it; once they come, every message arrives in
 // order.
 func TestConnectedModeRingFull(t *testing.T) {
-	tf := newTestFabric(t, 2, sa.Config{})
-	cms := newCMs(t, tf, 2)
 	var gate *gatedLink
-	tf.f.HCACables[0].Wrap(fabric.AtoB, func(l fabric.Link) fabric.Link { gate = newGatedLink(t, l); return gate })
-	da, db := newGSOTUN("ib0"), newGSOTUN("ib1")
-	a := tf.ifaceWith(t, 0, da, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
-	tf.ifaceWith(t, 1, db, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
-	small := icmpEcho4("10.10.0.1", "10.10.0.2", 1, randomBytes(56))
-	da.Inject(small)
-	if got := db.recv(t); !bytes.Equal(got, small) {
-		t.Fatal("A→B small packet differs")
-	}
+	a, _, da, db := connectedPair(t, func(l fabric.Link) fabric.Link { gate = newGatedLink(t, l); return gate })
 	if a.Counter("cm_tx_ring_full") != 0 {
 		t.Fatalf("cm_tx_ring_full before: %v", a.Info().Counters)
 	}
@@ -428,18 +427,8 @@ func TestConnectedModeRingFull(t *testing.T) {
 // count of 0 ends the connection (with 16 buffers it failed thousands of times a second in
 // the multi-host benchmark with 1,400-byte UDP datagrams).
 func TestConnectedModeBurstOfSmallMessages(t *testing.T) {
-	tf := newTestFabric(t, 2, sa.Config{})
-	cms := newCMs(t, tf, 2)
 	var gate *gatedLink
-	tf.f.HCACables[0].Wrap(fabric.AtoB, func(l fabric.Link) fabric.Link { gate = newGatedLink(t, l); return gate })
-	da, db := newGSOTUN("ib0"), newGSOTUN("ib1")
-	a := tf.ifaceWith(t, 0, da, ipoib.Config{CM: cms[0], Mode: ipoib.Connected}, "10.10.0.1/24")
-	b := tf.ifaceWith(t, 1, db, ipoib.Config{CM: cms[1], Mode: ipoib.Connected}, "10.10.0.2/24")
-	first := icmpEcho4("10.10.0.1", "10.10.0.2", 1, randomBytes(56))
-	da.Inject(first)
-	if got := db.recv(t); !bytes.Equal(got, first) {
-		t.Fatal("A→B small packet differs")
-	}
+	a, b, da, db := connectedPair(t, func(l fabric.Link) fabric.Link { gate = newGatedLink(t, l); return gate })
 	gate.hold()
 	const n = 32 // the send ring
 	sent := make([][]byte, n)
