@@ -433,7 +433,7 @@ func TestVerbsCheck(t *testing.T) {
 	if strings.Contains(out, "destroy_unacked_cq") {
 		t.Errorf("destroy_cq of a CQ whose only unacknowledged event was never taken warned:\n%s", out)
 	}
-	for _, check := range []string{"fork_before_first_verb", "reg_mr_bad_access", "reg_mr_unmapped_EFAULT", "fork_child_ENOSYS", "post_send_reset_EINVAL", "modify_qp_bad_transition_EINVAL",
+	for _, check := range []string{"fork_before_first_verb", "reg_mr_bad_access", "reg_mr_unmapped_EFAULT", "fork_child_verbs", "post_send_reset_EINVAL", "modify_qp_bad_transition_EINVAL",
 		"destroy_cq_busy_EBUSY", "dealloc_pd_busy_EBUSY", "unsupported_EOPNOTSUPP", "wr_api", "bad_lkey_LOC_PROT_ERR",
 		"qp_error_state", "bad_rkey_REM_ACCESS_ERR", "comp_channel", "cq_event", "async_event", "destroy_cq_event_in_flight", "cq_ex",
 		"rereg_mr", "mw_type2_bind", "mw_send_with_inv_REM_ACCESS_ERR", "mw_type1_bind_mw", "mw_wr_api_local_inv",

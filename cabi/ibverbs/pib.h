@@ -134,5 +134,9 @@ struct pib_async {
 // call; whether this process has loaded it (so runs its runtime's threads).
 void *pib_go_sym(const char *name);
 int pib_go_loaded(void);
+// The forks with the Go side loaded that this process descends from (lazy.c); the generated
+// wrappers' pib_go_forget drops the functions they found.
+unsigned pib_go_generation(void);
+void pib_go_forget(void);
 
 #endif

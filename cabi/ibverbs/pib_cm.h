@@ -41,9 +41,6 @@ struct pib_cm_ev {
 };
 
 uint64_t pibcm_create_channel(int fd);
-// pibcm_forked: -1 and errno ENOSYS (said once on stderr) in a child forked from a process
-// that had loaded the library, whose Go runtime cannot run there; else 0.
-int pibcm_forked(void);
 void pibcm_destroy_channel(uint64_t ch);
 int pibcm_get_event(uint64_t ch, struct pib_cm_ev *ev);
 void pibcm_ack(uint64_t evh);

@@ -48,6 +48,13 @@ func main() {}
 
 var nextHandle atomic.Uint64
 
+// pibgo_handle_base makes this copy of the library number its handles from base: a child
+// forked from a process that had loaded the library loads a copy of its own
+// (../libibverbs/lazy.c), and the parent's objects' handles must name nothing in it.
+//
+//export pibgo_handle_base
+func pibgo_handle_base(base C.uint64_t) { nextHandle.Store(uint64(base)) }
+
 type table[T any] struct {
 	mu sync.RWMutex
 	m  map[uint64]T

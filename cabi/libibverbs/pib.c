@@ -14,6 +14,7 @@
 #include <endian.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "pib.h"
@@ -24,47 +25,41 @@
 #define ctx_of(c) ((struct pib_context *)((char *)(c) - offsetof(struct pib_context, vctx.context)))
 #define H(p, type) (((struct type *)(p))->h)
 
-// ---- fork -------------------------------------------------------------------------------
+// ---- fork ----------------------------------------------------------------------------
 
-// The Go runtime behind this library runs threads of its own, and fork(2) copies only the
-// calling thread: in a child of a process that had loaded the Go side (lazy.c: at its
-// first verb) the runtime cannot run (a call waits forever for a goroutine whose thread is
-// gone). A child that exec()s starts afresh and is fine, and so is the child of a process
-// that forked before its first verb (it loads its own: qperf's server forks for each
-// client); one that inherited a runtime and goes on to use verbs or rdma_cm gets ENOSYS
-// and one line on stderr instead of hanging.
-static volatile int forked;
+// A child forked after the Go side was loaded gets a copy of its own at its first call
+// (lazy.c), and with it a session of its own: its device list is read again there. The
+// handlers keep dev_mu whole across fork(2).
+static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void atfork_child(void) { forked = pib_go_loaded(); }
+static void fork_prepare(void) { pthread_mutex_lock(&dev_mu); }
+static void fork_parent(void) { pthread_mutex_unlock(&dev_mu); }
+static void fork_child(void) { pthread_mutex_init(&dev_mu, NULL); }
 
-__attribute__((constructor)) static void init_atfork(void) { pthread_atfork(NULL, NULL, atfork_child); }
-
-// pibcm_forked reports (and says once) that this process is such a child: -1, errno ENOSYS.
-// librdmacm.so.1 asks it too.
-EXPORT int pibcm_forked(void)
-{
-	static int said;
-	if (!forked)
-		return 0;
-	if (!said) {
-		said = 1;
-		fprintf(stderr, "libibverbs (pibgw): this process was forked from one that had used verbs or "
-				"rdma_cm, whose Go runtime does not survive fork(2); exec a program instead "
-				"(or fork before the first verb)\n");
-	}
-	errno = ENOSYS;
-	return -1;
-}
+__attribute__((constructor)) static void init_atfork(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 // ---- devices --------------------------------------------------------------------------
 
-static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct pib_device *devs;
 static int ndevs = -1;
+static unsigned devs_generation; // pib_go_generation() when devs was read
 
 static int load_devices(void)
 {
 	pthread_mutex_lock(&dev_mu);
+	if (ndevs >= 0 && devs_generation != pib_go_generation()) {
+		// Forked: the devices are the same, but this process's session is new. A device
+		// list the program kept from before the fork stays valid (the array is kept).
+		int n = pibgo_init();
+		if (n < 0) {
+			pthread_mutex_unlock(&dev_mu);
+			errno = -n;
+			return n;
+		}
+		devs_generation = pib_go_generation();
+		if (n < ndevs)
+			ndevs = n;
+	}
 	if (ndevs < 0) {
 		int n = pibgo_init();
 		if (n < 0) {
@@ -86,6 +81,7 @@ static int load_devices(void)
 			snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "/sys/class/infiniband/%s", d->dev.name);
 		}
 		ndevs = n;
+		devs_generation = pib_go_generation();
 	}
 	pthread_mutex_unlock(&dev_mu);
 	return ndevs;
@@ -93,8 +89,6 @@ static int load_devices(void)
 
 EXPORT struct ibv_device **ibv_get_device_list(int *num)
 {
-	if (pibcm_forked())
-		return NULL;
 	int n = load_devices();
 	if (n < 0) {
 		// No daemon to attach to: no devices, as on a host without RDMA hardware.
@@ -146,7 +140,7 @@ static int bind_mw_op(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *
 
 EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
-	if (pibcm_forked())
+	if (load_devices() < 0) // in a forked child, the first call may be this one
 		return NULL;
 	struct pib_device *d = (struct pib_device *)device;
 	struct pib_context *pc = calloc(1, sizeof(*pc));
@@ -182,7 +176,20 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	v->advise_mr = advise_mr_op;
 	v->query_rt_values = query_rt_values_op;
 	c->device = device;
-	c->cmd_fd = -1;
+	// The kernel's is the uverbs device file, which programs and bindings dup(), fstat()
+	// and pass to ibv_import_device: a descriptor of its own here too (a memfd, close-on-
+	// exec as libibverbs opens uverbs), closed with the context.
+	char name[64];
+	snprintf(name, sizeof(name), "pibgw-%s", device->dev_name);
+	c->cmd_fd = memfd_create(name, MFD_CLOEXEC);
+	if (c->cmd_fd < 0) {
+		int e = errno;
+		pibgo_close(pc->h);
+		close(fd);
+		free(pc);
+		errno = e;
+		return NULL;
+	}
 	c->async_fd = fd;
 	c->num_comp_vectors = 1;
 	c->abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -203,6 +210,7 @@ EXPORT int ibv_close_device(struct ibv_context *c)
 	struct pib_context *pc = ctx_of(c);
 	pibgo_close(pc->h); // stops the async event forwarder before the fd closes
 	close(c->async_fd);
+	close(c->cmd_fd);
 	pthread_mutex_destroy(&c->mutex);
 	free(pc);
 	return 0;

@@ -150,8 +150,6 @@ static void refresh(struct cm_id *p)
 
 EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
 {
-	if (pibcm_forked())
-		return NULL;
 	struct cm_chan *c = calloc(1, sizeof(*c));
 	if (!c) {
 		errno = ENOMEM;

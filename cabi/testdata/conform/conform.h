@@ -80,6 +80,7 @@ int post_rdma(struct side *a, struct ibv_qp *qp, enum ibv_wr_opcode op, uint64_t
 int post_recv1(struct side *s, struct ibv_qp *qp, uint64_t wr_id, int len);
 
 // The areas: each file defines one; main.c runs those that are linked in, in this order.
+void conform_context(struct side *a, struct side *b);
 void conform_device(struct side *a, struct side *b);
 void conform_mr(struct side *a, struct side *b);
 void conform_qp(struct side *a, struct side *b);
