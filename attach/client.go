@@ -168,6 +168,7 @@ func (s *Session) hello(ctx context.Context) error {
 		if m.Manner != nil {
 			d.SetManner(*m.Manner)
 		}
+		d.SetPitfallReporter(s.pitfallReporter(i, mannerStderr()))
 		s.devs = append(s.devs, d)
 	}
 	s.initStats()

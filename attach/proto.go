@@ -112,6 +112,9 @@ type msg struct {
 	Manner *hca.Manner `json:"manner,omitempty"`
 	// Trace in the hello reply: someone traces, record from the start (trace.go).
 	Trace bool `json:"trace,omitempty"`
+	// Object and Detail: a pitfall warning's (manner.go; Kind is the check's name).
+	Object string `json:"object,omitempty"`
+	Detail string `json:"detail,omitempty"`
 	// Counts answers a pitfalls request: the checks that fired, by name (debug.go).
 	Counts map[string]uint64 `json:"counts,omitempty"`
 	// Direct rings (direct.go): a route request's destination LID; the answer's

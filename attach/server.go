@@ -280,6 +280,9 @@ func (s *Server) serveConn(c *net.UnixConn) {
 			continue
 		}
 		if m.ID == 0 {
+			if m.Op == opPitfall {
+				x.pitfall(m) // a notice: no answer
+			}
 			continue
 		}
 		x.handle(m)

@@ -53,7 +53,8 @@ type session struct {
 	kick       chan struct{}
 
 	police policeCounters
-	dbg    debugCalls // the daemon's requests to the process (debug.go)
+	dbg    debugCalls   // the daemon's requests to the process (debug.go)
+	warns  pitfallLimit // the process's pitfall warnings logged (manner.go)
 }
 
 type mcastKey struct {

@@ -103,7 +103,9 @@ func startFabric(t *testing.T) *fabric {
 
 func (fb *fabric) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(slices.Clip(fb.env), "PIBGW_DEBUG_STACKS=1")
+	// PIBGW_MANNER_STDERR: the library's pitfall warnings in the program's output too
+	// (else only the daemon's log has them), for the tests that look for them there.
+	cmd.Env = append(slices.Clip(fb.env), "PIBGW_DEBUG_STACKS=1", "PIBGW_MANNER_STDERR=1")
 	cmd.WaitDelay = 5 * time.Second
 	// A program still running at the deadline first writes the library's goroutine stacks
 	// into its output (SIGQUIT with PIBGW_DEBUG_STACKS), so a hang shows where it is.

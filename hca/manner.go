@@ -103,10 +103,44 @@ func (p Pitfall) String() string {
 	return fmt.Sprintf("Pitfall(%d)", uint8(p))
 }
 
-// mannerState is a device's Manner and its pitfall counts.
+// mannerState is a device's Manner, its pitfall counts and where its warnings go.
 type mannerState struct {
 	m      atomic.Pointer[Manner]
 	counts [NumPitfalls]atomic.Uint64
+	report atomic.Pointer[PitfallReporter]
+}
+
+// PitfallReporter takes a pitfall warning in place of the device's log: the check, the
+// object it concerns ("QP 0x48") and what happened.
+type PitfallReporter func(p Pitfall, obj, detail string)
+
+// SetPitfallReporter sends the device's pitfall warnings to r instead of its log (nil:
+// back to the log). An attached process's devices report them to the daemon, so that a
+// library's warnings do not land in its program's own output.
+func (d *Device) SetPitfallReporter(r PitfallReporter) {
+	if r == nil {
+		d.manner.report.Store(nil)
+		return
+	}
+	d.manner.report.Store(&r)
+}
+
+// Rule is the check's rule, as the warnings state it.
+func (p Pitfall) Rule() string {
+	if p < NumPitfalls {
+		return pitfalls[p].Rule
+	}
+	return ""
+}
+
+// PitfallByName is the check called name.
+func PitfallByName(name string) (Pitfall, bool) {
+	for i := range pitfalls {
+		if pitfalls[i].Name == name {
+			return Pitfall(i), true
+		}
+	}
+	return 0, false
 }
 
 // SetManner changes the device's behaviour choices and pitfall checks from now on.
@@ -143,7 +177,11 @@ func (d *Device) pitfall(p Pitfall, op string, qpn uint32, obj string, format st
 	}
 	d.manner.counts[p].Add(1)
 	detail := fmt.Sprintf(format, a...)
-	d.log.Warn("pitfall: "+obj+": "+detail, "pitfall", pitfalls[p].Name, "object", obj, "rule", pitfalls[p].Rule)
+	if r := d.manner.report.Load(); r != nil {
+		(*r)(p, obj, detail)
+	} else {
+		d.log.Warn("pitfall: "+obj+": "+detail, "pitfall", pitfalls[p].Name, "object", obj, "rule", pitfalls[p].Rule)
+	}
 	if trace.On() {
 		trace.AsyncEvent(d.cfg.Name, 0, qpn, "pitfall "+pitfalls[p].Name+": "+obj+": "+detail)
 	}
