@@ -22,12 +22,14 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 			return nil, errorf("create_ah", EINVAL, "sgid_index %d out of range", attr.GRH.SGIDIndex)
 		}
 		if _, ok := d.Port(int(attr.PortNum)).GID(int(attr.GRH.SGIDIndex)); !ok {
-			return nil, errorf("create_ah", EINVAL, "sgid_index %d is empty", attr.GRH.SGIDIndex)
+			// An empty entry is ENODATA, one beyond the table EINVAL (the kernel's
+			// rdma_get_gid_attr, through rdma_fill_sgid_attr).
+			return nil, errorf("create_ah", ENODATA, "sgid_index %d is empty", attr.GRH.SGIDIndex)
 		}
 	}
-	if attr.DLID == 0 {
-		return nil, errorf("create_ah", EINVAL, "DLID 0 is not a valid destination")
-	}
+	// DLID 0 is not refused: the kernel checks no DLID of an InfiniBand AH
+	// (rdma_check_ah_attr) and mlx5 builds the address as given; the switch drops
+	// the packets (fabric: DropLID0).
 	if isMulticastLID(attr.DLID) && !attr.IsGlobal {
 		// IBA 8.4.1: multicast packets carry a GRH.
 		return nil, errorf("create_ah", EINVAL, "multicast DLID %#x needs a GRH (is_global)", attr.DLID)

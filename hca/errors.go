@@ -17,6 +17,7 @@ var (
 	EOPNOTSUPP = syscall.EOPNOTSUPP
 	EACCES     = syscall.EACCES
 	EIO        = syscall.EIO
+	ENODATA    = syscall.ENODATA
 )
 
 // Error is a verbs failure: the call, why, and the errno it maps to.

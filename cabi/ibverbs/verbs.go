@@ -654,7 +654,9 @@ func pibgo_moderate_cq(h C.uint64_t, count, periodUS C.uint16_t) C.int {
 	if !ok {
 		return einval
 	}
-	if err := cq.Moderate(int(count), time.Duration(periodUS)*time.Microsecond); err != nil {
+	// mlx5 takes any 16-bit count (cq_mod_caps): one above the CQ's size waits for the
+	// period, or until the CQ is full.
+	if err := cq.Moderate(min(int(count), cq.CQE()), time.Duration(periodUS)*time.Microsecond); err != nil {
 		return errno(err)
 	}
 	return 0
@@ -735,7 +737,9 @@ func pibgo_create_srq(h C.uint64_t, a *C.struct_ibv_srq_attr, cptr unsafe.Pointe
 		*perr = einval
 		return 0
 	}
-	srq, err := pd.CreateSRQ(hca.SRQInitAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)})
+	// srq_limit is "irrelevant for ibv_create_srq" (ibv_create_srq(3); mlx5 ignores it): the
+	// limit is armed by ibv_modify_srq only.
+	srq, err := pd.CreateSRQ(hca.SRQInitAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge)})
 	return addSRQ(srq, err, a, cptr, perr)
 }
 

@@ -107,7 +107,7 @@ func pibgo_create_xrc_srq(pdh, xh, cqh C.uint64_t, a *C.struct_ibv_srq_attr, cpt
 		*perr = einval
 		return 0
 	}
-	srq, err := pd.CreateXRCSRQ(x.x, cq, hca.SRQInitAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)})
+	srq, err := pd.CreateXRCSRQ(x.x, cq, hca.SRQInitAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge)}) // srq_limit: see pibgo_create_srq
 	return addSRQ(srq, err, a, cptr, perr)
 }
 

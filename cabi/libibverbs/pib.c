@@ -235,6 +235,12 @@ static int query_device_ex_op(struct ibv_context *c, const struct ibv_query_devi
 	if (rc)
 		return rc;
 	x.phys_port_cnt_ex = x.orig_attr.phys_port_cnt;
+	// The whole capability mask, of which orig_attr has the low 32 bits (uverbs'
+	// ib_uverbs_ex_query_device).
+	x.device_cap_flags_ex = x.orig_attr.device_cap_flags;
+	// ibv_modify_cq's moderation (modify_cq_op) takes any 16-bit count and period.
+	x.cq_mod_caps.max_cq_count = UINT16_MAX;
+	x.cq_mod_caps.max_cq_period = UINT16_MAX;
 	// On-demand paging on every transport, explicit regions only (../ibverbs/odp.go).
 	x.odp_caps.general_caps = IBV_ODP_SUPPORT;
 	x.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
@@ -687,7 +693,7 @@ static struct pib_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context
 		return NULL;
 	}
 	if (channel && channel->context != c) {
-		errno = EINVAL;
+		errno = EBADF; // not an fd of this context (the kernel's lookup_get_fd_uobject)
 		return NULL;
 	}
 	q = calloc(1, sizeof(*q));
@@ -814,10 +820,9 @@ EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 
 static int modify_cq_op(struct ibv_cq *cq, struct ibv_modify_cq_attr *a)
 {
-	if (a->attr_mask & ~(uint32_t)IBV_CQ_ATTR_MODERATE)
+	// An empty mask is EINVAL too (uverbs' ib_uverbs_ex_modify_cq).
+	if (!a->attr_mask || (a->attr_mask & ~(uint32_t)IBV_CQ_ATTR_MODERATE))
 		return EINVAL;
-	if (!(a->attr_mask & IBV_CQ_ATTR_MODERATE))
-		return 0;
 	return pibgo_moderate_cq(H(cq, pib_cq), a->moderate.cq_count, a->moderate.cq_period);
 }
 
@@ -872,6 +877,10 @@ static int poll_cq_op(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 
 static int req_notify_cq_op(struct ibv_cq *cq, int solicited)
 {
+	// A CQ without a channel can be armed, and its event goes nowhere (rxe_req_notify_cq,
+	// mlx5's arm doorbell): 0, as there.
+	if (!cq->channel)
+		return 0;
 	return pibgo_req_notify_cq(H(cq, pib_cq), solicited);
 }
 
