@@ -116,6 +116,36 @@ func (cq *CQ) Poll(wcs []WC) int {
 	return n
 }
 
+// clean removes the completions of QP qpn still queued and keeps the others in their
+// order: a QP moved to RESET takes its completions with it, as libmlx5's mlx5_modify_qp
+// does with __mlx5_cq_clean on its send and receive CQs (rxe leaves them; pibgw follows
+// mlx5, so that a QP re-armed by RESET→INIT→RTR→RTS polls no stale flush errors). An
+// event already raised for the CQ stays raised, and the CQ stays armed or not: only the
+// entries go, as in the provider, whose cleaning never touches the CQ's notification.
+func (cq *CQ) clean(qpn uint32) int {
+	cq.mu.Lock()
+	defer cq.mu.Unlock()
+	size := len(cq.ring)
+	kept := 0
+	for i := 0; i < cq.n; i++ {
+		src := (cq.head + i) % size
+		if cq.ring[src].QPNum == qpn {
+			continue
+		}
+		if dst := (cq.head + kept) % size; dst != src {
+			cq.ring[dst] = cq.ring[src]
+		}
+		kept++
+	}
+	removed := cq.n - kept
+	for i := kept; i < cq.n; i++ {
+		cq.ring[(cq.head+i)%size] = WC{}
+	}
+	cq.n = kept
+	cq.queued.Store(int32(kept))
+	return removed
+}
+
 // ReqNotify arms the CQ: the next completion (the next solicited one, or any error, when
 // solicitedOnly) sends the CQ to its channel once (ibv_req_notify_cq).
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
@@ -234,6 +264,14 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 			cq.ctx.dev.raise(AsyncEvent{Type: EventCQErr, CQ: cq})
 		}
 		return false
+	}
+	var flushed WC
+	if wc.Status == WCWRFlushErr {
+		// A flushed WQE's completion holds its wr_id, status and QP number, every other
+		// field zero — opcode too (IBV_WC_SEND): rxe's flush_send_wqe and
+		// flush_recv_wqe fill no more (mlx5's leave the rest unwritten).
+		flushed = WC{WRID: wc.WRID, Status: wc.Status, QPNum: wc.QPNum, VendorErr: wc.VendorErr}
+		wc = &flushed
 	}
 	if wc.Status != WCSuccess && cq.ctx.dev.Manner().RandomErrorFields {
 		randomizeError(wc)

@@ -467,6 +467,19 @@ func (qp *QP) changed(from, to QPState) {
 		qp.flushRecv()
 	}
 	qp.tr.Modified(qp, from, to)
+	switch {
+	case from == to:
+	case to == QPStateReset:
+		// The completions of the QP still queued go with it (CQ.clean: libmlx5's
+		// mlx5_modify_qp to RESET cleans both CQs); after the transport stopped, so
+		// that none is queued behind the cleaning.
+		qp.cleanCQs()
+	case to == QPStateErr && qp.srq != nil:
+		// IBA 10.3.1, 11.6.3.1 (Last WQE Reached): a QP on an SRQ that enters the Error
+		// state takes no more WQEs from it; the consumer hears it as an affiliated
+		// event (rxe's flush_recv_queue on ERR; ib_drain_qp waits for it).
+		qp.dev.raise(AsyncEvent{Type: EventQPLastWQEReached, QP: qp})
+	}
 	if from == QPStateSQD && to == QPStateRTS {
 		qp.replaySQD()
 	}
@@ -482,6 +495,22 @@ func (qp *QP) changed(from, to QPState) {
 			}
 		}
 	}
+}
+
+// cleanCQs removes the QP's completions from its send and receive CQs (RESET).
+func (qp *QP) cleanCQs() {
+	if qp.sendCQ != nil {
+		qp.sendCQ.clean(qp.num)
+	}
+	if qp.recvCQ != nil && qp.recvCQ != qp.sendCQ {
+		qp.recvCQ.clean(qp.num)
+	}
+}
+
+// RaiseEvent raises an affiliated asynchronous event of the QP on the context that owns
+// it (IBA 11.6.3.1): the transports' way to report COMM_EST and the responder's errors.
+func (qp *QP) RaiseEvent(t EventType) {
+	qp.dev.raise(AsyncEvent{Type: t, QP: qp})
 }
 
 func (qp *QP) rqLen() int {

@@ -49,9 +49,10 @@ type conn struct {
 
 	stats Stats
 
-	running atomic.Bool
-	pending atomic.Bool
-	failing atomic.Bool // a fatal error waits to move the QP to ERR
+	running   atomic.Bool
+	pending   atomic.Bool
+	failing   atomic.Bool   // a fatal error waits to move the QP to ERR
+	failEvent atomic.Uint32 // and the affiliated event it raises then, plus one (0: none)
 
 	// Static rate control (IBA 9.11), owned by the drainer, and the timer that kicks the
 	// drainer when it may send again.
@@ -383,6 +384,11 @@ func (c *conn) runFail() {
 		c.rmu.Lock()
 		c.resp.completeError(c)
 		c.rmu.Unlock()
+		// The error's own event comes before the QP_LAST_WQE_REACHED its SRQ QP raises
+		// on entering ERR, as in rxe, whose responder raises it at the error.
+		if ev := c.failEvent.Swap(0); ev != 0 {
+			c.qp.RaiseEvent(hca.EventType(ev - 1))
+		}
 		c.qp.SetError()
 	}
 }

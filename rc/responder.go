@@ -79,6 +79,8 @@ type responder struct {
 	outHead int
 
 	lastFatal string // why the responder last took the QP to ERR, for inspection
+
+	commEst bool // a valid request has come (IBA 11.6.3.1: COMM_EST once, in RTR)
 }
 
 func (r *responder) push(o out) {
@@ -176,10 +178,25 @@ func isFirstOrOnly(op wire.Opcode) bool {
 }
 
 // fatal NAKs psn with code and takes the QP to ERR (IBA 9.9.2, class C/D errors).
+//
+// An RC error that no receive WQE carries (recvError's do) is also an affiliated
+// asynchronous error of the responder's QP (IBA 9.9.3.1.3, C9-222.1.1; 11.6.3.1): an
+// R_Key violation is a Local Access Violation Work Queue Error (IBV_EVENT_QP_ACCESS_ERR,
+// as rxe's check_rkey → RESPST_ERR_RKEY_VIOLATION_EVENT raises it), an invalid request an
+// Invalid Request Local Work Queue Error (IBV_EVENT_QP_REQ_ERR, mlx5's
+// WQ_INVAL_REQ_ERROR; rxe raises none). runFail raises it as it takes the QP to ERR.
 func (r *responder) fatal(c *conn, psn uint32, code uint8) {
 	r.lastFatal = fmt.Sprintf("NAK code %d at PSN %#x (ePSN %#x inSend %v inWrite %v)", code, psn, r.ePSN, r.inSend, r.inWrite)
 	if !c.uc {
 		r.nak(psn, code)
+		if !r.haveErrWQE {
+			switch code {
+			case wire.NAKRemoteAccessError:
+				c.failEvent.Store(uint32(hca.EventQPAccessErr) + 1)
+			case wire.NAKInvalidRequest:
+				c.failEvent.Store(uint32(hca.EventQPReqErr) + 1)
+			}
+		}
 	}
 	c.fail()
 }
@@ -187,6 +204,14 @@ func (r *responder) fatal(c *conn, psn uint32, code uint8) {
 func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32) {
 	qp := c.qp
 	p := c.path.Load()
+	if !r.commEst {
+		// IBA 11.6.3.1, Communication Established: the first valid request a QP in RTR
+		// receives (the RTU may have been lost; the CM acts on it, ib_cm_notify).
+		r.commEst = true
+		if qp.State() == hca.QPStateRTR {
+			qp.RaiseEvent(hca.EventCommEst)
+		}
+	}
 	if r.xrc && !qp.ValidXRCSRQ(pk.XRCETH.SRQ()) {
 		// Annex A14: an XRCETH naming no XRC SRQ of the receive QP's domain is an
 		// invalid request (class C, IBA 9.9.3).
@@ -274,7 +299,7 @@ func (r *responder) execute(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32)
 			reth := pk.RETH
 			mr, va, ok := r.access_(qp, pk, reth.RKey(), reth.VA(), uint64(reth.DMALen()), hca.AccessRemoteWrite)
 			if !ok {
-				r.fatal(c, psn, wire.NAKRemoteAccessError)
+				r.writeAccessError(c, pk, op, psn)
 				return
 			}
 			r.wMR, r.wVA, r.wLeft, r.wTotal = mr, va, uint64(reth.DMALen()), uint64(reth.DMALen())
@@ -404,6 +429,32 @@ func (r *responder) access_(qp *hca.QP, pk *hca.Packet, rkey uint32, va, n uint6
 		qp.ExplainRemoteAccess(rkey, acc, r.access)
 	}
 	return mr, va, ok
+}
+
+// writeAccessError answers an RDMA WRITE whose R_Key does not allow it (IBA 9.7.5.2.4).
+// UC drops the message (rxe's RESPST_ERR_RKEY_VIOLATION for UC without an SRQ: class E,
+// drop_msg; the QP stays in RTS). RC NAKs it and goes to ERR; a WRITE Only with
+// immediate has taken its receive WQE first (rxe checks resources before the R_Key), which
+// completes with IBV_WC_REM_ACCESS_ERR and carries the error, while any other is reported
+// as IBV_EVENT_QP_ACCESS_ERR (fatal).
+func (r *responder) writeAccessError(c *conn, pk *hca.Packet, op wire.Opcode, psn uint32) {
+	if c.uc {
+		r.ePSN = psnAdd(psn, 1)
+		r.ucSkip = true
+		return
+	}
+	if op == wire.RCRDMAWriteOnlyImm {
+		if !r.haveWQE {
+			if !r.takeRecv(c.qp, pk) {
+				r.rnr(c, psn)
+				return
+			}
+			r.haveWQE = true
+		}
+		r.recvError(c, psn, hca.WCRemAccessErr, wire.NAKRemoteAccessError)
+		return
+	}
+	r.fatal(c, psn, wire.NAKRemoteAccessError)
 }
 
 // takeRecv takes the receive WQE a SEND (or WRITE with immediate) consumes: from the QP's
