@@ -434,6 +434,29 @@ static void pd_cq(struct side *a, struct side *b)
 		int rc = ibv_dealloc_pd(p1);
 		T("pd_busy", rc == EBUSY, "dealloc_pd with an MR: %d", rc);
 		ibv_dereg_mr(mr);
+		// Every object of a PD holds it: an AH, a QP, an SRQ, a memory window.
+		struct ibv_ah_attr aa = {.dlid = b->lid, .port_num = 1};
+		struct ibv_ah *ah = ibv_create_ah(p2, &aa);
+		int busy_ah = ah ? ibv_dealloc_pd(p2) : -1;
+		if (ah)
+			ibv_destroy_ah(ah);
+		struct ibv_qp_init_attr qi = {.send_cq = a->cq, .recv_cq = a->cq, .qp_type = IBV_QPT_UD,
+					      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *qp = ibv_create_qp(p2, &qi);
+		int busy_qp = qp ? ibv_dealloc_pd(p2) : -1;
+		if (qp)
+			ibv_destroy_qp(qp);
+		struct ibv_srq_init_attr si = {.attr = {.max_wr = 4, .max_sge = 1}};
+		struct ibv_srq *srq = ibv_create_srq(p2, &si);
+		int busy_srq = srq ? ibv_dealloc_pd(p2) : -1;
+		if (srq)
+			ibv_destroy_srq(srq);
+		struct ibv_mw *mw = ibv_alloc_mw(p2, IBV_MW_TYPE_1);
+		int busy_mw = mw ? ibv_dealloc_pd(p2) : -1;
+		if (mw)
+			ibv_dealloc_mw(mw);
+		T("pd_busy_objects", busy_ah == EBUSY && busy_qp == EBUSY && busy_srq == EBUSY && busy_mw == EBUSY,
+		  "dealloc_pd with an AH %d, a QP %d, an SRQ %d, an MW %d", busy_ah, busy_qp, busy_srq, busy_mw);
 		rc = ibv_dealloc_pd(p1);
 		int rc2 = ibv_dealloc_pd(p2);
 		T("pd_dealloc", rc == 0 && rc2 == 0, "dealloc_pd: %d %d", rc, rc2);
@@ -506,7 +529,10 @@ static void pd_cq(struct side *a, struct side *b)
 	// A completion channel: the armed CQ's next completion is one event; the channel is
 	// EBUSY while a CQ uses it.
 	struct ibv_comp_channel *ch = ibv_create_comp_channel(a->ctx);
-	T("cq_channel", ch && ch->fd >= 0 && ch->context == a->ctx, "create_comp_channel: %m");
+	int chfl = ch ? fcntl(ch->fd, F_GETFD) : -1, chst = ch ? fcntl(ch->fd, F_GETFL) : -1;
+	// The kernel's comp channel is an fd object opened O_CLOEXEC, blocking.
+	T("cq_channel", ch && ch->fd >= 0 && ch->context == a->ctx && (chfl & FD_CLOEXEC) && !(chst & O_NONBLOCK),
+	  "create_comp_channel: %m (fd flags %#x, status flags %#x)", chfl, chst);
 	if (ch) {
 		cq = ibv_create_cq(a->ctx, 8, (void *)0x77, ch, 0);
 		MUST(cq, "create_cq with a channel: %m");
@@ -578,6 +604,33 @@ static void srq_ah(struct side *a, struct side *b)
 	rc = srq_err(a, 4, 1, 100, &sa);
 	T("srq_create_limit_ignored", rc == 0 && sa.srq_limit == 0, "create_srq(max_wr 4, srq_limit 100): %s, limit %u",
 	  strerror(rc), sa.srq_limit);
+
+	{
+		// A full SRQ is ENOMEM, too many SGEs EINVAL, *bad_wr the first not posted (rxe,
+		// mlx5 post_srq_recv).
+		struct ibv_srq_init_attr si = {.attr = {.max_wr = 2, .max_sge = 1}};
+		struct ibv_srq *srq = ibv_create_srq(b->pd, &si);
+		MUST(srq, "create_srq: %m");
+		struct ibv_sge sg[2] = {{.addr = (uintptr_t)b->buf, .length = 8, .lkey = b->mr->lkey},
+					{.addr = (uintptr_t)b->buf + 8, .length = 8, .lkey = b->mr->lkey}};
+		struct ibv_recv_wr w[8], *bad = NULL;
+		int n = si.attr.max_wr + 1;
+		for (int i = 0; i < n && i < 8; i++)
+			w[i] = (struct ibv_recv_wr){.wr_id = i, .sg_list = sg, .num_sge = 1, .next = i + 1 < n ? &w[i + 1] : NULL};
+		int rc = n <= 8 ? ibv_post_srq_recv(srq, w, &bad) : -1;
+		T("srq_post_full", rc == ENOMEM && bad == &w[n - 1], "posting max_wr %u + 1: %d, bad_wr %ld", si.attr.max_wr, rc,
+		  bad ? (long)(bad - w) : -1L);
+		ibv_destroy_srq(srq);
+		si.attr.max_wr = 4;
+		srq = ibv_create_srq(b->pd, &si);
+		MUST(srq, "create_srq: %m");
+		w[0] = (struct ibv_recv_wr){.wr_id = 1, .sg_list = sg, .num_sge = si.attr.max_sge + 1};
+		bad = NULL;
+		rc = si.attr.max_sge < 2 ? ibv_post_srq_recv(srq, w, &bad) : EINVAL;
+		T("srq_post_sge", rc == EINVAL && (si.attr.max_sge >= 2 || bad == &w[0]), "max_sge %u + 1 SGEs: %d",
+		  si.attr.max_sge, rc);
+		ibv_destroy_srq(srq);
+	}
 
 	struct ibv_srq_init_attr si = {.attr = {.max_wr = 16, .max_sge = 1}};
 	struct ibv_srq *srq = ibv_create_srq(b->pd, &si);
