@@ -708,6 +708,115 @@ static void srq_ah(struct side *a, struct side *b)
 	T("ah_dlid_zero", rc == 0, "dlid 0: %s", strerror(rc));
 }
 
+// ud_qp makes a UD QP on s, in RTS with Q_Key 0x11111111.
+static struct ibv_qp *ud_qp(struct side *s)
+{
+	struct ibv_qp_init_attr ia = {.send_cq = s->cq, .recv_cq = s->cq, .qp_type = IBV_QPT_UD,
+				      .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *qp = ibv_create_qp(s->pd, &ia);
+	MUST(qp, "create_qp UD: %m");
+	struct ibv_qp_attr at = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qkey = 0x11111111};
+	MUST(ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0, "UD INIT: %m");
+	at.qp_state = IBV_QPS_RTR;
+	MUST(ibv_modify_qp(qp, &at, IBV_QP_STATE) == 0, "UD RTR: %m");
+	at.qp_state = IBV_QPS_RTS;
+	at.sq_psn = 0;
+	MUST(ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS: %m");
+	return qp;
+}
+
+// ud_send sends 16 bytes from s's buffer to qpn through ah and waits for both completions
+// (the receiver's in *wc).
+static int ud_send(struct side *s, struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, struct side *r,
+		   struct ibv_qp *rqp, struct ibv_wc *wc)
+{
+	struct ibv_sge rs = {.addr = (uintptr_t)r->buf + 6144, .length = 40 + 64, .lkey = r->mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 500, .sg_list = &rs, .num_sge = 1}, *rbad;
+	if (ibv_post_recv(rqp, &rw, &rbad))
+		return -1;
+	struct ibv_sge ss = {.addr = (uintptr_t)s->buf, .length = 16, .lkey = s->mr->lkey};
+	struct ibv_send_wr sw = {.wr_id = 501, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED,
+				 .wr.ud = {.ah = ah, .remote_qpn = qpn, .remote_qkey = 0x11111111}},
+			   *sbad;
+	struct ibv_wc swc;
+	if (ibv_post_send(qp, &sw, &sbad) || poll_one(s->cq, &swc) || swc.status != IBV_WC_SUCCESS)
+		return -2;
+	if (poll_one(r->cq, wc))
+		return -3;
+	return wc->status == IBV_WC_SUCCESS ? 0 : -4;
+}
+
+// ah_from_wc: the address back to a UD sender, from its completion and GRH (rdma-core's
+// ibv_init_ah_from_wc): its LID and SL, and with a GRH the sender's GID, the SGID index
+// of the GID the packet was sent to, hop limit 0xFF.
+static void ah_from_wc(struct side *a, struct side *b)
+{
+	struct ibv_qp *qa = ud_qp(a), *qb = ud_qp(b);
+	union ibv_gid ga, gb;
+	MUST(ibv_query_gid(a->ctx, 1, 0, &ga) == 0 && ibv_query_gid(b->ctx, 1, 0, &gb) == 0, "query_gid: %m");
+	struct ibv_ah_attr at = {.dlid = b->lid, .sl = 0, .port_num = 1, .is_global = 1,
+				 .grh = {.dgid = gb, .sgid_index = 0, .hop_limit = 1, .flow_label = 0x12345, .traffic_class = 0x20}};
+	struct ibv_ah *ah = ibv_create_ah(a->pd, &at);
+	MUST(ah, "create_ah: %m");
+	struct ibv_wc wc;
+	int rc = ud_send(a, qa, ah, qb->qp_num, b, qb, &wc);
+	struct ibv_grh *grh = (struct ibv_grh *)(b->buf + 6144);
+	T("ah_ud_grh", rc == 0 && (wc.wc_flags & IBV_WC_GRH) && wc.slid == a->lid && wc.src_qp == qa->qp_num &&
+			       wc.byte_len == 40 + 16 && !memcmp(grh->sgid.raw, ga.raw, 16) && !memcmp(grh->dgid.raw, gb.raw, 16),
+	  "send %d flags %#x slid %#x src_qp %#x byte_len %u", rc, wc.wc_flags, wc.slid, wc.src_qp, wc.byte_len);
+	struct ibv_ah_attr back;
+	memset(&back, 0x5a, sizeof(back));
+	int ir = rc == 0 ? ibv_init_ah_from_wc(b->ctx, 1, &wc, grh, &back) : -1;
+	T("ah_init_from_wc", ir == 0 && back.dlid == a->lid && back.port_num == 1 && back.is_global == 1 &&
+				     !memcmp(back.grh.dgid.raw, ga.raw, 16) && back.grh.sgid_index == 0 &&
+				     back.grh.hop_limit == 0xFF && back.grh.flow_label == 0x12345 &&
+				     back.grh.traffic_class == 0x20 && back.static_rate == 0,
+	  "rc %d dlid %#x global %d sgid_index %d hop %d flow %#x tclass %#x rate %d", ir, back.dlid, back.is_global,
+	  back.grh.sgid_index, back.grh.hop_limit, back.grh.flow_label, back.grh.traffic_class, back.static_rate);
+	struct ibv_ah *bah = rc == 0 ? ibv_create_ah_from_wc(b->pd, &wc, grh, 1) : NULL;
+	struct ibv_wc wc2;
+	int rc2 = bah ? ud_send(b, qb, bah, wc.src_qp, a, qa, &wc2) : -9;
+	T("ah_create_from_wc", bah && rc2 == 0 && wc2.src_qp == qb->qp_num, "create_ah_from_wc %p, reply %d",
+	  (void *)bah, rc2);
+	if (bah)
+		ibv_destroy_ah(bah);
+	ibv_destroy_ah(ah);
+	// Without a GRH: no global route.
+	at.is_global = 0;
+	ah = ibv_create_ah(a->pd, &at);
+	MUST(ah, "create_ah: %m");
+	rc = ud_send(a, qa, ah, qb->qp_num, b, qb, &wc);
+	ir = rc == 0 ? ibv_init_ah_from_wc(b->ctx, 1, &wc, grh, &back) : -1;
+	T("ah_init_from_wc_no_grh", rc == 0 && !(wc.wc_flags & IBV_WC_GRH) && ir == 0 && back.is_global == 0 &&
+					    back.dlid == a->lid,
+	  "send %d flags %#x init %d global %d", rc, wc.wc_flags, ir, back.is_global);
+	// IBV_DEVICE_BAD_QKEY_CNTR: a datagram with the wrong Q_Key is dropped and counted in
+	// the receiving port's qkey_viol_cntr (PortInfo:Q_KeyViolations).
+	struct ibv_device_attr da;
+	struct ibv_port_attr p0, p1;
+	MUST(ibv_query_device(b->ctx, &da) == 0 && ibv_query_port(b->ctx, 1, &p0) == 0, "query: %m");
+	if (da.device_cap_flags & IBV_DEVICE_BAD_QKEY_CNTR) {
+		struct ibv_sge rs = {.addr = (uintptr_t)b->buf + 6144, .length = 40 + 64, .lkey = b->mr->lkey};
+		struct ibv_recv_wr rw = {.wr_id = 510, .sg_list = &rs, .num_sge = 1}, *rbad;
+		MUST(ibv_post_recv(qb, &rw, &rbad) == 0, "post_recv: %m");
+		struct ibv_sge ss = {.addr = (uintptr_t)a->buf, .length = 16, .lkey = a->mr->lkey};
+		struct ibv_send_wr sw = {.wr_id = 511, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED,
+					 .wr.ud = {.ah = ah, .remote_qpn = qb->qp_num, .remote_qkey = 0x22222222}},
+				   *sbad;
+		struct ibv_wc swc;
+		MUST(ibv_post_send(qa, &sw, &sbad) == 0 && poll_one(a->cq, &swc) == 0, "send: %m");
+		int none = poll_none(b->cq, 100);
+		MUST(ibv_query_port(b->ctx, 1, &p1) == 0, "query_port: %m");
+		T("port_qkey_viol_cntr", none && p1.qkey_viol_cntr == p0.qkey_viol_cntr + 1,
+		  "dropped %d, qkey_viol_cntr %u -> %u", none, p0.qkey_viol_cntr, p1.qkey_viol_cntr);
+	}
+	ibv_destroy_ah(ah);
+	ibv_destroy_qp(qa);
+	ibv_destroy_qp(qb);
+}
+
 void conform_device(struct side *a, struct side *b)
 {
 	devices(a, b);
@@ -715,4 +824,5 @@ void conform_device(struct side *a, struct side *b)
 	query_port(a, b);
 	pd_cq(a, b);
 	srq_ah(a, b);
+	ah_from_wc(a, b);
 }
