@@ -632,6 +632,29 @@ static void srq_ah(struct side *a, struct side *b)
 		ibv_destroy_srq(srq);
 	}
 
+	{
+		// The same for an XRC SRQ (ibv_create_srq_ex).
+		struct ibv_xrcd_init_attr xa = {.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+						.fd = -1, .oflags = O_CREAT};
+		struct ibv_xrcd *x = ibv_open_xrcd(a->ctx, &xa);
+		MUST(x, "open_xrcd: %m");
+		struct ibv_srq_init_attr_ex sx = {
+			.attr = {.max_wr = 4, .max_sge = 1, .srq_limit = 100},
+			.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+				     IBV_SRQ_INIT_ATTR_CQ,
+			.srq_type = IBV_SRQT_XRC, .pd = a->pd, .xrcd = x, .cq = a->cq};
+		errno = 0;
+		struct ibv_srq *xs = ibv_create_srq_ex(a->ctx, &sx);
+		memset(&sa, 0xff, sizeof(sa));
+		if (xs)
+			ibv_query_srq(xs, &sa);
+		T("srq_xrc_create_limit_ignored", xs && sa.srq_limit == 0, "create_srq_ex XRC with srq_limit 100: %p %m, limit %u",
+		  (void *)xs, sa.srq_limit);
+		if (xs)
+			ibv_destroy_srq(xs);
+		ibv_close_xrcd(x);
+	}
+
 	struct ibv_srq_init_attr si = {.attr = {.max_wr = 16, .max_sge = 1}};
 	struct ibv_srq *srq = ibv_create_srq(b->pd, &si);
 	MUST(srq, "create_srq: %m");
