@@ -835,6 +835,34 @@ static void ah_from_wc(struct side *a, struct side *b)
 		T("port_qkey_viol_cntr", none && p1.qkey_viol_cntr == p0.qkey_viol_cntr + 1,
 		  "dropped %d, qkey_viol_cntr %u -> %u", none, p0.qkey_viol_cntr, p1.qkey_viol_cntr);
 	}
+	// IBV_DEVICE_BAD_PKEY_CNTR: a receiving QP whose P_Key index names another partition
+	// (here the empty entry 1) drops the datagram and counts it in bad_pkey_cntr.
+	if ((da.device_cap_flags & IBV_DEVICE_BAD_PKEY_CNTR) && p0.pkey_tbl_len > 1) {
+		struct ibv_qp_init_attr ia = {.send_cq = b->cq, .recv_cq = b->cq, .qp_type = IBV_QPT_UD,
+					      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+		struct ibv_qp *q = ibv_create_qp(b->pd, &ia);
+		MUST(q, "create_qp: %m");
+		struct ibv_qp_attr qa2 = {.qp_state = IBV_QPS_INIT, .pkey_index = 1, .port_num = 1, .qkey = 0x11111111};
+		MUST(ibv_modify_qp(q, &qa2, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) == 0, "INIT: %m");
+		qa2.qp_state = IBV_QPS_RTR;
+		MUST(ibv_modify_qp(q, &qa2, IBV_QP_STATE) == 0, "RTR: %m");
+		struct ibv_sge rs = {.addr = (uintptr_t)b->buf + 6144, .length = 40 + 64, .lkey = b->mr->lkey};
+		struct ibv_recv_wr rw = {.wr_id = 520, .sg_list = &rs, .num_sge = 1}, *rbad;
+		MUST(ibv_post_recv(q, &rw, &rbad) == 0, "post_recv: %m");
+		MUST(ibv_query_port(b->ctx, 1, &p0) == 0, "query_port: %m");
+		struct ibv_sge ss = {.addr = (uintptr_t)a->buf, .length = 16, .lkey = a->mr->lkey};
+		struct ibv_send_wr sw = {.wr_id = 521, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED,
+					 .wr.ud = {.ah = ah, .remote_qpn = q->qp_num, .remote_qkey = 0x11111111}},
+				   *sbad;
+		struct ibv_wc swc;
+		MUST(ibv_post_send(qa, &sw, &sbad) == 0 && poll_one(a->cq, &swc) == 0, "send: %m");
+		int none = poll_none(b->cq, 100);
+		MUST(ibv_query_port(b->ctx, 1, &p1) == 0, "query_port: %m");
+		T("port_bad_pkey_cntr", none && p1.bad_pkey_cntr == p0.bad_pkey_cntr + 1,
+		  "dropped %d, bad_pkey_cntr %u -> %u", none, p0.bad_pkey_cntr, p1.bad_pkey_cntr);
+		ibv_destroy_qp(q);
+	}
 	ibv_destroy_ah(ah);
 	ibv_destroy_qp(qa);
 	ibv_destroy_qp(qb);
