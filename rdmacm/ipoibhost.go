@@ -27,6 +27,13 @@ type IPoIBHost struct {
 	mu     sync.Mutex
 	ifaces []hostIface
 	cms    map[*hca.Port]*ibcm.CM
+	mcRefs map[mcKey]int // rdma_cm IDs joined to a group, per port
+}
+
+// mcKey is a port's membership of a multicast group.
+type mcKey struct {
+	port *hca.Port
+	mgid wire.GID
 }
 
 type hostIface struct {
@@ -39,7 +46,7 @@ func NewIPoIBHost(clk clock.Clock) *IPoIBHost {
 	if clk == nil {
 		clk = clock.Real{}
 	}
-	return &IPoIBHost{clk: clk, cms: make(map[*hca.Port]*ibcm.CM)}
+	return &IPoIBHost{clk: clk, cms: make(map[*hca.Port]*ibcm.CM), mcRefs: make(map[mcKey]int)}
 }
 
 // Add makes an interface's addresses usable by rdma_cm; client is its port's SA client.
@@ -213,14 +220,34 @@ func (h *IPoIBHost) JoinMulticast(ctx context.Context, dev Device, mgid wire.GID
 	if err != nil {
 		return sa.MCGroup{}, err
 	}
-	return client.Join(ctx, mgid, 1, sa.JoinParams{PKey: dev.PKey, Create: true, QKey: qkey})
+	g, err := client.Join(ctx, mgid, 1, sa.JoinParams{PKey: dev.PKey, Create: true, QKey: qkey})
+	if err == nil {
+		h.mu.Lock()
+		h.mcRefs[mcKey{dev.Port, g.MGID}]++
+		h.mu.Unlock()
+	}
+	return g, err
 }
 
-// LeaveMulticast leaves as a full member.
+// LeaveMulticast leaves as a full member when the last ID of the port that joined mgid
+// leaves: the port is a member for all of them, as in Linux's multicast.c, where the
+// port's group counts its members and leaves at the SA when none is left.
 func (h *IPoIBHost) LeaveMulticast(ctx context.Context, dev Device, mgid wire.GID) error {
 	client, err := h.client(dev)
 	if err != nil {
 		return err
+	}
+	k := mcKey{dev.Port, mgid}
+	h.mu.Lock()
+	n := h.mcRefs[k] - 1
+	if n > 0 {
+		h.mcRefs[k] = n
+	} else {
+		delete(h.mcRefs, k)
+	}
+	h.mu.Unlock()
+	if n > 0 {
+		return nil
 	}
 	return client.Leave(ctx, mgid, 1)
 }

@@ -191,3 +191,80 @@ func TestMulticastJoin(t *testing.T) {
 		}
 	}
 }
+
+// TestMulticastLeaveSharedPort: two IDs of one port join a group (two processes on one
+// HCA, as rdma-core's test_rdmacm multicast tests run them); the first one's leave keeps
+// the port a member for the second, which still receives what a member on another host
+// sends, and the last leave succeeds too (it was EIO: the port had left at the SA already).
+// A leave the SA refuses is no error of rdma_leave_multicast either.
+func TestMulticastLeaveSharedPort(t *testing.T) {
+	hosts := ipoibHosts(t, 2)
+	group := netip.MustParseAddr("224.1.2.4")
+	type member struct {
+		id *rdmacm.ID
+		e  *endpoint
+		ud rdmacm.UDParam
+	}
+	join := func(h *rdmacm.IPoIBHost, src netip.Addr) member {
+		ch := rdmacm.CreateEventChannel()
+		id, err := rdmacm.CreateID(h, ch, nil, rdmacm.PSUDP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := id.BindAddr(netip.AddrPortFrom(src, 0)); err != nil {
+			t.Fatal(err)
+		}
+		e := newEndpoint(t, id.Device())
+		if _, err := id.CreateQP(e.pd, e.initAttr()); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.JoinMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+		ev := getEvent(t, ch, rdmacm.EventMulticastJoin)
+		ev.Ack()
+		return member{id, e, ev.UD}
+	}
+	a0 := join(hosts[0], netip.MustParseAddr("10.10.0.1"))
+	a1 := join(hosts[0], netip.MustParseAddr("10.10.0.1"))
+	b := join(hosts[1], netip.MustParseAddr("10.10.0.2"))
+	if err := a0.id.LeaveMulticast(group); err != nil {
+		t.Fatalf("first leave of the port: %v", err)
+	}
+	if _, err := a1.id.QP().PostRecv([]hca.RecvWR{{WRID: 1, SGL: a1.e.sge(0, 40+64)}}); err != nil {
+		t.Fatal(err)
+	}
+	ah, err := b.e.pd.CreateAH(b.ud.AHAttr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b.e.buf, "still a member")
+	var wcs [1]hca.WC
+	got := false
+	for try := 0; try < 30 && !got; try++ {
+		if _, err := b.id.QP().PostSend([]hca.SendWR{{Opcode: hca.WRSend, SGL: b.e.sge(0, 14),
+			AH: ah, RemoteQPN: b.ud.QPNum, RemoteQKey: b.ud.QKey}}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(100 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+			if a1.e.cq.Poll(wcs[:]) == 1 {
+				got = true
+				break
+			}
+		}
+	}
+	if !got || wcs[0].Status != hca.WCSuccess || string(a1.e.buf[40:54]) != "still a member" {
+		t.Fatalf("the port's other member received %v (%v) %q", got, wcs[0].Status, a1.e.buf[40:54])
+	}
+	if err := a1.id.LeaveMulticast(group); err != nil {
+		t.Fatalf("last leave of the port: %v", err)
+	}
+	// The SA has lost b's membership (an SM restart, say): the SA answers b's leave with
+	// an error, which rdma_leave_multicast does not return (Linux's ucma_leave_multicast).
+	if err := hosts[1].LeaveMulticast(context.Background(), b.id.Device(), b.ud.AHAttr.GRH.DGID); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.id.LeaveMulticast(group); err != nil {
+		t.Fatalf("leave of a membership the SA lost: %v", err)
+	}
+}

@@ -79,7 +79,8 @@ func (id *ID) JoinMulticast(addr netip.Addr) error {
 	return nil
 }
 
-// LeaveMulticast is rdma_leave_multicast: the QP is detached and the port leaves.
+// LeaveMulticast is rdma_leave_multicast: the QP is detached and the port leaves (when
+// no other ID of the port is a member).
 func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	id.mu.Lock()
 	g, ok := id.groups[addr]
@@ -94,5 +95,8 @@ func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return id.host.LeaveMulticast(ctx, dev, g.MGID)
+	// Linux's rdma_leave_multicast returns nothing: the SA's answer to the leave does
+	// not reach the caller (ucma_leave_multicast fails only for an unknown group).
+	_ = id.host.LeaveMulticast(ctx, dev, g.MGID)
+	return nil
 }
