@@ -87,10 +87,13 @@ const (
 
 // Rereg modifies a registered region (ibv_rereg_mr; the IBA's Reregister Memory Region
 // verb, chapter 11): its translation (buf), PD or access, as flags say; the others stay. It returns
-// the region's new handle with new keys (ibv_rereg_mr(3): the keys may change; pibgw
-// keeps the key index and moves its 8-bit generation, so a peer's stale R_Key fails);
-// mr is deregistered. A region with memory windows bound to it cannot be reregistered
-// (EBUSY, IBA 10.6.7), nor can one whose arguments are invalid (EINVAL; mr stays).
+// the region's new handle, which keeps the L_Key and R_Key (ibv_rereg_mr(3) allows new
+// keys, but the providers keep them: rxe_rereg_user_mr changes the PD and access in place
+// and returns no new MR, so uverbs answers with the old keys; mlx5_ib_rereg_user_mr
+// keeps the mkey when it can update it, a new translation included); mr is no longer
+// registered. A region with memory windows bound to it cannot be reregistered (EBUSY,
+// IBA 10.6.7), nor can one whose arguments are invalid (EINVAL; mr stays). rxe refuses
+// CHANGE_TRANSLATION (EOPNOTSUPP); pibgw takes it as mlx5 does, with the keys kept.
 func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*MR, error) {
 	const op = "rereg_mr"
 	if flags == 0 || flags&^(ReregChangeTranslation|ReregChangePD|ReregChangeAccess) != 0 {
@@ -129,11 +132,7 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*
 	if n := mr.mwRefs.Load(); n > 0 {
 		return nil, errorf(op, EBUSY, "MR %#x has %d memory windows bound", mr.key, n)
 	}
-	d.keyGen++
-	if uint8(d.keyGen) == uint8(mr.key) {
-		d.keyGen++
-	}
-	nmr.key = idx<<8 | uint32(d.keyGen)
+	nmr.key = mr.key
 	d.mrs.store(idx, nmr)
 	d.unregister(mr)
 	d.register(nmr)
@@ -189,9 +188,10 @@ func (mr *MR) Dereg() error {
 	if d.mrs.load(idx) != mr {
 		return errorf("dereg_mr", EINVAL, "MR %#x is not registered", mr.key)
 	}
-	// IBA 10.6.7: a region with windows bound to it cannot be deregistered.
+	// IBA 10.6.7.2.6: a region with windows bound to it cannot be deregistered; rxe_dereg_mr
+	// says EINVAL (mlx5, which does not track windows, deregisters it).
 	if n := mr.mwRefs.Load(); n > 0 {
-		return errorf("dereg_mr", EBUSY, "MR %#x has %d memory windows bound", mr.key, n)
+		return errorf("dereg_mr", EINVAL, "MR %#x has %d memory windows bound", mr.key, n)
 	}
 	d.mrs.store(idx, nil)
 	d.freeMR = append(d.freeMR, idx)

@@ -546,15 +546,20 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
 	return NULL;
 }
 
-// ibv_rereg_mr: 0, or IBV_REREG_MR_ERR_INPUT (bad arguments; the region is unchanged) or
-// IBV_REREG_MR_ERR_CMD (refused, e.g. EBUSY with windows bound) with errno set. The keys
-// change (pibgw moves their generation byte), as ibv_rereg_mr(3) allows.
+// ibv_rereg_mr: 0, or IBV_REREG_MR_ERR_INPUT (what libibverbs' ibv_rereg_mr refuses
+// itself: unknown flags, an empty new translation, access without CHANGE_ACCESS) or
+// IBV_REREG_MR_ERR_CMD (what the kernel refuses: no flags, bad access, EBUSY with windows
+// bound, …) with errno set. The keys stay, as with rxe and mlx5 (../../hca/mr.go).
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
-	if (!flags || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) ||
-	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length))) {
+	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
 		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) {
+		errno = EINVAL; // libibverbs would follow the NULL PD; the kernel knows no handle
+		return IBV_REREG_MR_ERR_CMD;
 	}
 	uint32_t lkey = 0, rkey = 0;
 	int input = 0;
@@ -563,7 +568,7 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 				access, &lkey, &rkey, &input);
 	if (rc) {
 		errno = rc;
-		return input ? IBV_REREG_MR_ERR_INPUT : IBV_REREG_MR_ERR_CMD;
+		return IBV_REREG_MR_ERR_CMD;
 	}
 	if (flags & IBV_REREG_MR_CHANGE_PD)
 		mr->pd = pd;
