@@ -479,6 +479,23 @@ EXPORT int umad_get_cas_names(char names[][UMAD_CA_NAME_LEN], int max)
 	return n;
 }
 
+/* sysfs_ca_type reads the CA's hca_type as rdma-core's get_ca does (SYS_CA_TYPE, the
+ * driver's attribute): pibgw exec's sysfs view has it; empty without one. */
+static void sysfs_ca_type(const char *name, char *buf, size_t len)
+{
+	char path[256];
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/hca_type", name);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return;
+	if (fgets(buf, (int)len, f))
+		buf[strcspn(buf, "\n")] = 0;
+	else
+		buf[0] = 0;
+	fclose(f);
+}
+
 EXPORT int umad_get_ca(const char *ca_name, umad_ca_t *ca)
 {
 	const char *name = resolve_ca(ca_name);
@@ -510,7 +527,7 @@ EXPORT int umad_get_ca(const char *ca_name, umad_ca_t *ca)
 	memcpy(&fw, ven + 16, 8);
 	snprintf(ca->fw_ver, sizeof(ca->fw_ver), "%llu.0.0", (unsigned long long)fw);
 	snprintf(ca->hw_ver, sizeof(ca->hw_ver), "%x", get32(ven + 8));
-	ca->ca_type[0] = 0;
+	sysfs_ca_type(name, ca->ca_type, sizeof(ca->ca_type));
 	for (int p = 1; p <= ca->numports; p++) {
 		umad_port_t *up = calloc(1, sizeof(*up));
 		if (!up) {

@@ -132,6 +132,9 @@ func printDevice(w io.Writer, d control.Device, onlyPort int, verbose bool) {
 	p("\tvendor_id:\t\t\t0x%04x\n", a.VendorID)
 	p("\tvendor_part_id:\t\t\t%d\n", a.VendorPartID)
 	p("\thw_ver:\t\t\t\t0x%X\n", a.HWVer)
+	if d.BoardID != "" { // devinfo.c reads it from sysfs: pibgw exec's view has it
+		p("\tboard_id:\t\t\t%s\n", d.BoardID)
+	}
 	p("\tphys_port_cnt:\t\t\t%d\n", a.PhysPortCnt)
 	if verbose {
 		p("\tmax_mr_size:\t\t\t0x%x\n", a.MaxMRSize)

@@ -54,6 +54,7 @@ const wantPib0 = "hca_id:\tpib_0\n" +
 	"\tvendor_id:\t\t\t0x0001\n" +
 	"\tvendor_part_id:\t\t\t1\n" +
 	"\thw_ver:\t\t\t\t0x0\n" +
+	"\tboard_id:\t\t\tPIB_0000000001\n" +
 	"\tphys_port_cnt:\t\t\t1\n" +
 	"\t\tport:\t1\n" +
 	"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n" +

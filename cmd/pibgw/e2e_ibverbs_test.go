@@ -7,6 +7,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,8 @@ func TestE2EIbverbs(t *testing.T) {
 		cmd.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir)
 		cmd.Dir = "/"
 		if asNobody {
+			// The control socket is root's: no sysfs view (and no line saying so).
+			cmd.Args = slices.Insert(cmd.Args, 2, "--no-sysfs")
 			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
 		}
 		return cmd

@@ -40,11 +40,20 @@ func execCommand(e *env) *cli.Command {
 			"preloads ibsim-utils' libumad2sim instead ($PIBGW_UMAD2SIM names another; SIM_HOST\n" +
 			"--node's: an HCA, HCA/port, node description or port GUID), which cuts SA tables to one\n" +
 			"MAD and writes ./sys-PID into the working directory, which must be writable. The verbs\n" +
-			"libraries and the attach socket are set too when found (perftest links both).",
+			"libraries and the attach socket are set too when found (perftest links both).\n" +
+			"\n" +
+			"CMD sees the daemon's HCAs in /sys/class/infiniband, infiniband_verbs and infiniband_mad, in\n" +
+			"the kernel's formats (ibstat, ibstatus, ibv_devinfo's board_id, the IPoIB interface of a port\n" +
+			"in /sys/class/infiniband/pib_0/device/net/): a tmpfs mounted over /sys/class in a mount\n" +
+			"namespace of CMD's own (the rest of /sys/class bound back), kept current from the control\n" +
+			"socket every 250 ms while CMD runs. Not root, pibgw exec makes a user namespace for it (CMD\n" +
+			"keeps its user); where it cannot, or the control socket does not answer, it says so in one\n" +
+			"line and runs CMD with the host's /sys. --no-sysfs runs CMD without the view.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "attach", Usage: "the daemon's attach socket `PATH`", EnvVars: []string{"PIBGW_ATTACH"}},
 			&cli.BoolFlag{Name: "umad", Usage: "run a libibumad program through the daemon's ibsim server (pibgw's libibumad.so.3)"},
 			&cli.BoolFlag{Name: "umad2sim", Usage: "with --umad: preload ibsim-utils' libumad2sim instead of pibgw's libibumad.so.3"},
+			&cli.BoolFlag{Name: "no-sysfs", Usage: "run CMD with the host's /sys, without the view of the daemon's HCAs in /sys/class/infiniband*"},
 			&cli.StringFlag{Name: "node", Usage: "with --umad: the `NODE` to attach to (pib_1; libumad2sim also takes pib_1/2, a node description, a port GUID)"},
 			controlFlag(),
 		},
@@ -88,6 +97,11 @@ func execCommand(e *env) *cli.Command {
 				return fmt.Errorf("exec: %w", err)
 			}
 			e.log.Debug("exec", "cmd", path, "libdir", dir, "attach", sock)
+			if !c.Bool("no-sysfs") {
+				if status, ran := execWithSysfs(c.Context, e.stderr, c.String("control"), path, args, env); ran {
+					os.Exit(status)
+				}
+			}
 			return syscall.Exec(path, args, env)
 		},
 	}

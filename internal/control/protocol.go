@@ -238,6 +238,11 @@ type Device struct {
 	NodeDesc string         `json:"node_desc"`
 	Attr     hca.DeviceAttr `json:"attr"`
 	Ports    []Port         `json:"ports"`
+	// HCAType and BoardID are the driver's sysfs attributes hca_type and board_id (an
+	// mlx5 HCA's "MT4115" and "MT_2180110032"): what ibstat prints as "CA type" and
+	// ibv_devinfo as board_id.
+	HCAType string `json:"hca_type,omitempty"`
+	BoardID string `json:"board_id,omitempty"`
 }
 
 // Port is one port of a Device.
@@ -246,21 +251,35 @@ type Port struct {
 	Attr hca.PortAttr `json:"attr"`
 	// GIDs is the GID table (GIDTblLen entries; unused ones zero).
 	GIDs []wire.GID `json:"gids"`
+	// PKeys is the P_Key table (PKeyTblLen entries; unused ones zero).
+	PKeys []uint16 `json:"pkeys,omitempty"`
 }
 
 // SnapshotDevice captures d's attributes now.
 func SnapshotDevice(d *hca.Device) Device {
 	out := Device{Name: d.Name(), NodeDesc: d.NodeDesc(), Attr: d.Query()}
+	out.HCAType, out.BoardID = HCAType(out.Attr), BoardID(out.Attr)
 	for _, p := range d.Ports() {
 		pa := p.Query()
 		gids := make([]wire.GID, pa.GIDTblLen)
 		for i := range gids {
 			gids[i], _ = p.GID(i)
 		}
-		out.Ports = append(out.Ports, Port{Num: int(p.Num()), Attr: pa, GIDs: gids})
+		pkeys := make([]uint16, pa.PKeyTblLen)
+		for i := range pkeys {
+			pkeys[i], _ = p.PKey(i)
+		}
+		out.Ports = append(out.Ports, Port{Num: int(p.Num()), Attr: pa, GIDs: gids, PKeys: pkeys})
 	}
 	return out
 }
+
+// HCAType is a pibgw HCA's hca_type: "PIB" and its vendor part ID, as mlx4 and mlx5
+// name theirs "MT" and the PCI device ID (mlx5_ib's hca_type_show).
+func HCAType(a hca.DeviceAttr) string { return fmt.Sprintf("PIB%d", a.VendorPartID) }
+
+// BoardID is a pibgw HCA's board_id (mlx5's is the PSID, "MT_2180110032").
+func BoardID(a hca.DeviceAttr) string { return fmt.Sprintf("PIB_%010d", a.VendorPartID) }
 
 // HWAddrString prints a hardware address as ip link does: bytes in hex, colon-separated.
 func HWAddrString(b []byte) string {
