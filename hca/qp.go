@@ -266,9 +266,24 @@ func (qp *QP) Attr() QPAttr {
 	return a
 }
 
-// Query returns the attributes (ibv_query_qp) and the creation attributes.
+// Query returns the attributes (ibv_query_qp) and the creation attributes. As the kernel
+// answers them: cur_qp_state is the state the QP is in (rxe_qp_to_attr; ib_uverbs_query_qp
+// copies it), and sq_psn/rq_psn are where the queues are (rxe: req.psn and resp.psn;
+// mlx5: next_send_psn and next_rcv_psn), not the values last set.
 func (qp *QP) Query() (QPAttr, QPInitAttr) {
-	return qp.Attr(), QPInitAttr{SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq, Cap: qp.cap, QPType: qp.typ, SQSigAll: qp.sigAll}
+	a := qp.Attr()
+	a.CurQPState = a.QPState
+	if r, ok := qp.tr.(PSNReporter); ok {
+		r.CurrentPSNs(qp, &a.SQPSN, &a.RQPSN)
+	}
+	return a, QPInitAttr{SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq, Cap: qp.cap, QPType: qp.typ, SQSigAll: qp.sigAll}
+}
+
+// PSNReporter is implemented by a Transport that keeps PSNs: CurrentPSNs replaces *sq
+// with the PSN the send queue sends next and *rq with the one the receive queue expects,
+// each once the transport has one (RTS, RTR), for Query.
+type PSNReporter interface {
+	CurrentPSNs(qp *QP, sq, rq *uint32)
 }
 
 // receiving reports whether the receive side accepts packets: RTR and later, but not in
@@ -392,10 +407,9 @@ func (qp *QP) checkValues(a *QPAttr, mask QPAttrMask) error {
 			return err
 		}
 	}
-
-	if mask&QPAttrAccessFlags != 0 && a.QPAccessFlags&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic) != 0 {
-		return errorf(op, EINVAL, "qp_access_flags %#x has unknown bits", uint32(a.QPAccessFlags))
-	}
+	// qp_access_flags may carry any bits: uverbs (modify_qp) copies them unchecked, rxe
+	// keeps them as given (rxe_qp_from_attr; ibv_query_qp returns them) and uses only the
+	// remote ones, as mlx5 does; programs pass MR flags such as IBV_ACCESS_ON_DEMAND.
 	return nil
 }
 

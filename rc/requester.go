@@ -757,8 +757,15 @@ func (r *requester) complete(c *conn) {
 		}
 		if w.status != hca.WCSuccess || qp.Signaled(&w.wr) {
 			wc := hca.WC{WRID: w.wr.WRID, Status: w.status, Opcode: hca.WCOpcodeOf(w.wr.Opcode)}
-			if w.status == hca.WCSuccess && w.wr.Opcode == hca.WRRDMARead {
+			if w.status == hca.WCSuccess {
+				// rxe's make_send_cqe: a successful send completion carries the WR's
+				// length for every opcode (SEND, WRITE, READ, the atomics' 8 bytes; 0
+				// for BIND_MW, LOCAL_INV), and WITH_IMM for the opcodes with immediate
+				// data (mlx5's handle_good_req sets the same).
 				wc.ByteLen = uint32(w.length)
+				if w.wr.Opcode == hca.WRSendWithImm || w.wr.Opcode == hca.WRRDMAWriteWithImm {
+					wc.WCFlags = hca.WCWithImm
+				}
 			}
 			qp.CompleteSend(&wc)
 		}

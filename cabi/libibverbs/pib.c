@@ -1231,7 +1231,8 @@ EXPORT int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, stru
 	init->recv_cq = qp->recv_cq;
 	init->srq = qp->srq;
 	init->qp_type = qp->qp_type;
-	qp->state = a->qp_state;
+	if (mask & IBV_QP_STATE) // libibverbs' ibv_query_qp
+		qp->state = a->qp_state;
 	return 0;
 }
 

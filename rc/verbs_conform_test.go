@@ -1,0 +1,79 @@
+package rc_test
+
+import (
+	"testing"
+
+	"github.com/pibgw/pibgw/hca"
+)
+
+// TestSendCompletionByteLen checks the requester's completions as rxe makes them
+// (make_send_cqe): byte_len is the WR's length for every opcode, the atomics' 8 bytes
+// included, and SEND/WRITE with immediate data carry IBV_WC_WITH_IMM.
+func TestSendCompletionByteLen(t *testing.T) {
+	_, a, b := connect(t, connOpts{})
+	b.postRecv(t, 1, 0, 256)
+	va, rkey := b.mr.Addr()+1024, b.mr.RKey()
+	for _, c := range []struct {
+		op    hca.WROpcode
+		n     int
+		flags hca.WCFlags
+	}{
+		{hca.WRSend, 30, 0},
+		{hca.WRRDMAWrite, 100, 0},
+		{hca.WRRDMAWriteWithImm, 0, hca.WCWithImm},
+		{hca.WRRDMARead, 50, 0},
+		{hca.WRAtomicCmpAndSwp, 8, 0},
+		{hca.WRAtomicFetchAndAdd, 8, 0},
+	} {
+		if c.op == hca.WRRDMAWriteWithImm {
+			b.postRecv(t, 2, 0, 0)
+		}
+		wc := rdma(t, a, c.op, 0, c.n, va, rkey)
+		if wc.Status != hca.WCSuccess || wc.ByteLen != uint32(c.n) || wc.WCFlags != c.flags {
+			t.Errorf("%s of %d bytes: %s byte_len %d flags %#x, want byte_len %d flags %#x", c.op, c.n, wc.Status, wc.ByteLen, wc.WCFlags, c.n, c.flags)
+		}
+	}
+}
+
+// TestQPAccessFlagsAnyBits: modify_qp takes any qp_access_flags bits (uverbs copies them,
+// rxe_qp_from_attr keeps them, mlx5 uses the remote ones): MR-only flags such as
+// IBV_ACCESS_ON_DEMAND (1<<6) and MW_BIND are kept, returned by a query, and the remote
+// ones still rule READ, WRITE and atomics.
+func TestQPAccessFlagsAnyBits(t *testing.T) {
+	const onDemand = hca.AccessFlags(1 << 6)
+	acc := hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic | hca.AccessMWBind | onDemand
+	_, a, b := connect(t, connOpts{qpAccess: acc})
+	if q, _ := b.qp.Query(); q.QPAccessFlags != acc {
+		t.Fatalf("qp_access_flags %#x, want %#x", uint32(q.QPAccessFlags), uint32(acc))
+	}
+	va, rkey := b.mr.Addr(), b.mr.RKey()
+	for _, op := range []hca.WROpcode{hca.WRRDMAWrite, hca.WRRDMARead, hca.WRAtomicCmpAndSwp, hca.WRAtomicFetchAndAdd} {
+		if wc := rdma(t, a, op, 0, 8, va, rkey); wc.Status != hca.WCSuccess {
+			t.Errorf("%s: %s", op, wc.Status)
+		}
+	}
+}
+
+// TestQueryQPCurrent: ibv_query_qp answers cur_qp_state (the QP's state) and the PSNs the
+// queues are at, as rxe_qp_to_attr does: after a 3-packet WRITE, sq_psn at the sender and
+// rq_psn at the receiver have moved on by 3.
+func TestQueryQPCurrent(t *testing.T) {
+	f, a, b := connect(t, connOpts{mtu: hca.MTU256})
+	qa, _ := a.qp.Query()
+	qb, _ := b.qp.Query()
+	if qa.CurQPState != hca.QPStateRTS || qb.CurQPState != hca.QPStateRTS {
+		t.Fatalf("cur_qp_state %s %s, want RTS", qa.CurQPState, qb.CurQPState)
+	}
+	if qa.SQPSN != qb.RQPSN {
+		t.Fatalf("sq_psn %#x, peer's rq_psn %#x", qa.SQPSN, qb.RQPSN)
+	}
+	if wc := rdma(t, a, hca.WRRDMAWrite, 0, 700, b.mr.Addr(), b.mr.RKey()); wc.Status != hca.WCSuccess {
+		t.Fatal(wc.Status)
+	}
+	f.Sync()
+	na, _ := a.qp.Query()
+	nb, _ := b.qp.Query()
+	if na.SQPSN != (qa.SQPSN+3)&0xFFFFFF || nb.RQPSN != (qb.RQPSN+3)&0xFFFFFF {
+		t.Fatalf("after 3 packets: sq_psn %#x (was %#x), peer's rq_psn %#x (was %#x)", na.SQPSN, qa.SQPSN, nb.RQPSN, qb.RQPSN)
+	}
+}
