@@ -1161,13 +1161,25 @@ EXPORT struct ibv_qp *pib_cm_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 
 static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
-			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
-			     IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
-			     IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS |
+			       IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	// The send ops per transport, as rxe's check_qp_init_attr takes them (XRC send QPs,
+	// which rxe lacks, as RC; mlx5 does the same).
+	const uint64_t rc_ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+				IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+				IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD |
+				IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_BIND_MW;
+	const uint64_t uc_ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+				IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV;
+	const uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 	if (a->comp_mask & ~known) {
-		errno = EOPNOTSUPP; // RSS, TSO, create flags, source QPN: not on this HCA
+		errno = EOPNOTSUPP; // RSS, TSO, source QPN, …: not on this HCA
+		return NULL;
+	}
+	// No create flag is supported (rxe: RXE_QP_CREATE_FLAGS_SUP is 0, EOPNOTSUPP for any);
+	// CREATE_FLAGS in comp_mask with none set is a plain create.
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) {
+		errno = EOPNOTSUPP;
 		return NULL;
 	}
 	// XRC receive QPs belong to an XRC domain, every other QP to a PD.
@@ -1182,9 +1194,26 @@ static struct ibv_qp *create_qp_ex_op(struct ibv_context *c, struct ibv_qp_init_
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops)) {
-		errno = EOPNOTSUPP;
-		return NULL;
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		uint64_t ops = 0;
+		switch (a->qp_type) {
+		case IBV_QPT_RC:
+		case IBV_QPT_XRC_SEND:
+			ops = rc_ops;
+			break;
+		case IBV_QPT_UC:
+			ops = uc_ops;
+			break;
+		case IBV_QPT_UD:
+			ops = ud_ops;
+			break;
+		default:
+			break; // rxe: no send ops on other types
+		}
+		if (a->send_ops_flags & ~ops) {
+			errno = EOPNOTSUPP;
+			return NULL;
+		}
 	}
 	struct ibv_qp_init_attr ia = {
 		.qp_context = a->qp_context,
