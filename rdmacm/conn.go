@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"sync"
 	"syscall"
 
@@ -13,7 +14,7 @@ import (
 )
 
 // ports hands out port numbers per host and port space, as the kernel's bind does.
-var ports = &portTable{m: map[portKey]*ID{}}
+var ports = &portTable{m: map[portKey][]portOwner{}}
 
 type portKey struct {
 	host Host
@@ -21,39 +22,64 @@ type portKey struct {
 	port uint16
 }
 
-type portTable struct {
-	mu sync.Mutex
-	m  map[portKey]*ID
+type portOwner struct {
+	id   *ID
+	addr netip.Addr
 }
 
-// take reserves port (0: an ephemeral one, 32768–60999 as Linux's ip_local_port_range).
-func (t *portTable) take(h Host, ps PortSpace, port uint16, id *ID) (uint16, error) {
+// portTable is the kernel's bind lists (cma_ps_find): a port space's port, with the IDs
+// bound to it and their addresses.
+type portTable struct {
+	mu sync.Mutex
+	m  map[portKey][]portOwner
+}
+
+// take reserves port on address a (port 0: an ephemeral one, 32768–60999 as Linux's
+// ip_local_port_range, one no ID has). A port in use is shared by distinct specific
+// addresses; the same address again is EADDRINUSE and the any address beside another
+// EADDRNOTAVAIL (the kernel's cma_check_port; REUSEADDR is not kept).
+func (t *portTable) take(h Host, ps PortSpace, a netip.Addr, port uint16, id *ID) (uint16, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	a = a.Unmap()
 	if port != 0 {
 		k := portKey{h, ps, port}
-		if t.m[k] != nil {
-			return 0, syscall.EADDRINUSE
+		for _, o := range t.m[k] {
+			if a.IsUnspecified() || o.addr.IsUnspecified() {
+				return 0, syscall.EADDRNOTAVAIL
+			}
+			if o.addr == a {
+				return 0, syscall.EADDRINUSE
+			}
 		}
-		t.m[k] = id
+		t.m[k] = append(t.m[k], portOwner{id, a})
 		return port, nil
 	}
 	for range 1 << 16 {
 		p := uint16(32768 + rand.IntN(60999-32768+1))
 		k := portKey{h, ps, p}
-		if t.m[k] == nil {
-			t.m[k] = id
+		if len(t.m[k]) == 0 {
+			t.m[k] = []portOwner{{id, a}}
 			return p, nil
 		}
 	}
-	return 0, syscall.EADDRINUSE
+	return 0, syscall.EADDRNOTAVAIL // cma_alloc_any_port
 }
 
 func (t *portTable) release(h Host, ps PortSpace, port uint16, id *ID) {
 	t.mu.Lock()
 	k := portKey{h, ps, port}
-	if t.m[k] == id {
+	l := t.m[k]
+	for i, o := range l {
+		if o.id == id {
+			l = append(l[:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
 		delete(t.m, k)
+	} else {
+		t.m[k] = l
 	}
 	t.mu.Unlock()
 }
@@ -147,7 +173,8 @@ func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 		ok := id.endConnection()
 		id.mu.Unlock()
 		if ok {
-			id.emit(&Event{Type: EventDisconnected, Param: ConnParam{Private: ev.Private}})
+			// No private data: Linux's cma_ib_handler reports none with DISCONNECTED.
+			id.emit(&Event{Type: EventDisconnected})
 		}
 	case ibcm.EventDRepReceived, ibcm.EventDReqError:
 		id.mu.Lock()
@@ -188,7 +215,9 @@ func (id *ID) repReceived(c *ibcm.ID, ev *ibcm.Event) {
 	}
 	rep := ev.Rep
 	qp := id.qp
-	param := ConnParam{Private: ev.Private, ResponderResources: rep.ResponderRes, InitiatorDepth: rep.InitiatorDepth,
+	// As this side sees them, swapped (Linux's cm_format_rep_event): its responder
+	// resources are the peer's initiator depth.
+	param := ConnParam{Private: ev.Private, ResponderResources: rep.InitiatorDepth, InitiatorDepth: rep.ResponderRes,
 		FlowControl: rep.FlowControl, RNRRetryCount: rep.RNRRetryCount, SRQ: rep.SRQ, QPNum: rep.QPN}
 	if qp == nil {
 		// The peer's side of the connection, for InitQPAttr (rdma_init_qp_attr).
@@ -312,7 +341,9 @@ func (id *ID) onListenCM(c *ibcm.ID, ev *ibcm.Event) {
 		req := *ev.Req
 		n.req = &req
 		n.route, n.routeOK = req.Path, true
-		e.Param = ConnParam{Private: priv, ResponderResources: req.ResponderRes, InitiatorDepth: req.InitiatorDepth,
+		// Responder resources and initiator depth as this side sees them, swapped
+		// (Linux's cm_format_req_event).
+		e.Param = ConnParam{Private: priv, ResponderResources: req.InitiatorDepth, InitiatorDepth: req.ResponderRes,
 			FlowControl: req.FlowControl, RetryCount: req.RetryCount, RNRRetryCount: req.RNRRetryCount,
 			SRQ: req.SRQ, QPNum: req.QPN}
 	} else {

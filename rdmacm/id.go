@@ -154,6 +154,14 @@ func (id *ID) PeerAddr() netip.AddrPort {
 	return id.dst
 }
 
+// DGID is the GID the destination address resolved to (the kernel's rdma_addr_get_dgid,
+// ucma_query_gid's dst_addr), zero before rdma_resolve_addr's ADDR_RESOLVED.
+func (id *ID) DGID() wire.GID {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return id.dgid
+}
+
 // Route is the path the ID resolved (rdma_cm_id.route).
 func (id *ID) Route() (sa.Path, bool) {
 	id.mu.Lock()
@@ -217,7 +225,7 @@ func (id *ID) bindLocked(a netip.AddrPort) error {
 		}
 		id.dev = dev
 	}
-	port, err := ports.take(id.host, id.ps, a.Port(), id)
+	port, err := ports.take(id.host, id.ps, a.Addr(), a.Port(), id)
 	if err != nil {
 		return fmt.Errorf("rdmacm: bind %v: %w", a, err)
 	}
@@ -346,8 +354,10 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 		if err != nil {
 			id.state = stIdle
 			id.mu.Unlock()
+			// Linux retries an unresolved neighbour until the timeout and reports
+			// ETIMEDOUT (addr.c); a failure the host reported as the time ran out is that.
 			st := errno(syscall.EHOSTUNREACH)
-			if errors.Is(err, context.DeadlineExceeded) {
+			if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
 				st = errno(syscall.ETIMEDOUT)
 			}
 			id.emit(&Event{Type: EventAddrError, Status: st})

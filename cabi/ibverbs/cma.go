@@ -396,6 +396,12 @@ func pibcm_info(h C.uint64_t, info *C.struct_pib_cm_info) {
 		}
 		info.port = C.uint8_t(d.Port.Num())
 		info.pkey = C.uint16_t(d.PKey)
+		// ucma_query_gid: the source GID is the port's (its IPoIB hardware address),
+		// the destination's what rdma_resolve_addr found (zero before).
+		if g, ok := d.Port.GID(0); ok {
+			*(*[16]byte)(unsafe.Pointer(&info.sgid)) = g
+		}
+		*(*[16]byte)(unsafe.Pointer(&info.dgid)) = o.id.DGID()
 	}
 	addrToC(o.id.LocalAddr(), &info.src)
 	addrToC(o.id.PeerAddr(), &info.dst)

@@ -13,9 +13,9 @@
 struct pib_cm_info {
 	int dev;       // index of the device (ibv_get_device_list order), -1 if unbound
 	uint8_t port;  // port number
-	int route_ok;  // path below is valid
+	int route_ok;  // the path (dgid … packet_life) is valid
 	struct sockaddr_storage src, dst;
-	uint8_t dgid[16], sgid[16];
+	uint8_t dgid[16], sgid[16]; // the path's, else the address's (ucma_query_gid)
 	uint16_t dlid, slid, pkey; // host order
 	uint8_t sl, mtu, rate, packet_life;
 };

@@ -49,6 +49,7 @@ struct cm_id {
 	struct ibv_sa_path_rec path;
 	struct ibv_qp_init_attr *qp_init; // rdma_create_ep on a passive ID: for rdma_get_request
 	struct cm_event *req;             // rdma_get_request's CONNECT_REQUEST (id->event)
+	int dev;                          // the device it holds (get_device), -1 if none
 };
 
 #define CHAN(c) ((struct cm_chan *)(c))
@@ -56,33 +57,73 @@ struct cm_id {
 
 // ---- devices --------------------------------------------------------------------------
 
+// As librdmacm's cma_dev list: a device's context, opened once and kept; its PD, made
+// when an ID first takes the device (ucma_get_device) and shared by every ID on it
+// (rdma_cm_id.pd), deallocated when the last of them is destroyed (ucma_put_device).
 #define MAX_DEVS 64
 static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ibv_context *dev_ctx[MAX_DEVS];
 static struct ibv_pd *dev_pd[MAX_DEVS];
+static int dev_refs[MAX_DEVS];
 static struct ibv_context *dev_list_ctx[MAX_DEVS + 1];
 
-static struct ibv_context *device(int i, struct ibv_pd **pd)
+// open_device is device i's context; dev_mu held.
+static struct ibv_context *open_device(int i)
 {
 	if (i < 0 || i >= MAX_DEVS)
 		return NULL;
-	pthread_mutex_lock(&dev_mu);
 	if (!dev_ctx[i]) {
 		int n = 0;
 		struct ibv_device **l = ibv_get_device_list(&n);
-		if (l && i < n) {
+		if (l && i < n)
 			dev_ctx[i] = ibv_open_device(l[i]);
-			if (dev_ctx[i])
-				dev_pd[i] = ibv_alloc_pd(dev_ctx[i]);
-		}
 		if (l)
 			ibv_free_device_list(l);
 	}
-	if (pd)
-		*pd = dev_pd[i];
-	struct ibv_context *c = dev_ctx[i];
+	return dev_ctx[i];
+}
+
+static struct ibv_context *device(int i)
+{
+	pthread_mutex_lock(&dev_mu);
+	struct ibv_context *c = open_device(i);
 	pthread_mutex_unlock(&dev_mu);
 	return c;
+}
+
+// get_device is ucma_get_device: a reference to device i, its context and its PD
+// (allocated by the first reference); 0, or -1 with errno.
+static int get_device(int i, struct ibv_context **ctx, struct ibv_pd **pd)
+{
+	int err = 0;
+	pthread_mutex_lock(&dev_mu);
+	struct ibv_context *c = open_device(i);
+	if (!c)
+		err = ENODEV;
+	else if (!dev_pd[i] && !(dev_pd[i] = ibv_alloc_pd(c)))
+		err = errno ? errno : ENOMEM;
+	if (!err) {
+		dev_refs[i]++;
+		*ctx = c;
+		*pd = dev_pd[i];
+	}
+	pthread_mutex_unlock(&dev_mu);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+// put_device is ucma_put_device: the last reference deallocates the device's PD.
+static void put_device(int i)
+{
+	pthread_mutex_lock(&dev_mu);
+	if (dev_refs[i] > 0 && !--dev_refs[i]) {
+		ibv_dealloc_pd(dev_pd[i]);
+		dev_pd[i] = NULL;
+	}
+	pthread_mutex_unlock(&dev_mu);
 }
 
 EXPORT struct ibv_context **rdma_get_devices(int *num)
@@ -95,7 +136,7 @@ EXPORT struct ibv_context **rdma_get_devices(int *num)
 		n = MAX_DEVS;
 	int k = 0;
 	for (int i = 0; i < n; i++) {
-		struct ibv_context *c = device(i, NULL);
+		struct ibv_context *c = device(i);
 		if (c)
 			dev_list_ctx[k++] = c;
 	}
@@ -107,28 +148,41 @@ EXPORT struct ibv_context **rdma_get_devices(int *num)
 
 EXPORT void rdma_free_devices(struct ibv_context **list) { (void)list; }
 
-// refresh copies what the Go ID shows into the rdma_cm_id.
-static void refresh(struct cm_id *p)
+// What refresh copies, as librdmacm's queries: ADDR (ucma_query_addr: the addresses, and
+// the device, its PD, port and P_Key when the ID first has one), GID (ucma_query_gid:
+// the source and destination GIDs), PATH (ucma_query_path: route.path_rec). librdmacm
+// asks for them after rdma_bind_addr (ADDR|GID), rdma_listen (ADDR), at ADDR_RESOLVED
+// (ADDR|GID), ROUTE_RESOLVED (PATH) and for a connection request's new ID (all three).
+enum { Q_ADDR = 1, Q_GID = 2, Q_PATH = 4, Q_ALL = 7 };
+
+// refresh copies what the Go ID shows into the rdma_cm_id; 0, or -1 with errno if the
+// ID's device cannot be had (ucma_get_device's ENODEV).
+static int refresh(struct cm_id *p, int what)
 {
 	struct pib_cm_info info;
 	struct rdma_cm_id *id = &p->id;
-	pibcm_info(p->h, &info);
-	if (info.dev >= 0) {
-		struct ibv_pd *pd = NULL;
-		id->verbs = device(info.dev, &pd);
-		id->port_num = info.port;
-	}
-	memcpy(&id->route.addr.src_storage, &info.src, sizeof(info.src));
-	memcpy(&id->route.addr.dst_storage, &info.dst, sizeof(info.dst));
 	struct rdma_ib_addr *ib = &id->route.addr.addr.ibaddr;
-	ib->pkey = htobe16(info.pkey);
-	if (info.route_ok) {
+	pibcm_info(p->h, &info);
+	if (what & Q_ADDR) {
+		memcpy(&id->route.addr.src_storage, &info.src, sizeof(info.src));
+		memcpy(&id->route.addr.dst_storage, &info.dst, sizeof(info.dst));
+		if (info.dev >= 0 && p->dev < 0) {
+			if (get_device(info.dev, &id->verbs, &id->pd))
+				return -1;
+			p->dev = info.dev;
+			id->port_num = info.port;
+			ib->pkey = htobe16(info.pkey);
+		}
+	}
+	if (what & Q_GID) {
+		memcpy(&ib->sgid, info.sgid, 16);
+		memcpy(&ib->dgid, info.dgid, 16);
+	}
+	if ((what & Q_PATH) && info.route_ok) {
 		struct ibv_sa_path_rec *r = &p->path;
 		memset(r, 0, sizeof(*r));
 		memcpy(&r->dgid, info.dgid, 16);
 		memcpy(&r->sgid, info.sgid, 16);
-		memcpy(&ib->sgid, info.sgid, 16);
-		memcpy(&ib->dgid, info.dgid, 16);
 		r->dlid = htobe16(info.dlid);
 		r->slid = htobe16(info.slid);
 		r->pkey = htobe16(info.pkey);
@@ -144,6 +198,7 @@ static void refresh(struct cm_id *p)
 		id->route.path_rec = r;
 		id->route.num_paths = 1;
 	}
+	return 0;
 }
 
 // ---- event channels -------------------------------------------------------------------
@@ -215,8 +270,6 @@ static int take(struct cm_chan *c, struct cm_event **out)
 	}
 	ce->evh = e.evh;
 	struct rdma_cm_event *ev = &ce->ev;
-	ev->event = e.type;
-	ev->status = e.status;
 	struct cm_id *lp = e.listenp;
 	ev->listen_id = lp ? &lp->id : NULL;
 	struct cm_id *p = e.idp;
@@ -230,6 +283,7 @@ static int take(struct cm_chan *c, struct cm_event **out)
 			return -1;
 		}
 		p->h = e.id;
+		p->dev = -1;
 		pibcm_set_cptr(e.id, p);
 		if (lp) {
 			p->id.channel = lp->id.channel;
@@ -237,15 +291,22 @@ static int take(struct cm_chan *c, struct cm_event **out)
 			p->id.ps = lp->id.ps;
 			p->id.qp_type = lp->id.qp_type;
 			p->sync = lp->sync;
-			p->id.pd = lp->id.pd;
 		} else {
 			p->id.channel = &c->ch;
 		}
+		refresh(p, Q_ALL); // ucma_query_req_info: the new ID has its device's PD
+	} else if (e.type == RDMA_CM_EVENT_ADDR_RESOLVED) {
+		// ucma_process_addr_resolved: a device the ID cannot have is an ADDR_ERROR.
+		if (refresh(p, Q_ADDR | Q_GID) || !p->id.verbs) {
+			e.type = RDMA_CM_EVENT_ADDR_ERROR;
+			e.status = -ENODEV;
+		}
+	} else if (e.type == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+		refresh(p, Q_PATH); // ucma_process_route_resolved
 	}
 	ev->id = &p->id;
-	refresh(p);
-	if (lp)
-		refresh(lp);
+	ev->event = e.type;
+	ev->status = e.status;
 	int n = e.p.priv_len;
 	memcpy(ce->priv, e.p.priv, n);
 	if (is_ud(&p->id)) {
@@ -395,6 +456,15 @@ static int fail(int err)
 EXPORT int rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **out, void *context,
 			  enum rdma_port_space ps)
 {
+	switch (ps) {
+	case RDMA_PS_TCP:
+	case RDMA_PS_UDP:
+	case RDMA_PS_IPOIB:
+	case RDMA_PS_IB:
+		break;
+	default:
+		return fail(EINVAL); // the kernel's ucma_get_qp_type
+	}
 	struct cm_id *p = calloc(1, sizeof(*p));
 	if (!p)
 		return fail(ENOMEM);
@@ -408,6 +478,7 @@ EXPORT int rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **out
 		p->own_channel = 1;
 	}
 	int err = 0;
+	p->dev = -1;
 	p->h = pibcm_create_id(CHAN(ch)->h, ps, p, &err);
 	if (!p->h) {
 		if (p->own_channel)
@@ -451,6 +522,8 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 		id->event = NULL;
 	}
 	int err = pibcm_destroy_id(p->h);
+	if (p->dev >= 0)
+		put_device(p->dev); // ucma_free_id
 	if (p->own_channel)
 		rdma_destroy_event_channel(id->channel);
 	free(p->qp_init);
@@ -458,19 +531,36 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	return fail(err);
 }
 
-EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+// addr_len is librdmacm's ucma_addrlen: 0 for no address or another family.
+static socklen_t addr_len(const struct sockaddr *a)
 {
-	int err = pibcm_bind(ID(id)->h, addr);
-	refresh(ID(id));
-	return fail(err);
+	if (!a)
+		return 0;
+	return a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : 0;
 }
 
-EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int ms)
+// As librdmacm's rdma_bind_addr: the ID's addresses, device (and its PD) and GIDs
+// are there when it returns (ucma_query_addr, ucma_query_gid).
+EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	int err = pibcm_resolve_addr(ID(id)->h, src, dst, ms > 0 ? ms : 2000);
-	refresh(ID(id));
+	if (!addr_len(addr))
+		return fail(EINVAL);
+	int err = pibcm_bind(ID(id)->h, addr);
 	if (err)
 		return fail(err);
+	return refresh(ID(id), Q_ADDR | Q_GID);
+}
+
+// rdma_resolve_addr: the destination address is in the ID when it returns, the device
+// and the source at ADDR_RESOLVED (librdmacm's rdma_resolve_addr, ucma_process_addr_resolved).
+EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int ms)
+{
+	if (!addr_len(dst) || (src && !addr_len(src)))
+		return fail(EINVAL);
+	int err = pibcm_resolve_addr(ID(id)->h, src, dst, ms > 0 ? ms : 2000);
+	if (err)
+		return fail(err);
+	memcpy(&id->route.addr.dst_storage, dst, addr_len(dst));
 	if (ID(id)->sync && wait(ID(id), RDMA_CM_EVENT_ADDR_RESOLVED))
 		return -1;
 	return 0;
@@ -483,15 +573,15 @@ EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int ms)
 		return fail(err);
 	if (ID(id)->sync && wait(ID(id), RDMA_CM_EVENT_ROUTE_RESOLVED))
 		return -1;
-	refresh(ID(id));
 	return 0;
 }
 
 EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
 	int err = pibcm_listen(ID(id)->h, backlog);
-	refresh(ID(id));
-	return fail(err);
+	if (err)
+		return fail(err);
+	return refresh(ID(id), Q_ADDR); // ucma_query_addr
 }
 
 static void param_in(struct rdma_cm_id *id, struct rdma_conn_param *cp, struct pib_cm_param *p, int connect)
@@ -599,7 +689,7 @@ EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
 		return fail(EINVAL);
 	if (!ch) {
 		if (p->sync)
-			return 0;
+			return fail(EINVAL); // librdmacm's: a synchronous ID has its channel
 		own = ch = rdma_create_event_channel();
 		if (!ch)
 			return -1;
@@ -690,17 +780,11 @@ EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *priv, uint8_t len)
 
 // ---- QPs ------------------------------------------------------------------------------
 
+// id_pd is the PD a QP or SRQ of the ID goes in: pd, else the ID's (its device's,
+// as rdma_create_qp_ex's attr->pd = id->pd).
 static struct ibv_pd *id_pd(struct rdma_cm_id *id, struct ibv_pd *pd)
 {
-	if (pd)
-		return pd;
-	if (id->pd)
-		return id->pd;
-	refresh(ID(id));
-	struct pib_cm_info info;
-	pibcm_info(ID(id)->h, &info);
-	device(info.dev, &pd);
-	return pd;
+	return pd ? pd : id->pd;
 }
 
 static int create_cqs(struct rdma_cm_id *id, struct ibv_qp_init_attr *a)
@@ -732,8 +816,8 @@ static int create_cqs(struct rdma_cm_id *id, struct ibv_qp_init_attr *a)
 EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	pd = id_pd(id, pd);
-	if (!pd || !attr || !id->verbs || pd->context != id->verbs)
-		return fail(EINVAL);
+	if (id->qp || !pd || !attr || !id->verbs || pd->context != id->verbs)
+		return fail(EINVAL); // rdma_create_qp_ex: one QP an ID, on the ID's device
 	if (create_cqs(id, attr))
 		return -1;
 	if (!attr->srq && id->srq)
@@ -746,8 +830,7 @@ EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_q
 		return fail(e);
 	}
 	id->qp = qp;
-	if (!id->pd)
-		id->pd = pd;
+	id->pd = qp->pd; // rdma_create_qp_ex
 	return 0;
 }
 
@@ -801,82 +884,112 @@ EXPORT void rdma_destroy_srq(struct rdma_cm_id *id)
 
 // ---- rdma_getaddrinfo and endpoints ---------------------------------------------------
 
-static struct sockaddr *lookup(const char *node, const char *service, int family, int passive, socklen_t *len)
+static int copy_addr(struct sockaddr **dst, socklen_t *dst_len, const struct sockaddr *src, socklen_t len)
 {
-	struct addrinfo h = {.ai_family = family ? family : AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-	struct addrinfo *r = NULL;
-	if (passive)
-		h.ai_flags |= AI_PASSIVE;
-	if (getaddrinfo(node, service ? service : "0", &h, &r) || !r)
-		return NULL;
-	struct sockaddr *sa = malloc(r->ai_addrlen);
-	if (sa) {
-		memcpy(sa, r->ai_addr, r->ai_addrlen);
-		*len = r->ai_addrlen;
-	}
-	freeaddrinfo(r);
-	return sa;
+	*dst = malloc(len);
+	if (!*dst)
+		return fail(ENOMEM);
+	memcpy(*dst, src, len);
+	*dst_len = len;
+	return 0;
 }
 
+// rdma_getaddrinfo is librdmacm's (addrinfo.c): with a node or a service, getaddrinfo(3)'s
+// first answer, asked with the hints' family, passive flag and the socket type and
+// protocol their QP type and port space stand for; the QP type and port space are the
+// hints', else the answer's (stream: RC and TCP; datagram: UD and UDP); the address is
+// the source if passive, else the destination; a failed lookup returns getaddrinfo's
+// EAI_ code. With neither, the result is the hints' flags, family, QP type, port space
+// and destination, as given — a multicast sender's source-only hints succeed. Then a
+// result without a source takes the hints'. (No ibacm: no route, no AF_IB.)
 EXPORT int rdma_getaddrinfo(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			    struct rdma_addrinfo **res)
 {
-	struct rdma_addrinfo *ai = calloc(1, sizeof(*ai));
-	if (!ai)
+	static const struct rdma_addrinfo nohints;
+	if (!node && !service && !hints)
+		return fail(EINVAL);
+	struct rdma_addrinfo *rai = calloc(1, sizeof(*rai));
+	if (!rai)
 		return fail(ENOMEM);
-	if (hints) {
-		ai->ai_flags = hints->ai_flags;
-		ai->ai_family = hints->ai_family;
-		ai->ai_qp_type = hints->ai_qp_type;
-		ai->ai_port_space = hints->ai_port_space;
-	}
-	if (!ai->ai_port_space)
-		ai->ai_port_space = RDMA_PS_TCP;
-	if (!ai->ai_qp_type)
-		ai->ai_qp_type = ai->ai_port_space == RDMA_PS_UDP || ai->ai_port_space == RDMA_PS_IPOIB ? IBV_QPT_UD : IBV_QPT_RC;
-	int passive = ai->ai_flags & RAI_PASSIVE;
-	// As rdma-core's: node and service name the address (the source when passive), and
-	// an address the result lacks comes from the hints' ai_src_addr / ai_dst_addr — a
-	// passive lookup with neither node nor service binds to the hints' source (libfabric's
-	// verbs provider asks so), else to the wildcard.
-	if (passive) {
-		int from_hints = !node && !service && hints && hints->ai_src_addr && hints->ai_src_len;
-		if (!from_hints) {
-			ai->ai_src_addr = lookup(node, service, ai->ai_family, 1, &ai->ai_src_len);
-			if (!ai->ai_src_addr)
-				goto bad;
+	int ret = 0;
+	if (node || service) {
+		// ucma_convert_to_ai, getaddrinfo, ucma_convert_to_rai
+		struct addrinfo h = {0}, *ai = NULL;
+		if (hints) {
+			if (hints->ai_flags & RAI_PASSIVE)
+				h.ai_flags = AI_PASSIVE;
+			if (hints->ai_flags & RAI_NUMERICHOST)
+				h.ai_flags |= AI_NUMERICHOST;
+			if (hints->ai_family != AF_IB)
+				h.ai_family = hints->ai_family;
+			switch (hints->ai_qp_type) {
+			case IBV_QPT_RC:
+			case IBV_QPT_UC:
+			case IBV_QPT_XRC_SEND:
+			case IBV_QPT_XRC_RECV:
+				h.ai_socktype = SOCK_STREAM;
+				break;
+			case IBV_QPT_UD:
+				h.ai_socktype = SOCK_DGRAM;
+				break;
+			default:
+				break;
+			}
+			switch (hints->ai_port_space) {
+			case RDMA_PS_TCP:
+				h.ai_protocol = IPPROTO_TCP;
+				break;
+			case RDMA_PS_IPOIB:
+			case RDMA_PS_UDP:
+				h.ai_protocol = IPPROTO_UDP;
+				break;
+			case RDMA_PS_IB:
+				h.ai_protocol = h.ai_socktype == SOCK_STREAM ? IPPROTO_TCP :
+						h.ai_socktype == SOCK_DGRAM ? IPPROTO_UDP : 0;
+				break;
+			}
 		}
-	} else if (node || service) {
-		ai->ai_dst_addr = lookup(node, service, ai->ai_family, 0, &ai->ai_dst_len);
-		if (!ai->ai_dst_addr)
-			goto bad;
-	}
-	if (!ai->ai_src_addr && hints && hints->ai_src_addr && hints->ai_src_len) {
-		ai->ai_src_addr = malloc(hints->ai_src_len);
-		if (ai->ai_src_addr) {
-			memcpy(ai->ai_src_addr, hints->ai_src_addr, hints->ai_src_len);
-			ai->ai_src_len = hints->ai_src_len;
+		ret = getaddrinfo(node, service, hints ? &h : NULL, &ai);
+		if (ret) {
+			free(rai);
+			return ret;
 		}
-	}
-	if (!passive && !ai->ai_dst_addr && hints && hints->ai_dst_addr && hints->ai_dst_len) {
-		ai->ai_dst_addr = malloc(hints->ai_dst_len);
-		if (ai->ai_dst_addr) {
-			memcpy(ai->ai_dst_addr, hints->ai_dst_addr, hints->ai_dst_len);
-			ai->ai_dst_len = hints->ai_dst_len;
+		if (!hints)
+			hints = &nohints;
+		rai->ai_qp_type = hints->ai_qp_type ? hints->ai_qp_type :
+				  ai->ai_socktype == SOCK_STREAM ? IBV_QPT_RC :
+				  ai->ai_socktype == SOCK_DGRAM ? IBV_QPT_UD : 0;
+		rai->ai_port_space = hints->ai_port_space ? hints->ai_port_space :
+				     ai->ai_protocol == IPPROTO_TCP ? RDMA_PS_TCP :
+				     ai->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP : 0;
+		rai->ai_family = ai->ai_family;
+		if (ai->ai_flags & AI_PASSIVE) {
+			rai->ai_flags = RAI_PASSIVE;
+			if (ai->ai_canonname)
+				rai->ai_src_canonname = strdup(ai->ai_canonname);
+			ret = copy_addr(&rai->ai_src_addr, &rai->ai_src_len, ai->ai_addr, ai->ai_addrlen);
+		} else {
+			if (ai->ai_canonname)
+				rai->ai_dst_canonname = strdup(ai->ai_canonname);
+			ret = copy_addr(&rai->ai_dst_addr, &rai->ai_dst_len, ai->ai_addr, ai->ai_addrlen);
 		}
+		freeaddrinfo(ai);
+	} else {
+		rai->ai_flags = hints->ai_flags;
+		rai->ai_family = hints->ai_family;
+		rai->ai_qp_type = hints->ai_qp_type;
+		rai->ai_port_space = hints->ai_port_space;
+		if (hints->ai_dst_len)
+			ret = copy_addr(&rai->ai_dst_addr, &rai->ai_dst_len, hints->ai_dst_addr, hints->ai_dst_len);
 	}
-	if (passive ? !ai->ai_src_addr : !ai->ai_dst_addr)
-		goto bad;
-	struct sockaddr *a = passive ? ai->ai_src_addr : ai->ai_dst_addr;
-	ai->ai_family = a->sa_family;
-	*res = ai;
+	if (!ret && !rai->ai_src_len && hints->ai_src_len)
+		ret = copy_addr(&rai->ai_src_addr, &rai->ai_src_len, hints->ai_src_addr, hints->ai_src_len);
+	if (ret) {
+		rdma_freeaddrinfo(rai);
+		return ret;
+	}
+	*res = rai;
 	return 0;
-bad:
-	free(ai->ai_src_addr);
-	free(ai->ai_dst_addr);
-	free(ai);
-	errno = ENODEV;
-	return -1;
 }
 
 EXPORT void rdma_freeaddrinfo(struct rdma_addrinfo *res)
@@ -915,7 +1028,8 @@ EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res, st
 				goto bad;
 			*ID(id)->qp_init = *qp_init_attr;
 		}
-		id->pd = pd;
+		if (pd)
+			id->pd = pd; // ucma_passive_ep; else the device's
 		*out = id;
 		return 0;
 	}
@@ -923,8 +1037,7 @@ EXPORT int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res, st
 		goto bad;
 	if (rdma_resolve_route(id, 2000))
 		goto bad;
-	id->pd = pd;
-	if (qp_init_attr) {
+	if (qp_init_attr) { // id->pd becomes pd with the QP (rdma_create_qp_ex)
 		if (rdma_create_qp(id, pd, qp_init_attr))
 			goto bad;
 	}
@@ -999,8 +1112,6 @@ EXPORT int rdma_get_request(struct rdma_cm_id *listen, struct rdma_cm_id **out)
 			rdma_destroy_id(id);
 			return fail(err);
 		}
-	} else if (!id->pd) {
-		id->pd = id_pd(id, NULL);
 	}
 	*out = id;
 	return 0;
