@@ -58,6 +58,7 @@ int pibcm_accept(uint64_t id, struct pib_cm_param *p);
 int pibcm_reject(uint64_t id, void *priv, int len);
 int pibcm_disconnect(uint64_t id);
 int pibcm_establish(uint64_t id);
+int pibcm_notify(uint64_t id, int event);
 int pibcm_init_qp_attr(uint64_t id, struct ibv_qp_attr *attr, int *mask);
 int pibcm_set_ack_timeout(uint64_t id, uint8_t timeout);
 int pibcm_mcast(uint64_t id, struct sockaddr *a, int join);

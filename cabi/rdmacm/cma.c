@@ -645,11 +645,14 @@ EXPORT int rdma_establish(struct rdma_cm_id *id)
 	return fail(pibcm_establish(ID(id)->h));
 }
 
+// rdma_notify: IBV_EVENT_COMM_EST establishes a passive ID whose RTU was lost (the kernel's
+// rdma_notify → ib_cm_notify): EISCONN once established, EINVAL in other states and for
+// events other than COMM_EST and LID_CHANGE.
 EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 {
-	(void)id;
-	(void)event;
-	return 0;
+	if (!id)
+		return fail(EINVAL);
+	return fail(pibcm_notify(ID(id)->h, (int)event));
 }
 
 // rdma_set_option checks each option's size as the kernel's ucma_set_option does. The ACK

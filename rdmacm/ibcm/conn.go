@@ -2,6 +2,7 @@ package ibcm
 
 import (
 	"fmt"
+	"syscall"
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/sa"
@@ -281,7 +282,8 @@ func (cm *CM) handleRTU(mad []byte) {
 }
 
 // Established moves a passive ID whose QP received data before the RTU to ESTABLISHED
-// (ib_cm_notify with IB_EVENT_COMM_EST): the RTU was lost or is late.
+// (ib_cm_notify with IB_EVENT_COMM_EST): the RTU was lost or is late. An ID already
+// established gets EISCONN, one in any other state ErrState (cm_establish: -EINVAL).
 func (id *ID) Established() error {
 	cm := id.cm
 	cm.mu.Lock()
@@ -294,7 +296,7 @@ func (id *ID) Established() error {
 		cm.emit(id, Event{Type: EventUserEstablished})
 		return nil
 	case Established:
-		return nil
+		return syscall.EISCONN
 	}
 	return ErrState
 }

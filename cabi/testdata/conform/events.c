@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <rdma/rdma_cma.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -494,8 +495,27 @@ static void cq_events(struct side *a, struct side *b)
 	ibv_destroy_cq(bcq);
 }
 
+// cm_notify: rdma_notify(COMM_EST) is how a consumer tells the CM its QP received data
+// before the RTU (the kernel's rdma_notify → ib_cm_notify); an ID with no connection
+// gets EINVAL, as does an event other than COMM_EST and LID_CHANGE.
+static void cm_notify(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id = NULL;
+	MUST(ch && rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %m");
+	errno = 0;
+	int r = rdma_notify(id, IBV_EVENT_COMM_EST);
+	T("ev_rdma_notify_unconnected_EINVAL", r == -1 && errno == EINVAL, "rdma_notify: %d errno %d", r, errno);
+	errno = 0;
+	r = rdma_notify(id, IBV_EVENT_PATH_MIG);
+	T("ev_rdma_notify_other_event_EINVAL", r == -1 && errno == EINVAL, "rdma_notify(PATH_MIG): %d errno %d", r, errno);
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+}
+
 void conform_events(struct side *a, struct side *b)
 {
+	cm_notify();
 	comm_est(a, b);
 	responder_errors(a, b);
 	srq_events(a, b);
