@@ -25,6 +25,9 @@ func (c *Context) CreateCompChannel() *CompChannel {
 // (ibv_get_cq_event); acknowledge with CQ.AckEvents.
 func (ch *CompChannel) Events() <-chan *CQ { return ch.ch }
 
+// Context is the context the channel was created on.
+func (ch *CompChannel) Context() *Context { return ch.ctx }
+
 // CQ is a completion queue (ibv_cq).
 type CQ struct {
 	ctx  *Context
@@ -72,6 +75,9 @@ func (c *Context) CreateCQ(cqe int, ch *CompChannel) (*CQ, error) {
 
 // ID is the object id pibgw's inspection shows.
 func (cq *CQ) ID() uint32 { return cq.id }
+
+// Context is the context the CQ was created on.
+func (cq *CQ) Context() *Context { return cq.ctx }
 
 // SetTimestamps has the CQ stamp each completion with the device clock (WC.Timestamp) as it
 // is made: a CQ created with IBV_WC_EX_WITH_COMPLETION_TIMESTAMP.

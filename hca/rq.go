@@ -161,6 +161,9 @@ func (pd *PD) CreateSRQ(attr SRQInitAttr) (*SRQ, error) {
 // ID is the object id pibgw's inspection shows.
 func (s *SRQ) ID() uint32 { return s.id }
 
+// PD is the SRQ's protection domain.
+func (s *SRQ) PD() *PD { return s.pd }
+
 // PostRecv posts receive WRs (ibv_post_srq_recv).
 func (s *SRQ) PostRecv(wrs []RecvWR) (int, error) { return s.rq.post("post_srq_recv", wrs) }
 

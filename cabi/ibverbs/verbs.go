@@ -247,6 +247,7 @@ func pibgo_close(h C.uint64_t) {
 	}
 	close(o.stop)
 	<-o.done
+	destroyContextObjects(h, o.ctx)
 	o.ctx.Close()
 	ctxs.del(h)
 }

@@ -868,6 +868,42 @@ static void ah_from_wc(struct side *a, struct side *b)
 	ibv_destroy_qp(qb);
 }
 
+// close_with_objects: ibv_close_device with objects still open destroys them, as closing
+// the uverbs file does (uverbs_destroy_ufile_hw): the QP is gone, so a peer's RDMA WRITE
+// to its region is not executed (no responder: the requester retries, then
+// IBV_WC_RETRY_EXC_ERR), and the memory is left alone.
+static void close_with_objects(struct side *b)
+{
+	struct side c;
+	side_open(&c, "pib_0");
+	struct ibv_qp *cq = rc_qp(&c, NULL), *bq = rc_qp(b, NULL);
+	MUST(qp_init(cq, IBV_ACCESS_REMOTE_WRITE) == 0 && qp_init(bq, 0) == 0, "INIT: %m");
+	MUST(qp_rtr(cq, b->lid, bq->qp_num) == 0 && qp_rtr(bq, c.lid, cq->qp_num) == 0, "RTR: %m");
+	struct ibv_qp_attr at = {.qp_state = IBV_QPS_RTS, .timeout = 8, .retry_cnt = 1, .rnr_retry = 1, .max_rd_atomic = 1};
+	MUST(qp_rts(cq) == 0 && ibv_modify_qp(bq, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+								IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
+	     "RTS: %m");
+	// The write reaches the region while the context is open.
+	struct ibv_wc wc;
+	memset(b->buf, 0x11, 64);
+	int rc = post_rdma(b, bq, IBV_WR_RDMA_WRITE, 601, (uintptr_t)c.buf, c.mr->rkey, 64);
+	int got = rc == 0 ? poll_one(b->cq, &wc) : -1;
+	MUST(got == 0 && wc.status == IBV_WC_SUCCESS && c.buf[0] == 0x11, "RDMA WRITE to the open context: %d %s", got,
+	     ibv_wc_status_str(wc.status));
+	// Closed with its PD, region, CQ and QP still there.
+	char *keep = c.buf;
+	int cl = ibv_close_device(c.ctx);
+	memset(b->buf, 0x22, 64);
+	rc = post_rdma(b, bq, IBV_WR_RDMA_WRITE, 602, (uintptr_t)keep, c.mr->rkey, 64);
+	got = rc == 0 ? poll_one(b->cq, &wc) : -1;
+	T("dev_close_destroys_objects", cl == 0 && got == 0 && wc.wr_id == 602 && wc.status == IBV_WC_RETRY_EXC_ERR &&
+						keep[0] == 0x11,
+	  "close_device %d; RDMA WRITE to its closed QP: %d %s, region byte %#x", cl, got, ibv_wc_status_str(wc.status),
+	  (unsigned char)keep[0]);
+	ibv_destroy_qp(bq);
+	free(keep); // the program's objects (c.pd, c.mr, c.cq, cq) are not to be touched again
+}
+
 void conform_device(struct side *a, struct side *b)
 {
 	devices(a, b);
@@ -876,4 +912,5 @@ void conform_device(struct side *a, struct side *b)
 	pd_cq(a, b);
 	srq_ah(a, b);
 	ah_from_wc(a, b);
+	close_with_objects(b);
 }
