@@ -1,6 +1,7 @@
 package hca
 
 import (
+	"os"
 	"sync/atomic"
 	"unsafe"
 )
@@ -29,13 +30,23 @@ func BufAddr(b []byte) uint64 {
 // RegMR registers buf with the given access (ibv_reg_mr). Remote write or atomic access
 // requires local write (ibv_reg_mr(3): EINVAL otherwise).
 func (pd *PD) RegMR(buf []byte, access AccessFlags) (*MR, error) {
+	return pd.RegMRIOVA(buf, BufAddr(buf), access)
+}
+
+// RegMRIOVA registers buf as the region that SGEs and RDMA requests address from iova on
+// (ibv_reg_mr_iova): iova must have buf's offset in its page (ib_uverbs_reg_mr: EINVAL
+// otherwise).
+func (pd *PD) RegMRIOVA(buf []byte, iova uint64, access AccessFlags) (*MR, error) {
 	if err := checkRegion("reg_mr", buf, access); err != nil {
 		return nil, err
+	}
+	if iova&(pageSize-1) != BufAddr(buf)&(pageSize-1) {
+		return nil, errorf("reg_mr", EINVAL, "iova %#x is not at the buffer's offset in its page (%#x)", iova, BufAddr(buf)&(pageSize-1))
 	}
 	if pd.dead.Load() {
 		return nil, errorf("reg_mr", EINVAL, "PD %d is freed", pd.id)
 	}
-	mr := &MR{pd: pd, buf: buf, addr: BufAddr(buf), access: access}
+	mr := &MR{pd: pd, buf: buf, addr: iova, access: access}
 	if access&AccessZeroBased != 0 {
 		mr.addr = 0
 	}
@@ -75,6 +86,10 @@ func checkRegion(op string, buf []byte, access AccessFlags) error {
 	}
 	return nil
 }
+
+// pageSize is the page size the kernel compares an I/O virtual address's offset in
+// (PAGE_SIZE).
+var pageSize = uint64(os.Getpagesize())
 
 // ReregFlags is ibv_rereg_mr_flags: what a Rereg changes.
 type ReregFlags uint32
@@ -118,9 +133,13 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*
 	if nmr.pd.dead.Load() {
 		return nil, errorf(op, EINVAL, "PD %d is freed", nmr.pd.id)
 	}
-	nmr.addr = BufAddr(nmr.buf)
-	if nmr.access&AccessZeroBased != 0 {
+	// A new translation starts at its buffer (libibverbs passes the address as hca_va);
+	// otherwise the region keeps its I/O virtual address.
+	switch {
+	case nmr.access&AccessZeroBased != 0:
 		nmr.addr = 0
+	case flags&ReregChangeTranslation != 0 || mr.access&AccessZeroBased != 0:
+		nmr.addr = BufAddr(nmr.buf)
 	}
 	d := mr.pd.ctx.dev
 	d.mu.Lock()

@@ -333,3 +333,28 @@ func TestInspectMWAndXRCD(t *testing.T) {
 		t.Fatalf("freed window or domain still listed: %+v", objs)
 	}
 }
+
+// TestRegMRIOVA: a region registered at an I/O virtual address is addressed by it
+// (ibv_reg_mr_iova), which must keep the buffer's offset in its page (ib_uverbs_reg_mr).
+func TestRegMRIOVA(t *testing.T) {
+	f := newMWFixture(t)
+	buf := make([]byte, 8192)
+	iova := uint64(0x500000000000) + BufAddr(buf)&(pageSize-1)
+	mr, err := f.pd.RegMRIOVA(buf, iova, AccessLocalWrite|AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, ok := mr.Slice(iova+100, 8); !ok || BufAddr(b) != BufAddr(buf)+100 {
+		t.Fatalf("iova+100: %v", ok)
+	}
+	if _, ok := mr.Slice(BufAddr(buf), 8); ok {
+		t.Fatal("the buffer's own address reaches an iova region")
+	}
+	if _, err := f.pd.RegMRIOVA(buf, iova+8, AccessLocalWrite); !errors.Is(err, EINVAL) {
+		t.Fatalf("iova at another page offset: %v, want EINVAL", err)
+	}
+	nmr, err := mr.Rereg(ReregChangeAccess, nil, nil, AccessLocalWrite)
+	if err != nil || nmr.Addr() != iova {
+		t.Fatalf("rereg of access: %v, address %#x, want %#x", err, nmr.Addr(), iova)
+	}
+}

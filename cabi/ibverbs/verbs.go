@@ -452,7 +452,7 @@ const (
 )
 
 //export pibgo_reg_mr
-func pibgo_reg_mr(h C.uint64_t, addr unsafe.Pointer, length C.size_t, access C.uint, lkey, rkey *C.uint32_t, perr *C.int) C.uint64_t {
+func pibgo_reg_mr(h C.uint64_t, addr unsafe.Pointer, length C.size_t, iova C.uint64_t, access C.uint, lkey, rkey *C.uint32_t, perr *C.int) C.uint64_t {
 	pd, ok := pds.get(h)
 	if !ok {
 		*perr = einval
@@ -471,7 +471,9 @@ func pibgo_reg_mr(h C.uint64_t, addr unsafe.Pointer, length C.size_t, access C.u
 		return 0
 	}
 	buf := unsafe.Slice((*byte)(addr), int(length))
-	mr, err := pd.RegMR(buf, hca.AccessFlags(access&^accessHints))
+	// SGEs and RDMA requests name the region by iova (ibv_reg_mr_iova2; ibv_reg_mr passes
+	// the buffer's address).
+	mr, err := pd.RegMRIOVA(buf, uint64(iova), hca.AccessFlags(access&^accessHints))
 	if err != nil {
 		*perr = errno(err)
 		return 0

@@ -488,17 +488,13 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 	struct pib_mr *m;
 	int err = 0;
 	uint32_t lkey = 0, rkey = 0;
-	if (iova != (uintptr_t)addr) {
-		errno = EOPNOTSUPP; // an I/O virtual address other than the buffer's own
-		return NULL;
-	}
 	access &= ~IBV_ACCESS_OPTIONAL_RANGE; // optional flags may be ignored (ibv_reg_mr(3))
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	m->h = pibgo_reg_mr(H(pd, pib_pd), addr, length, access, &lkey, &rkey, &err);
+	m->h = pibgo_reg_mr(H(pd, pib_pd), addr, length, iova, access, &lkey, &rkey, &err);
 	if (!m->h) {
 		free(m);
 		errno = err;

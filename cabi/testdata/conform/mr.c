@@ -149,6 +149,28 @@ static void access_checks(struct side *a, struct side *b)
 	pair_close(aq, bq);
 	ibv_dereg_mr(wo);
 
+	// ibv_reg_mr_iova: the region is addressed by its I/O virtual address, remotely and
+	// in local SGEs; the address keeps the buffer's offset in its page (ib_uverbs_reg_mr:
+	// EINVAL otherwise).
+	uint64_t iova = 0x500000000000ull + ((uintptr_t)b->buf & 0xfff);
+	struct ibv_mr *im = ibv_reg_mr_iova(b->pd, b->buf, SIDE_BUF, iova, ACC_ALL);
+	T("mr_reg_iova", im && im->addr == b->buf && im->length == SIDE_BUF, "reg_mr_iova: %m");
+	errno = 0;
+	struct ibv_mr *bad_iova = ibv_reg_mr_iova(b->pd, b->buf, SIDE_BUF, iova + 8, ACC_ALL);
+	T("mr_reg_iova_page_offset", !bad_iova && errno == EINVAL, "%p errno %d", (void *)bad_iova, errno);
+	if (bad_iova)
+		ibv_dereg_mr(bad_iova);
+	if (im) {
+		rc_pair(a, b, &aq, &bq);
+		memcpy(a->buf, "iova-addressed", 14);
+		st = rdma(a, aq, IBV_WR_RDMA_WRITE, iova + 300, im->rkey, 14);
+		T("mr_iova_remote_write", st == IBV_WC_SUCCESS && !memcmp(b->buf + 300, "iova-addressed", 14), "status %d", st);
+		st = rdma(a, aq, IBV_WR_RDMA_WRITE, va + 300, im->rkey, 14);
+		T("mr_iova_buffer_address_refused", st == IBV_WC_REM_ACCESS_ERR, "WRITE to the buffer's address: status %d", st);
+		pair_close(aq, bq);
+		ibv_dereg_mr(im);
+	}
+
 	// A bad L_Key is the local side's error.
 	rc_pair(a, b, &aq, &bq);
 	struct ibv_sge s = {.addr = (uintptr_t)a->buf, .length = 8, .lkey = a->mr->lkey ^ 0x80};
