@@ -14,9 +14,9 @@ func (pd *PD) CreateAH(attr AHAttr) (*AH, error) {
 	if d.Port(int(attr.PortNum)) == nil {
 		return nil, errorf("create_ah", EINVAL, "port %d does not exist", attr.PortNum)
 	}
-	if attr.SL > 15 {
-		return nil, errorf("create_ah", EINVAL, "SL %d out of range 0..15", attr.SL)
-	}
+	// The kernel checks no SL (ib_uverbs_create_ah); the drivers keep its low 4 bits
+	// (mlx5's stat_rate_sl, mlx4's sl_tclass_flowlabel), as here.
+	attr.SL &= 0xF
 	if attr.IsGlobal {
 		if int(attr.GRH.SGIDIndex) >= GIDTableLen {
 			return nil, errorf("create_ah", EINVAL, "sgid_index %d out of range", attr.GRH.SGIDIndex)

@@ -814,6 +814,16 @@ static void ah_from_wc(struct side *a, struct side *b)
 	T("ah_init_from_wc_no_grh", rc == 0 && !(wc.wc_flags & IBV_WC_GRH) && ir == 0 && back.is_global == 0 &&
 					    back.dlid == a->lid,
 	  "send %d flags %#x init %d global %d", rc, wc.wc_flags, ir, back.is_global);
+	// The kernel checks no SL of an AH; the HCA keeps its low 4 bits (mlx5, mlx4): SL 17
+	// sends on SL 1.
+	struct ibv_ah_attr sl17 = {.dlid = b->lid, .sl = 17, .port_num = 1};
+	errno = 0;
+	struct ibv_ah *sah = ibv_create_ah(a->pd, &sl17);
+	rc = sah ? ud_send(a, qa, sah, qb->qp_num, b, qb, &wc) : -9;
+	T("ah_sl_masked", sah && rc == 0 && wc.sl == 1, "create_ah(sl 17): %p %m; send %d, received on SL %d", (void *)sah,
+	  rc, wc.sl);
+	if (sah)
+		ibv_destroy_ah(sah);
 	// IBV_DEVICE_BAD_QKEY_CNTR: a datagram with the wrong Q_Key is dropped and counted in
 	// the receiving port's qkey_viol_cntr (PortInfo:Q_KeyViolations).
 	struct ibv_device_attr da;
