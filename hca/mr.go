@@ -106,8 +106,9 @@ const (
 // keys, but the providers keep them: rxe_rereg_user_mr changes the PD and access in place
 // and returns no new MR, so uverbs answers with the old keys; mlx5_ib_rereg_user_mr
 // keeps the mkey when it can update it, a new translation included); mr is no longer
-// registered. A region with memory windows bound to it cannot be reregistered (EBUSY,
-// IBA 10.6.7), nor can one whose arguments are invalid (EINVAL; mr stays). rxe refuses
+// registered. Windows bound to the region stay bound to it (neither rxe_rereg_user_mr nor
+// mlx5_ib_rereg_user_mr looks at them; the IBA would refuse the verb, 10.6.7.2.6); a
+// region whose arguments are invalid is not changed (EINVAL). rxe refuses
 // CHANGE_TRANSLATION (EOPNOTSUPP); pibgw takes it as mlx5 does, with the keys kept.
 func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*MR, error) {
 	const op = "rereg_mr"
@@ -148,11 +149,11 @@ func (mr *MR) Rereg(flags ReregFlags, pd *PD, buf []byte, access AccessFlags) (*
 	if d.mrs.load(idx) != mr {
 		return nil, errorf(op, EINVAL, "MR %#x is not registered", mr.key)
 	}
-	if n := mr.mwRefs.Load(); n > 0 {
-		return nil, errorf(op, EBUSY, "MR %#x has %d memory windows bound", mr.key, n)
-	}
 	nmr.key = mr.key
 	d.mrs.store(idx, nmr)
+	if mr.mwRefs.Load() > 0 {
+		d.moveWindows(mr, nmr)
+	}
 	d.unregister(mr)
 	d.register(nmr)
 	if nmr.pd != mr.pd {

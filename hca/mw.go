@@ -156,6 +156,24 @@ func (mw *MW) unbindLocked() {
 	mw.addr, mw.mrAddr, mw.length, mw.access = 0, 0, 0, 0
 }
 
+// moveWindows rebinds the windows bound to mr to nmr, which replaced it (Rereg, under
+// d.mu). A bind racing with it checks its region by key (bindMW) and so fails on mr.
+func (d *Device) moveWindows(mr, nmr *MR) {
+	for i := uint32(1); i <= d.mws.next; i++ {
+		mw := d.mws.slots.load(i)
+		if mw == nil {
+			continue
+		}
+		mw.mu.Lock()
+		if mw.mr == mr {
+			mw.mr = nmr
+			mr.mwRefs.Add(-1)
+			nmr.mwRefs.Add(1)
+		}
+		mw.mu.Unlock()
+	}
+}
+
 // inspect snapshots the window for `pibgw inspect`.
 func (mw *MW) inspect() *MWInfo {
 	mw.mu.Lock()

@@ -12,7 +12,6 @@ package main
 import "C"
 
 import (
-	"errors"
 	"unsafe"
 
 	"github.com/pibgw/pibgw/hca"
@@ -100,16 +99,16 @@ func bindWR(w *C.struct_pib_swr, wr *hca.SendWR) bool {
 
 //export pibgo_rereg_mr
 func pibgo_rereg_mr(h C.uint64_t, flags C.int, pdh C.uint64_t, addr unsafe.Pointer, length C.size_t, access C.int,
-	lkey, rkey *C.uint32_t, input *C.int) C.int {
+	lkey, rkey *C.uint32_t) C.int {
+	// Every refusal here is the kernel's (IBV_REREG_MR_ERR_CMD); libibverbs' own checks
+	// are in ../libibverbs/pib.c.
 	mr, ok := mrs.get(h)
 	if !ok {
-		*input = 1
 		return einval
 	}
 	var pd *hca.PD
 	if pdh != 0 {
 		if pd, ok = pds.get(pdh); !ok {
-			*input = 1
 			return einval
 		}
 	}
@@ -134,9 +133,6 @@ func pibgo_rereg_mr(h C.uint64_t, flags C.int, pdh C.uint64_t, addr unsafe.Point
 	}
 	nmr, err := mr.Rereg(hca.ReregFlags(flags), pd, buf, hca.AccessFlags(access&^accessHints))
 	if err != nil {
-		if !errors.Is(err, hca.EBUSY) {
-			*input = 1
-		}
 		return errno(err)
 	}
 	// ODP follows the access flags when they change, else stays as it was.

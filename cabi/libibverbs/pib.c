@@ -544,8 +544,8 @@ EXPORT struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
 
 // ibv_rereg_mr: 0, or IBV_REREG_MR_ERR_INPUT (what libibverbs' ibv_rereg_mr refuses
 // itself: unknown flags, an empty new translation, access without CHANGE_ACCESS) or
-// IBV_REREG_MR_ERR_CMD (what the kernel refuses: no flags, bad access, EBUSY with windows
-// bound, …) with errno set. The keys stay, as with rxe and mlx5 (../../hca/mr.go).
+// IBV_REREG_MR_ERR_CMD (what the kernel refuses: no flags, bad access, memory it cannot
+// pin, …) with errno set. The keys stay, as with rxe and mlx5 (../../hca/mr.go).
 EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
 	if ((flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
@@ -558,10 +558,9 @@ EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *a
 		return IBV_REREG_MR_ERR_CMD;
 	}
 	uint32_t lkey = 0, rkey = 0;
-	int input = 0;
 	access &= ~IBV_ACCESS_OPTIONAL_RANGE;
 	int rc = pibgo_rereg_mr(H(mr, pib_mr), flags, (flags & IBV_REREG_MR_CHANGE_PD) ? H(pd, pib_pd) : 0, addr, length,
-				access, &lkey, &rkey, &input);
+				access, &lkey, &rkey);
 	if (rc) {
 		errno = rc;
 		return IBV_REREG_MR_ERR_CMD;

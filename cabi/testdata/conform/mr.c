@@ -370,6 +370,14 @@ static void mw_checks(struct side *a, struct side *b)
 	r = ibv_dereg_mr(bmr);
 	T("mr_dereg_with_window", r == EINVAL, "dereg_mr with a window bound: %d", r);
 
+	// ibv_rereg_mr of a region with a window bound: neither rxe nor mlx5 refuses it, and the
+	// window stays (here over the region's keys, which stay too).
+	r = ibv_rereg_mr(bmr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, ACC_ALL | IBV_ACCESS_MW_BIND);
+	T("mr_rereg_with_window", r == 0, "rereg_mr with a window bound: %d, errno %d", r, errno);
+	memcpy(a->buf, "again!", 6);
+	st = rdma(a, aq, IBV_WR_RDMA_WRITE, va + 20, w1->rkey, 6);
+	T("mr_rereg_window_stays", st == IBV_WC_SUCCESS && !memcmp(b->buf + 2048 + 20, "again!", 6), "status %d", st);
+
 	// A type 1 window is unbound by a zero-length bind; its R_Key then reaches nothing.
 	mb.bind_info = (struct ibv_mw_bind_info){0};
 	r = ibv_bind_mw(bq, w1, &mb);
