@@ -48,6 +48,7 @@ TOOLS=(
 	"mpicc libopenmpi-dev"
 	"fi_pingpong libfabric-bin"
 	"qperf qperf"
+	"/usr/lib/python3/dist-packages/pyverbs/__init__.py python3-pyverbs"
 )
 # Fuzz targets: package and function.
 FUZZ=(
