@@ -75,8 +75,9 @@ static int load_devices(void)
 			d->dev.transport_type = IBV_TRANSPORT_IB;
 			pibgo_device_info(i, d->dev.name, sizeof(d->dev.name), &d->guid);
 			snprintf(d->dev.dev_name, sizeof(d->dev.dev_name), "uverbs%d", i);
-			// No such directories: sysfs reads through them fail, as for a device
-			// without the attribute (ibv_devinfo then prints no board_id).
+			// The kernel's paths: under pibgw exec's sysfs view they hold the
+			// device's attributes (ibv_devinfo's board_id); without one reads through
+			// them fail, as for a device without the attribute.
 			snprintf(d->dev.dev_path, sizeof(d->dev.dev_path), "/sys/class/infiniband_verbs/%s", d->dev.dev_name);
 			snprintf(d->dev.ibdev_path, sizeof(d->dev.ibdev_path), "/sys/class/infiniband/%s", d->dev.name);
 		}
