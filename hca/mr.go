@@ -87,6 +87,25 @@ func checkRegion(op string, buf []byte, access AccessFlags) error {
 	return nil
 }
 
+// The access flags pibgw has no use for but takes where rxe does (ibv_access_flags).
+const (
+	AccessOnDemand        AccessFlags = 1 << 6 // IBV_ACCESS_ON_DEMAND
+	AccessHugeTLB         AccessFlags = 1 << 7 // IBV_ACCESS_HUGETLB
+	AccessFlushGlobal     AccessFlags = 1 << 8 // IB_ACCESS_FLUSH_GLOBAL
+	AccessFlushPersistent AccessFlags = 1 << 9 // IB_ACCESS_FLUSH_PERSISTENT
+	// AccessOptionalRange is IBV_ACCESS_OPTIONAL_RANGE: flags a provider may ignore.
+	AccessOptionalRange AccessFlags = 0x3FF00000
+
+	// accessSupportedQP is what qp_access_flags may hold: rxe's RXE_ACCESS_SUPPORTED_QP
+	// (= RXE_ACCESS_SUPPORTED_MR; rxe_qp_chk_attr: EINVAL for any other bit; mlx5 ignores
+	// every bit but the remote ones).
+	accessSupportedQP = AccessLocalWrite | AccessRemoteWrite | AccessRemoteRead | AccessRemoteAtomic | AccessMWBind |
+		AccessOnDemand | AccessFlushGlobal | AccessFlushPersistent | AccessOptionalRange
+	// accessSupportedMW is what a window's access may hold: RXE_ACCESS_SUPPORTED_MW
+	// (rxe_bind_mw: any other bit fails the bind).
+	accessSupportedMW = accessSupportedQP | AccessZeroBased
+)
+
 // pageSize is the page size the kernel compares an I/O virtual address's offset in
 // (PAGE_SIZE).
 var pageSize = uint64(os.Getpagesize())

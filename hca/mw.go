@@ -246,10 +246,10 @@ func validateBind(wr *SendWR) error {
 	if b.MW.typ == MWType1 && !wr.bindType1 {
 		return errorf(op, EINVAL, "a type 1 window is bound with ibv_bind_mw, not a BIND_MW WR")
 	}
-	// The window's access may carry any bits besides the remote ones and ZERO_BASED:
-	// rxe_check_bind_mw checks none of the others and rxe_do_bind_mw keeps them; a window
-	// grants only remote access, so LOCAL_WRITE, MW_BIND and the rest mean nothing to it
-	// (mlx5's set_bind_seg likewise uses the remote bits only).
+	// The window's access may carry bits besides the remote ones and ZERO_BASED (rxe takes
+	// RXE_ACCESS_SUPPORTED_MW, bindMW): a window grants only remote access, so LOCAL_WRITE,
+	// MW_BIND and the rest mean nothing to it (mlx5's set_bind_seg likewise uses the
+	// remote bits only).
 	return nil
 }
 
@@ -284,6 +284,10 @@ func (qp *QP) bindMW(b *MWBind) bool {
 	}
 	// C10-72: the QP and the window share a PD.
 	if qp.pd != mw.pd {
+		return false
+	}
+	// rxe_bind_mw: access bits beyond RXE_ACCESS_SUPPORTED_MW fail the bind.
+	if b.Access&^accessSupportedMW != 0 {
 		return false
 	}
 	switch mw.typ {

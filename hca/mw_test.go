@@ -151,6 +151,7 @@ func TestMWRules(t *testing.T) {
 		"zero length":                          {MR: f.mr, Addr: base, Access: AccessRemoteRead},
 		"no region":                            {Length: 8},
 		"R_Key of another window":              {RKey: w.RKey() + 0x100, MR: f.mr, Addr: base, Length: 8},
+		"access bit rxe does not take":         {MR: f.mr, Addr: base, Length: 8, Access: AccessRemoteRead | AccessHugeTLB},
 		"writable, region without local write": {MR: roBind, Addr: roBind.Addr(), Length: 8, Access: AccessRemoteWrite},
 	} {
 		if st := bind(b); st != WCMWBindErr {

@@ -407,9 +407,12 @@ func (qp *QP) checkValues(a *QPAttr, mask QPAttrMask) error {
 			return err
 		}
 	}
-	// qp_access_flags may carry any bits: uverbs (modify_qp) copies them unchecked, rxe
-	// keeps them as given (rxe_qp_from_attr; ibv_query_qp returns them) and uses only the
-	// remote ones, as mlx5 does; programs pass MR flags such as IBV_ACCESS_ON_DEMAND.
+	// qp_access_flags may carry MR flags such as IBV_ACCESS_ON_DEMAND: uverbs copies them,
+	// rxe takes the bits of RXE_ACCESS_SUPPORTED_QP (rxe_qp_chk_attr), keeps them as given
+	// (ibv_query_qp returns them) and uses the remote ones, as mlx5 does.
+	if mask&QPAttrAccessFlags != 0 && a.QPAccessFlags&^accessSupportedQP != 0 {
+		return errorf(op, EINVAL, "qp_access_flags %#x has bits rxe does not take (%#x)", uint32(a.QPAccessFlags), uint32(a.QPAccessFlags&^accessSupportedQP))
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package rc_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/pibgw/pibgw/hca"
@@ -35,16 +36,20 @@ func TestSendCompletionByteLen(t *testing.T) {
 	}
 }
 
-// TestQPAccessFlagsAnyBits: modify_qp takes any qp_access_flags bits (uverbs copies them,
-// rxe_qp_from_attr keeps them, mlx5 uses the remote ones): MR-only flags such as
-// IBV_ACCESS_ON_DEMAND (1<<6) and MW_BIND are kept, returned by a query, and the remote
-// ones still rule READ, WRITE and atomics.
-func TestQPAccessFlagsAnyBits(t *testing.T) {
-	const onDemand = hca.AccessFlags(1 << 6)
-	acc := hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic | hca.AccessMWBind | onDemand
+// TestQPAccessFlagsMRBits: modify_qp takes the MR flags rxe takes in qp_access_flags
+// (RXE_ACCESS_SUPPORTED_QP; mlx5 ignores them): IBV_ACCESS_ON_DEMAND, MW_BIND and an
+// optional one are kept, returned by a query, and the remote ones still rule READ, WRITE
+// and atomics; a bit rxe does not take (HUGETLB) is EINVAL.
+func TestQPAccessFlagsMRBits(t *testing.T) {
+	acc := hca.AccessLocalWrite | hca.AccessRemoteWrite | hca.AccessRemoteRead | hca.AccessRemoteAtomic | hca.AccessMWBind |
+		hca.AccessOnDemand | 1<<20
 	_, a, b := connect(t, connOpts{qpAccess: acc})
 	if q, _ := b.qp.Query(); q.QPAccessFlags != acc {
 		t.Fatalf("qp_access_flags %#x, want %#x", uint32(q.QPAccessFlags), uint32(acc))
+	}
+	bad := hca.QPAttr{QPState: hca.QPStateRTS, QPAccessFlags: acc | hca.AccessHugeTLB}
+	if err := b.qp.Modify(&bad, hca.QPAttrState|hca.QPAttrAccessFlags); !errors.Is(err, hca.EINVAL) {
+		t.Fatalf("qp_access_flags with HUGETLB: %v, want EINVAL", err)
 	}
 	va, rkey := b.mr.Addr(), b.mr.RKey()
 	for _, op := range []hca.WROpcode{hca.WRRDMAWrite, hca.WRRDMARead, hca.WRAtomicCmpAndSwp, hca.WRAtomicFetchAndAdd} {

@@ -402,6 +402,16 @@ static void mw_checks(struct side *a, struct side *b)
 	pair_close(aq, bq);
 	drain(b->cq);
 
+	// An access bit beyond RXE_ACCESS_SUPPORTED_MW (HUGETLB) fails the bind (rxe_bind_mw).
+	rc_pair(a, b, &aq, &bq);
+	struct ibv_mw *w6 = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
+	MUST(w6, "alloc_mw: %m");
+	r = post_bind_wr(bq, w6, ibv_inc_rkey(w6->rkey), bmr, va, 64, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_HUGETLB);
+	got = r == 0 && poll_one(b->cq, &wc) == 0;
+	T("mr_bind_unsupported_access", got && wc.status == IBV_WC_MW_BIND_ERR, "post %d, status %d", r, got ? (int)wc.status : -1);
+	pair_close(aq, bq);
+	drain(b->cq);
+
 	// A region without MW_BIND cannot take a window: the bind completes in error.
 	rc_pair(a, b, &aq, &bq);
 	struct ibv_mw *w4 = ibv_alloc_mw(b->pd, IBV_MW_TYPE_2);
@@ -448,7 +458,7 @@ static void mw_checks(struct side *a, struct side *b)
 	drain(b->cq);
 
 	T("mr_dealloc_mw", ibv_dealloc_mw(w1) == 0 && ibv_dealloc_mw(w2) == 0 && ibv_dealloc_mw(w4) == 0 &&
-				   ibv_dealloc_mw(w5) == 0,
+				   ibv_dealloc_mw(w5) == 0 && ibv_dealloc_mw(w6) == 0,
 	  "dealloc_mw: %m");
 	T("mr_dereg_after_windows", ibv_dereg_mr(bmr) == 0, "dereg_mr: %m");
 }

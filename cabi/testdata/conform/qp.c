@@ -204,6 +204,14 @@ static void modify_checks(struct side *a, struct side *b)
 	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 				    IBV_QP_MAX_QP_RD_ATOMIC);
 	T("qp_modify_init_to_rts", r == EINVAL, "%d", r);
+	// qp_access_flags: the bits of RXE_ACCESS_SUPPORTED_QP (rxe_qp_chk_attr), MR flags
+	// among them; any other is EINVAL (mlx5 would ignore it).
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .qp_access_flags = acc | IBV_ACCESS_HUGETLB};
+	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+	T("qp_modify_access_unsupported_bit", r == EINVAL, "%d", r);
+	at.qp_access_flags = acc | IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND | IBV_ACCESS_RELAXED_ORDERING;
+	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
+	T("qp_modify_access_mr_bits", r == 0, "%d", r);
 	// INIT→INIT may change the access flags.
 	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .qp_access_flags = IBV_ACCESS_REMOTE_READ};
 	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS);
