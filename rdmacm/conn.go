@@ -181,7 +181,12 @@ func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 		ok := id.endConnection()
 		id.mu.Unlock()
 		if ok {
-			id.emit(&Event{Type: EventDisconnected})
+			// A DREQ never answered: status -ETIMEDOUT (cma_ib_handler, IB_CM_DREQ_ERROR).
+			st := 0
+			if ev.Type == ibcm.EventDReqError {
+				st = errno(syscall.ETIMEDOUT)
+			}
+			id.emit(&Event{Type: EventDisconnected, Status: st})
 		}
 	case ibcm.EventTimeWaitExit:
 		id.emit(&Event{Type: EventTimewaitExit})
@@ -414,6 +419,15 @@ func (id *ID) Reject(private []byte) error {
 	defer id.mu.Unlock()
 	if id.state != stConnect || id.listenID == nil || id.cmid == nil {
 		return fmt.Errorf("rdmacm: reject: %w", syscall.EINVAL)
+	}
+	// Too much private data is EINVAL and changes nothing (ib_send_cm_rej,
+	// ib_send_cm_sidr_rep check it first).
+	max := MaxRejectPrivate
+	if id.qpType == hca.QPTypeUD {
+		max = MaxAcceptUDPrivate
+	}
+	if len(private) > max {
+		return fmt.Errorf("rdmacm: reject: %d bytes of private data, at most %d: %w", len(private), max, syscall.EINVAL)
 	}
 	id.state = stIdle
 	if id.qpType == hca.QPTypeUD {

@@ -357,7 +357,7 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 			// Linux retries an unresolved neighbour until the timeout and reports
 			// ETIMEDOUT (addr.c); a failure the host reported as the time ran out is that.
 			st := errno(syscall.EHOSTUNREACH)
-			if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ETIMEDOUT) || ctx.Err() != nil {
 				st = errno(syscall.ETIMEDOUT)
 			}
 			id.emit(&Event{Type: EventAddrError, Status: st})

@@ -189,11 +189,14 @@ func (h *IPoIBHost) Neighbor(ctx context.Context, src, dst netip.Addr) (wire.GID
 	}
 	for {
 		hw, err := x.ifc.Resolve(ctx, dst.Unmap())
-		if errors.Is(err, ipoib.ErrUnresolved) && ctx.Err() == nil {
+		if errors.Is(err, ipoib.ErrUnresolved) {
 			// Linux's rdma_resolve_addr does not stop at a FAILED neighbour: it solicits
 			// again until its timeout, which it reports as ETIMEDOUT
 			// (drivers/infiniband/core/addr.c: -ENODATA is retried).
-			continue
+			if ctx.Err() == nil {
+				continue
+			}
+			return wire.GID{}, ctx.Err()
 		}
 		if err != nil {
 			return wire.GID{}, err

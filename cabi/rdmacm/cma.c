@@ -67,6 +67,22 @@ static struct ibv_pd *dev_pd[MAX_DEVS];
 static int dev_refs[MAX_DEVS];
 static struct ibv_context *dev_list_ctx[MAX_DEVS + 1];
 
+// forget_devices: a child forked from this process has verbs of its own (lazy.c), where
+// the parent's contexts and PDs fail; it opens the devices again as it needs them.
+static void forget_devices(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	dev_mu = fresh;
+	memset(dev_ctx, 0, sizeof(dev_ctx));
+	memset(dev_pd, 0, sizeof(dev_pd));
+	memset(dev_refs, 0, sizeof(dev_refs));
+}
+
+__attribute__((constructor)) static void devices_init(void)
+{
+	pthread_atfork(NULL, NULL, forget_devices);
+}
+
 // open_device is device i's context; dev_mu held.
 static struct ibv_context *open_device(int i)
 {
@@ -625,6 +641,10 @@ EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *cp)
 	int err = pibcm_accept(ID(id)->h, &p);
 	if (err)
 		return fail(err);
+	if (ID(id)->sync && is_ud(id) && id->event) {
+		rdma_ack_cm_event(id->event); // librdmacm's rdma_accept: the request, for UD
+		id->event = NULL;
+	}
 	if (ID(id)->sync && !is_ud(id) && wait(ID(id), RDMA_CM_EVENT_ESTABLISHED))
 		return -1;
 	return 0;
@@ -635,9 +655,42 @@ EXPORT int rdma_reject(struct rdma_cm_id *id, const void *priv, uint8_t len)
 	return fail(pibcm_reject(ID(id)->h, (void *)priv, priv ? len : 0));
 }
 
+// complete is librdmacm's ucma_complete for a synchronous ID: its next event, kept in
+// id->event for the program (the one before acknowledged); the event's status as errno
+// (REJECTED: ECONNREFUSED). A non-blocking channel with none: -1, EAGAIN.
+static int complete(struct cm_id *p)
+{
+	if (!p->sync)
+		return 0;
+	if (p->id.event) {
+		rdma_ack_cm_event(p->id.event);
+		p->id.event = NULL;
+	}
+	struct cm_chan *c = CHAN(p->id.channel);
+	struct cm_event *e;
+	for (;;) {
+		if (take(c, &e))
+			return -1;
+		if (e->ev.id == &p->id)
+			break;
+		stash(c, e);
+	}
+	ack(e);
+	p->id.event = &e->ev;
+	int st = e->ev.status;
+	if (!st)
+		return 0;
+	return fail(e->ev.event == RDMA_CM_EVENT_REJECTED ? ECONNREFUSED : st < 0 ? -st : st);
+}
+
+// rdma_disconnect: a synchronous ID waits for its DISCONNECTED (librdmacm's ucma_complete),
+// which the peer's DREP or DREQ brings.
 EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 {
-	return fail(pibcm_disconnect(ID(id)->h));
+	int err = pibcm_disconnect(ID(id)->h);
+	if (err)
+		return fail(err);
+	return complete(ID(id));
 }
 
 EXPORT int rdma_establish(struct rdma_cm_id *id)

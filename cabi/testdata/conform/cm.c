@@ -521,6 +521,16 @@ static void cm_connect(struct side *a, struct side *b)
 	T("cm_connect_request_no_qp_qpn", ev->param.conn.qp_num == 0x123, "qp_num %#x, the connect's 0x123",
 	  ev->param.conn.qp_num);
 	ack(ev);
+	// Too much private data: a REP holds 196 bytes, a REJ 148 (ib_send_cm_rep/rej).
+	uint8_t lots[200] = {0};
+	struct rdma_conn_param ap2 = {.private_data = lots, .private_data_len = 197, .responder_resources = 1,
+				      .initiator_depth = 1};
+	errno = 0;
+	r = rdma_accept(s, &ap2);
+	T("cm_accept_private_197_einval", r == -1 && errno == EINVAL, "rdma_accept with 197 bytes: %d, %m", r);
+	errno = 0;
+	r = rdma_reject(s, lots, 149);
+	T("cm_reject_private_149_einval", r == -1 && errno == EINVAL, "rdma_reject with 149 bytes: %d, %m", r);
 	r = rdma_reject(s, "nope", 4);
 	T("cm_reject", r == 0, "rdma_reject: %m");
 	ok = expect(cc, c, RDMA_CM_EVENT_REJECTED, &ev);
@@ -576,6 +586,90 @@ static void cm_connect(struct side *a, struct side *b)
 	rdma_destroy_event_channel(mc);
 	rdma_destroy_event_channel(cc);
 	rdma_destroy_event_channel(sc);
+}
+
+struct peer {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id;
+	int got;
+};
+
+// disconnect_on_dreq is an active side that answers the peer's DREQ.
+static void *disconnect_on_dreq(void *arg)
+{
+	struct peer *p = arg;
+	struct rdma_cm_event *ev;
+	p->got = expect(p->ch, p->id, RDMA_CM_EVENT_DISCONNECTED, &ev);
+	ack(ev);
+	rdma_disconnect(p->id);
+	return NULL;
+}
+
+// cm_sync: a synchronous listener (no channel): rdma_get_request, rdma_accept and
+// rdma_disconnect wait for their events (librdmacm's ucma_complete) and leave them in
+// id->event.
+static void cm_sync(struct side *a, struct side *b)
+{
+	(void)a;
+	(void)b;
+	struct rdma_event_channel *cc = channel();
+	struct rdma_cm_id *l, *s;
+	struct rdma_cm_event *ev;
+	MUST(rdma_create_id(NULL, &l, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %m");
+	struct sockaddr_in ls = sin4(ADDR_B, 0);
+	MUST(rdma_bind_addr(l, (struct sockaddr *)&ls) == 0 && rdma_listen(l, 4) == 0, "sync listener: %m");
+	uint16_t port = ntohs(rdma_get_src_port(l));
+	for (int round = 0; round < 2; round++) {
+		struct rdma_cm_id *c = resolve(cc, RDMA_PS_TCP, ADDR_A, ADDR_B, port);
+		struct ibv_qp_init_attr qa = qp_attr(IBV_QPT_RC);
+		MUST(rdma_create_qp(c, NULL, &qa) == 0, "rdma_create_qp: %m");
+		struct rdma_conn_param cp = {.responder_resources = 1, .initiator_depth = 1, .retry_count = 7,
+					     .rnr_retry_count = 7};
+		MUST(rdma_connect(c, &cp) == 0, "rdma_connect: %m");
+		int r = rdma_get_request(l, &s);
+		if (round == 0)
+			T("cm_get_request", r == 0 && s->event && s->event->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+						    s->event->listen_id == l && s->channel && s->channel != l->channel &&
+						    s->verbs && !strcmp(dev_name(s->verbs), "pib_1") && s->pd == l->pd && s->pd,
+			  "rdma_get_request: %d %m; event %s channel %p (listener's %p) verbs %s pd %p (listener's %p)", r,
+			  r ? "" : ev_str(s->event), r ? NULL : (void *)s->channel, (void *)l->channel,
+			  r ? "" : dev_name(s->verbs), r ? NULL : (void *)s->pd, (void *)l->pd);
+		MUST(r == 0, "rdma_get_request: %m");
+		qa = qp_attr(IBV_QPT_RC);
+		MUST(rdma_create_qp(s, NULL, &qa) == 0, "rdma_create_qp: %m");
+		struct rdma_conn_param ap = {.responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7};
+		r = rdma_accept(s, &ap);
+		if (round == 0)
+			T("cm_sync_accept", r == 0 && s->event && s->event->event == RDMA_CM_EVENT_ESTABLISHED,
+			  "rdma_accept (synchronous): %d %m; id->event %s", r, r ? "" : ev_str(s->event));
+		MUST(expect(cc, c, RDMA_CM_EVENT_ESTABLISHED, &ev), "ESTABLISHED: %s", ev_str(ev));
+		ack(ev);
+		if (round == 0) {
+			// The peer disconnects first: DISCONNECTED is there for the passive side's call.
+			MUST(rdma_disconnect(c) == 0, "rdma_disconnect: %m");
+			r = rdma_disconnect(s);
+			T("cm_sync_disconnect", r == 0 && s->event && s->event->event == RDMA_CM_EVENT_DISCONNECTED,
+			  "rdma_disconnect (synchronous, after the peer's): %d %m; id->event %s", r, r ? "" : ev_str(s->event));
+			MUST(expect(cc, c, RDMA_CM_EVENT_DISCONNECTED, &ev), "DISCONNECTED: %s", ev_str(ev));
+			ack(ev);
+		} else {
+			// This side first: its rdma_disconnect returns with the peer's DREP.
+			struct peer p = {.ch = cc, .id = c};
+			pthread_t th;
+			MUST(pthread_create(&th, NULL, disconnect_on_dreq, &p) == 0, "pthread_create");
+			r = rdma_disconnect(s);
+			pthread_join(th, NULL);
+			T("cm_sync_disconnect_waits", r == 0 && p.got && s->event && s->event->event == RDMA_CM_EVENT_DISCONNECTED,
+			  "rdma_disconnect (synchronous, first): %d %m; id->event %s; the peer's DISCONNECTED %s", r,
+			  r ? "" : ev_str(s->event), p.got ? "came" : "missing");
+		}
+		rdma_destroy_qp(s);
+		rdma_destroy_id(s);
+		rdma_destroy_qp(c);
+		rdma_destroy_id(c);
+	}
+	rdma_destroy_id(l);
+	rdma_destroy_event_channel(cc);
 }
 
 // cm_ud: RDMA_PS_UDP — SIDR with private data, the UD parameters, and an address handle
@@ -760,6 +854,7 @@ void conform_cm(struct side *a, struct side *b)
 	cm_bind(a, b);
 	cm_resolve(a, b);
 	cm_connect(a, b);
+	cm_sync(a, b);
 	cm_ud(a, b);
 	cm_getaddrinfo(a, b);
 }
