@@ -978,10 +978,50 @@ func pibgo_modify_qp(h C.uint64_t, a *C.struct_ibv_qp_attr, mask C.int) C.int {
 		RetryCnt: uint8(a.retry_cnt), RNRRetry: uint8(a.rnr_retry), AltPortNum: uint8(a.alt_port_num),
 		AltTimeout: uint8(a.alt_timeout),
 	}
-	if err := o.qp.Modify(&attr, uverbsModifyMask(o.qp.Type(), hca.QPAttrMask(mask))); err != nil {
+	m, ok := uverbsPorts(o.qp, &attr, hca.QPAttrMask(mask))
+	if !ok {
+		return einval
+	}
+	if err := o.qp.Modify(&attr, uverbsModifyMask(o.qp.Type(), m)); err != nil {
 		return errno(err)
 	}
 	return 0
+}
+
+// uverbsPorts checks the ports of a modify_qp as the kernel's uverbs does before the
+// provider sees them (modify_qp in uverbs_cmd.c): port_num, the address vector's and the
+// alternate path's ports must exist; INIT→RTR's address vector must be on the QP's port;
+// elsewhere an address vector without IBV_QP_PORT brings its port along. false: EINVAL.
+func uverbsPorts(qp *hca.QP, a *hca.QPAttr, mask hca.QPAttrMask) (hca.QPAttrMask, bool) {
+	d := qp.Device()
+	valid := func(n uint8) bool { return d.Port(int(n)) != nil }
+	if mask&hca.QPAttrPort != 0 && !valid(a.PortNum) {
+		return mask, false
+	}
+	if mask&hca.QPAttrAV != 0 {
+		if !valid(a.AHAttr.PortNum) {
+			return mask, false
+		}
+		if mask&hca.QPAttrState != 0 && a.QPState == hca.QPStateRTR {
+			if p := qp.Port(); p == nil || p.Num() != a.AHAttr.PortNum {
+				return mask, false
+			}
+		} else {
+			switch mask & (hca.QPAttrAV | hca.QPAttrPort) {
+			case hca.QPAttrAV | hca.QPAttrPort:
+				if a.PortNum != a.AHAttr.PortNum {
+					return mask, false
+				}
+			case hca.QPAttrAV:
+				mask |= hca.QPAttrPort
+				a.PortNum = a.AHAttr.PortNum
+			}
+		}
+	}
+	if mask&hca.QPAttrAltPath != 0 && (!valid(a.AltPortNum) || !valid(a.AltAHAttr.PortNum) || a.AltPortNum != a.AltAHAttr.PortNum) {
+		return mask, false
+	}
+	return mask, true
 }
 
 // uverbsModifyMask removes the attributes an XRC QP ignores from a modify_qp mask, as

@@ -224,6 +224,16 @@ static void modify_checks(struct side *a, struct side *b)
 				    IBV_QP_MIN_RNR_TIMER);
 	T("qp_modify_rtr_needs_dest_qpn", r == EINVAL, "%d", r);
 	at.dest_qp_num = 0x123;
+	// uverbs' modify_qp: the address vector's port must exist and, INIT→RTR, be the QP's.
+	at.ah_attr.port_num = 0;
+	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	T("qp_modify_rtr_ah_port_zero", r == EINVAL, "%d", r);
+	at.ah_attr.port_num = 2;
+	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	T("qp_modify_rtr_ah_port_missing", r == EINVAL, "%d", r);
+	at.ah_attr.port_num = 1;
 	at.path_mtu = (enum ibv_mtu)7;
 	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 				    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
@@ -248,6 +258,12 @@ static void modify_checks(struct side *a, struct side *b)
 	r = modify(aq, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 				    IBV_QP_MAX_QP_RD_ATOMIC);
 	T("qp_modify_max_rd_atomic_over", r == EINVAL, "%d (max_qp_init_rd_atom %d)", r, da.max_qp_init_rd_atom);
+	// uverbs' modify_qp: an alternate path's two ports must exist and agree.
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1,
+				  .alt_port_num = 1, .alt_timeout = 14, .alt_ah_attr = {.dlid = b->lid, .port_num = 0}};
+	r = modify(aq, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				    IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_ALT_PATH);
+	T("qp_modify_alt_path_port", r == EINVAL, "%d", r);
 	MUST(qp_rts(aq) == 0 && qp_rts(bq) == 0, "RTS: %m");
 	// RTS→RTS may change the RNR timer, not the timeout (IBA table 92).
 	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .min_rnr_timer = 3};
