@@ -11,8 +11,8 @@ import (
 // Pitfall warnings of an attached process (hca's pitfall checks, `pibgw manner`): its
 // mirror devices make the checks, and a library does not write into its program's
 // output, so each warning goes to the daemon, which logs it with the process's pid; the
-// process's own trace ring has it for `pibgw trace`, and its counts answer `pibgw
-// manner`'s pitfalls request (debug.go). With PIBGW_MANNER_STDERR=1 the process's log
+// process's own trace ring has it for `pibgw trace`, and the daemon counts it for `pibgw
+// manner` (PitfallCounts), after the process has gone too. With PIBGW_MANNER_STDERR=1 the process's log
 // (the C library's: standard error) has it too.
 const (
 	opPitfall = "pitfall" // process → daemon, one way (ID 0): a pitfall check fired
@@ -86,6 +86,7 @@ func (x *session) pitfall(m *msg) {
 	if !ok || m.Dev < 0 || m.Dev >= len(x.srv.Devices) {
 		return
 	}
+	x.srv.pitfalls[p].Add(1)
 	ok, dropped := x.warns.take(time.Now())
 	if !ok {
 		return

@@ -66,7 +66,8 @@ func psnWidthPitfall(t *testing.T, s *attach.Session) {
 
 // An attached process's pitfall warnings go to the daemon's log, with its pid, and not
 // to the process's own (a C program's standard error) — unless PIBGW_MANNER_STDERR=1
-// asks for them there too. The process still counts them (pibgw manner).
+// asks for them there too. The process still counts them, and the daemon counts them for
+// pibgw manner after the process has gone (it asked the processes attached then).
 func TestPitfallWarningsGoToDaemon(t *testing.T) {
 	for _, toStderr := range []bool{false, true} {
 		d, err := hca.NewDevice(hca.Config{Name: "pib_0", NodeGUID: 0x0002c90300000300})
@@ -108,6 +109,11 @@ func TestPitfallWarningsGoToDaemon(t *testing.T) {
 		}
 		if n := s.Devices()[0].PitfallCounts()["psn_width"]; n != 1 {
 			t.Errorf("the process counted psn_width %d times, want 1", n)
+		}
+		// pibgw manner's ATTACHED column: the daemon's count, the process gone too.
+		s.Close()
+		if c, err := srv.PitfallCounts(context.Background()); err != nil || c["psn_width"] != 1 {
+			t.Errorf("the daemon counts %v (%v), want psn_width 1", c, err)
 		}
 	}
 }

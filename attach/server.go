@@ -54,6 +54,7 @@ type Server struct {
 	ownersVer atomic.Uint64 // versions of the QP number lists sent to receivers
 	wg        sync.WaitGroup
 	dropsDead atomic.Uint64
+	pitfalls  [hca.NumPitfalls]atomic.Uint64 // attached processes' warnings (manner.go)
 }
 
 type listenKey struct {
