@@ -21,8 +21,9 @@ import (
 // shows a CA type (and the same as under --umad, whose libibumad asks the daemon),
 // ibv_devinfo a board_id, and device/net/ of pib_0 holds its IPoIB interface with the
 // port's dev_port and dev_id; a port taken down shows DOWN to a command already running;
-// a user who cannot reach the control socket gets one line saying so and the command
-// runs; the host's mounts and /sys/class are as before.
+// the command keeps exec's PID; a user who can reach the control socket gets the view
+// in a user namespace, one who cannot one line saying so, and the command runs; the
+// host's mounts and /sys/class are as before.
 func TestE2ESysfsView(t *testing.T) {
 	requireE2E(t, "gcc", "ibstatus", "ibstat", "ibv_devinfo", "sh")
 	libDir := os.Getenv("PIBGW_E2E_LIBDIR") // libraries built already (scripts/build-libs.sh)
@@ -135,18 +136,47 @@ func TestE2ESysfsView(t *testing.T) {
 		t.Errorf("a running command did not see the port go down: %v\n%s", err, watch.String())
 	}
 
-	// A user who cannot reach the (root's) control socket: one line, and the command runs.
+	// As root the command is exec's process, as without the view.
+	var pid bytes.Buffer
+	pc := pexec(ctx, "--", "sh", "-c", "echo $$")
+	pc.Stdout = &pid
+	if err := pc.Run(); err != nil || pid.String() != fmt.Sprintf("%d\n", pc.Process.Pid) {
+		t.Errorf("the command's PID %q, exec's %d: %v", pid.String(), pc.Process.Pid, err)
+	}
+
 	if nobody, err := user.Lookup("nobody"); err == nil {
 		uid, _ := strconv.Atoi(nobody.Uid)
 		gid, _ := strconv.Atoi(nobody.Gid)
-		cmd := pexec(ctx, "--", "sh", "-c", "echo ran")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		if err != nil || stdout.String() != "ran\n" || strings.Count(stderr.String(), "\n") != 1 ||
-			!strings.Contains(stderr.String(), "no /sys/class/infiniband view") {
-			t.Errorf("as nobody: %v\nstdout %q\nstderr %q", err, stdout.String(), stderr.String())
+		asNobody := func(script string) (string, string, error) {
+			cmd := pexec(ctx, "--", "sh", "-c", script)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			return stdout.String(), stderr.String(), err
+		}
+		// A user who can reach the control socket: the view in a user namespace, the
+		// command still the user's.
+		if err := os.Chmod(d.Sock, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat("/proc/sys/user/max_user_namespaces"); err == nil {
+			o, e, err := asNobody("id -u; cat /sys/class/infiniband/pib_0/ports/1/state")
+			if err != nil || e != "" && !strings.Contains(e, "no /sys/class/infiniband view") {
+				t.Errorf("as nobody with the control socket: %v\n%s%s", err, o, e)
+			} else if e == "" && o != fmt.Sprintf("%d\n4: ACTIVE\n", uid) {
+				t.Errorf("as nobody with the control socket: %q, want its uid and 4: ACTIVE", o)
+			} else if e != "" {
+				t.Logf("no user namespace for nobody here: %s", e)
+			}
+		}
+		// One who cannot reach the (root's) control socket: one line, and the command runs.
+		if err := os.Chmod(d.Sock, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		o, e, err := asNobody("echo ran")
+		if err != nil || o != "ran\n" || strings.Count(e, "\n") != 1 || !strings.Contains(e, "no /sys/class/infiniband view") {
+			t.Errorf("as nobody: %v\nstdout %q\nstderr %q", err, o, e)
 		}
 	}
 

@@ -46,9 +46,10 @@ func execCommand(e *env) *cli.Command {
 			"the kernel's formats (ibstat, ibstatus, ibv_devinfo's board_id, the IPoIB interface of a port\n" +
 			"in /sys/class/infiniband/pib_0/device/net/): a tmpfs mounted over /sys/class in a mount\n" +
 			"namespace of CMD's own (the rest of /sys/class bound back), kept current from the control\n" +
-			"socket every 250 ms while CMD runs. Not root, pibgw exec makes a user namespace for it (CMD\n" +
-			"keeps its user); where it cannot, or the control socket does not answer, it says so in one\n" +
-			"line and runs CMD with the host's /sys. --no-sysfs runs CMD without the view.",
+			"socket every 250 ms while CMD runs; CMD keeps exec's process ID. Not root, pibgw exec makes a\n" +
+			"user namespace for it and runs CMD as its child (CMD keeps its user); where it cannot, or the\n" +
+			"control socket does not answer, it says so in one line and runs CMD with the host's /sys.\n" +
+			"--no-sysfs runs CMD without the view.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "attach", Usage: "the daemon's attach socket `PATH`", EnvVars: []string{"PIBGW_ATTACH"}},
 			&cli.BoolFlag{Name: "umad", Usage: "run a libibumad program through the daemon's ibsim server (pibgw's libibumad.so.3)"},

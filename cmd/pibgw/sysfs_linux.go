@@ -23,18 +23,24 @@ import (
 	"github.com/pibgw/pibgw/internal/control"
 )
 
-// How `pibgw exec` gives its command the view: it starts itself again (sysfsHelperEnv
-// set) in a mount namespace of its own — and, not root, in a user namespace whose only
-// user is the caller, with CAP_SYS_ADMIN there — and that process, the helper, mounts a
-// tmpfs over /sys/class with the real classes bound back into it and the view's
-// infiniband, infiniband_mad and infiniband_verbs beside them, starts the command in
-// that namespace, keeps the files current from the daemon until the command exits, and
-// exits with its status. The namespace goes with the two processes; the host's /sys is
-// never touched (the namespace's mounts are slaves of the host's, nothing propagates
-// back).
+// How `pibgw exec` gives its command the view. As root, on the thread that will execve
+// the command: it unshares its mount namespace, makes / a slave of the host's (nothing
+// mounted here propagates back; the host's /sys never changes), mounts a tmpfs over
+// /sys/class with the real classes bound back into it and the view's infiniband,
+// infiniband_mad and infiniband_verbs beside them, starts a refresher (pibgw again, in a
+// session of its own, detached: not a child of the command) that keeps the files current
+// from the daemon until the command exits, and execs the command, which keeps exec's
+// process ID as before. Not root, a mount namespace needs a user namespace, which a
+// multi-threaded process cannot enter: exec starts itself again (a supervisor) in new
+// user and mount namespaces — the caller the only user, with CAP_SYS_ADMIN there — and
+// the supervisor mounts the view, runs the command as its child with no capabilities,
+// refreshes the files and exits with the command's status. Either namespace goes with
+// the processes in it.
 
-// sysfsHelperEnv marks the helper process; its configuration comes on fd 3, and it
-// answers on fd 4 "ok" or why the view could not be made.
+// sysfsHelperEnv marks pibgw started as one of the view's helpers: "supervise" (it
+// answers on fd 4 "ok" or why the view could not be made), "launch" (it starts the
+// refresher and exits) or "refresh" (the command's pidfd on fd 4). The configuration
+// comes on fd 3.
 const sysfsHelperEnv = "PIBGW_SYSFS_HELPER"
 
 // sysfsRefresh is how often the helper rereads the daemon's values.
@@ -50,7 +56,13 @@ type sysfsHelperConfig struct {
 }
 
 func init() {
-	if os.Getenv(sysfsHelperEnv) != "" {
+	switch os.Getenv(sysfsHelperEnv) {
+	case "":
+	case "launch":
+		os.Exit(sysfsLaunch())
+	case "refresh":
+		os.Exit(sysfsRefresher())
+	default:
 		os.Exit(sysfsHelper())
 	}
 }
@@ -93,6 +105,11 @@ func execWithSysfs(ctx context.Context, w io.Writer, controlSock, path string, a
 		sysfsNote(w, err.Error())
 		return 0, false
 	}
+	cfg := sysfsHelperConfig{Control: controlSock, Path: path, Args: args, Env: env, Snap: snap}
+	if os.Geteuid() == 0 {
+		execInSysfsView(w, self, cfg) // returns only when the view could not be made
+		return 0, false
+	}
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		sysfsNote(w, err.Error())
@@ -106,32 +123,25 @@ func execWithSysfs(ctx context.Context, w io.Writer, controlSock, path string, a
 		return 0, false
 	}
 	defer stR.Close()
-	helper := &exec.Cmd{Path: self, Args: []string{"pibgw-exec-sysfs"}, Env: append(os.Environ(), sysfsHelperEnv+"=1"),
+	helper := &exec.Cmd{Path: self, Args: []string{"pibgw-exec-sysfs"}, Env: append(os.Environ(), sysfsHelperEnv+"=supervise"),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, ExtraFiles: []*os.File{cfgR, stW}}
-	sp := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}
-	if uid, gid := os.Geteuid(), os.Getegid(); uid != 0 {
-		// A user namespace with the caller as its only user, and CAP_SYS_ADMIN (ambient,
-		// so that it survives the helper's execve) to mount in the mount namespace it owns.
-		sp.Cloneflags |= syscall.CLONE_NEWUSER
-		sp.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-		sp.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-		sp.GidMappingsEnableSetgroups = false
-		sp.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN}
-	}
-	helper.SysProcAttr = sp
+	// A user namespace with the caller as its only user, and CAP_SYS_ADMIN (ambient, so
+	// that it survives the helper's execve) to mount in the mount namespace it owns.
+	uid, gid := os.Geteuid(), os.Getegid()
+	helper.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN}}
 	err = helper.Start()
 	cfgR.Close()
 	stW.Close()
 	if err != nil {
 		cfgW.Close()
-		why := err.Error()
-		if os.Geteuid() != 0 {
-			why = "not root, and no user namespace: " + why
-		}
-		sysfsNote(w, why)
+		sysfsNote(w, "not root, and no user namespace: "+err.Error())
 		return 0, false
 	}
-	json.NewEncoder(cfgW).Encode(sysfsHelperConfig{Control: controlSock, Path: path, Args: args, Env: env, Snap: snap})
+	json.NewEncoder(cfgW).Encode(cfg)
 	cfgW.Close()
 	line, _ := bufio.NewReader(stR).ReadString('\n')
 	if line = strings.TrimSpace(line); line != "ok" {
@@ -143,6 +153,106 @@ func execWithSysfs(ctx context.Context, w io.Writer, controlSock, path string, a
 		return 0, false
 	}
 	return waitForwarding(helper), true
+}
+
+// execInSysfsView mounts the view in a mount namespace of this thread's own and execs
+// cfg's command from it, with a refresher started; it returns, after one line on w
+// saying why, when the view cannot be made — back in the mount namespace it started in.
+func execInSysfsView(w io.Writer, self string, cfg sysfsHelperConfig) {
+	runtime.LockOSThread() // never unlocked: this thread's namespace is the command's
+	orig, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		sysfsNote(w, err.Error())
+		return
+	}
+	defer unix.Close(orig)
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		sysfsNote(w, "a mount namespace: "+err.Error())
+		return
+	}
+	if _, err := mountSysfsView(sysfsTree(cfg.Snap)); err != nil {
+		unix.Setns(orig, unix.CLONE_NEWNS)
+		sysfsNote(w, err.Error())
+		return
+	}
+	if err := startRefresher(self, cfg); err != nil {
+		fmt.Fprintf(w, "pibgw exec: the view of /sys/class/infiniband keeps the values of now: %v\n", err)
+	}
+	err = syscall.Exec(cfg.Path, cfg.Args, cfg.Env)
+	fmt.Fprintf(w, "pibgw exec: %s: %v\n", cfg.Path, err)
+	os.Exit(127)
+}
+
+// startRefresher starts, from this thread (so in its mount namespace), pibgw in "launch"
+// mode, which starts the refresher and exits, and waits for it: the refresher is no
+// child of the command.
+func startRefresher(self string, cfg sysfsHelperConfig) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	cmd := &exec.Cmd{Path: self, Args: []string{"pibgw-exec-sysfs-launch"}, Env: append(os.Environ(), sysfsHelperEnv+"=launch"),
+		ExtraFiles: []*os.File{r}}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return err
+	}
+	cfg.Env, cfg.Args = nil, nil // the refresher needs the daemon and the values only
+	json.NewEncoder(w).Encode(cfg)
+	w.Close()
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("starting the refresher: %w", err)
+	}
+	return nil
+}
+
+// sysfsLaunch is the "launch" helper: it opens a pidfd of its parent (exec, about to
+// become the command) and starts the refresher with it, in a session of its own.
+func sysfsLaunch() int {
+	cfg, err := io.ReadAll(os.NewFile(3, "config"))
+	if err != nil {
+		return 1
+	}
+	pidfd, err := unix.PidfdOpen(os.Getppid(), 0)
+	if err != nil {
+		return 1
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 1
+	}
+	cmd := &exec.Cmd{Path: "/proc/self/exe", Args: []string{"pibgw-exec-sysfs-refresh"}, Env: append(os.Environ(), sysfsHelperEnv+"=refresh"),
+		ExtraFiles: []*os.File{r, os.NewFile(uintptr(pidfd), "pidfd")}, SysProcAttr: &syscall.SysProcAttr{Setsid: true}}
+	if err := cmd.Start(); err != nil {
+		return 1
+	}
+	w.Write(cfg)
+	w.Close()
+	cmd.Process.Release()
+	return 0
+}
+
+// sysfsRefresher is the "refresh" helper: it rewrites the view's files from the daemon
+// every sysfsRefresh until the command (its pidfd on fd 4) exits.
+func sysfsRefresher() int {
+	var cfg sysfsHelperConfig
+	if err := json.NewDecoder(os.NewFile(3, "config")).Decode(&cfg); err != nil {
+		return 1
+	}
+	root, err := unix.Open("/sys/class", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 1
+	}
+	v := &sysfsView{root: root, files: sysfsTree(cfg.Snap)}
+	cl := control.NewClient(cfg.Control)
+	pfd := []unix.PollFd{{Fd: 4, Events: unix.POLLIN}}
+	for {
+		if n, err := unix.Poll(pfd, int(sysfsRefresh/time.Millisecond)); n > 0 || err != nil && !errors.Is(err, unix.EINTR) {
+			return 0 // the command exited
+		}
+		v.refresh(context.Background(), cl)
+	}
 }
 
 // forwardedSignals are passed on to the command (a terminal's Ctrl-C reaches every
@@ -182,8 +292,8 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 	return cmd.ProcessState.ExitCode()
 }
 
-// sysfsHelper is the helper process: it mounts the view, runs the command and keeps the
-// view current.
+// sysfsHelper is the "supervise" helper (not root, in its user and mount namespaces): it
+// mounts the view, runs the command and keeps the view current.
 func sysfsHelper() int {
 	cfgF, stF := os.NewFile(3, "config"), os.NewFile(4, "status")
 	var cfg sysfsHelperConfig
@@ -363,11 +473,17 @@ func (v *sysfsView) keepCurrent(ctx context.Context, cl *control.Client) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		snap, err := fetchSysfsSnapshot(rctx, cl)
-		cancel()
-		if err == nil {
-			v.apply(sysfsTree(snap))
-		}
+		v.refresh(ctx, cl)
+	}
+}
+
+// refresh rewrites the view from the daemon's values now; a daemon that does not
+// answer leaves the last ones.
+func (v *sysfsView) refresh(ctx context.Context, cl *control.Client) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	snap, err := fetchSysfsSnapshot(ctx, cl)
+	cancel()
+	if err == nil {
+		v.apply(sysfsTree(snap))
 	}
 }
