@@ -78,11 +78,17 @@ func checkRegion(op string, buf []byte, access AccessFlags) error {
 	if len(buf) == 0 {
 		return errorf(op, EINVAL, "empty buffer")
 	}
-	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind|AccessZeroBased) != 0 {
-		return errorf(op, EINVAL, "unknown access flags %#x", uint32(access))
-	}
+	// In ib_check_mr_access's order: the local write remote access needs, the bits the
+	// kernel knows (EINVAL), then the FLUSH ones a device without IB_DEVICE_FLUSH_* —
+	// pibgw's — refuses (EOPNOTSUPP).
 	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
 		return errorf(op, EINVAL, "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")
+	}
+	if access&^(AccessLocalWrite|AccessRemoteWrite|AccessRemoteRead|AccessRemoteAtomic|AccessMWBind|AccessZeroBased|AccessFlushGlobal|AccessFlushPersistent) != 0 {
+		return errorf(op, EINVAL, "unknown access flags %#x", uint32(access))
+	}
+	if access&(AccessFlushGlobal|AccessFlushPersistent) != 0 {
+		return errorf(op, EOPNOTSUPP, "access flags %#x: no FLUSH on this device", uint32(access))
 	}
 	return nil
 }

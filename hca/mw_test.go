@@ -369,3 +369,24 @@ func TestRegMRIOVA(t *testing.T) {
 		t.Fatalf("rereg of access: %v, address %#x, want %#x", err, nmr.Addr(), iova)
 	}
 }
+
+// TestRegMRAccessErrnos: ibv_reg_mr's access checks in ib_check_mr_access's order — a
+// bit the kernel does not know is EINVAL, a FLUSH bit on a device without FLUSH
+// EOPNOTSUPP, and REMOTE_WRITE without LOCAL_WRITE EINVAL before either.
+func TestRegMRAccessErrnos(t *testing.T) {
+	f := newMWFixture(t)
+	buf := make([]byte, 64)
+	for _, c := range []struct {
+		access AccessFlags
+		want   error
+	}{
+		{AccessLocalWrite | 1<<12, EINVAL},
+		{AccessLocalWrite | AccessFlushGlobal, EOPNOTSUPP},
+		{AccessLocalWrite | AccessFlushPersistent, EOPNOTSUPP},
+		{AccessRemoteWrite | AccessFlushGlobal, EINVAL},
+	} {
+		if _, err := f.pd.RegMR(buf, c.access); !errors.Is(err, c.want) {
+			t.Errorf("access %#x: %v, want %v", uint32(c.access), err, c.want)
+		}
+	}
+}

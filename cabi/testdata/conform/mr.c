@@ -98,6 +98,10 @@ static void reg_checks(struct side *a)
 	// A bit the kernel does not know (outside the optional range): EINVAL.
 	e = reg_errno(a->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | (1 << 12));
 	T("mr_reg_unknown_access", e == EINVAL, "errno %d", e);
+	// IB_ACCESS_FLUSH_GLOBAL (1 << 8) on a device without IB_DEVICE_FLUSH_GLOBAL:
+	// ib_check_mr_access says EOPNOTSUPP.
+	e = reg_errno(a->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | (1 << 8));
+	T("mr_reg_flush_unsupported", e == EOPNOTSUPP, "errno %d", e);
 	// Optional bits may be ignored (ibv_reg_mr(3)).
 	e = reg_errno(a->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
 	T("mr_reg_optional_ignored", e == 0, "errno %d", e);

@@ -43,7 +43,7 @@ static struct ibv_qp_init_attr rc_attr(struct side *s)
 	return a;
 }
 
-static void create_checks(struct side *a)
+static void create_checks(struct side *a, struct side *b)
 {
 	struct ibv_device_attr da;
 	MUST(ibv_query_device(a->ctx, &da) == 0, "query_device: %m");
@@ -119,6 +119,11 @@ static void create_checks(struct side *a)
 	ia.send_cq = NULL;
 	e = create_errno(a, &ia);
 	T("qp_create_no_send_cq", e == EINVAL, "errno %d", e);
+	// A CQ of another context is no handle of this one's (uverbs: EINVAL).
+	ia = rc_attr(a);
+	ia.recv_cq = b->cq;
+	e = create_errno(a, &ia);
+	T("qp_create_cq_of_other_context", e == EINVAL, "errno %d", e);
 
 	// ibv_create_qp_ex (issue 41 item 5): CREATE_FLAGS with no flag set is a plain create;
 	// a flag the device lacks is EOPNOTSUPP (rxe: RXE_QP_CREATE_FLAGS_SUP is 0).
@@ -359,6 +364,6 @@ static void modify_checks(struct side *a, struct side *b)
 
 void conform_qp(struct side *a, struct side *b)
 {
-	create_checks(a);
+	create_checks(a, b);
 	modify_checks(a, b);
 }
