@@ -97,15 +97,25 @@ func (id *ID) Connect(p ConnParam) error {
 	if id.qpType == hca.QPTypeUD {
 		max = MaxSIDRReqPrivate
 	}
+	hdr := ipcmHeaderLen
+	if id.ib.on {
+		// AF_IB: the user's data alone, the header's room too (cma_user_data_offset 0).
+		hdr, max = 0, max+ipcmHeaderLen
+	}
 	if len(p.Private) > max {
 		return fmt.Errorf("rdmacm: connect: %d bytes of private data, at most %d: %w", len(p.Private), max, syscall.EINVAL)
 	}
-	priv := make([]byte, ipcmHeaderLen+len(p.Private))
-	putIPCM(priv, ipcmHeader{src: id.src, dst: id.dst})
-	copy(priv[ipcmHeaderLen:], p.Private)
+	priv := make([]byte, hdr+len(p.Private))
+	if hdr > 0 {
+		putIPCM(priv, ipcmHeader{src: id.src, dst: id.dst})
+	}
+	copy(priv[hdr:], p.Private)
 	id.param = p
 	id.cmid = id.dev.CM.NewID(id.onCM, nil)
 	sid := ServiceID(id.ps, id.dst.Port())
+	if id.ib.on {
+		sid = id.ib.dst.SID // rdma_get_service_id: an AF_IB address's own
+	}
 	if id.qpType == hca.QPTypeUD {
 		id.state = stConnect
 		err := id.cmid.SendSIDRReq(ibcm.SIDRReqParam{ServiceID: sid, PKey: id.dev.PKey, DLID: id.route.DLID,
@@ -318,12 +328,24 @@ func (id *ID) onListenCM(c *ibcm.ID, ev *ibcm.Event) {
 	id.mu.Lock()
 	listening := id.state == stListen
 	port := id.src.Port()
+	lib := id.ib
 	id.mu.Unlock()
 	if !listening {
 		c.SendRej(wire.RejConsumerReject, nil, nil)
 		return
 	}
-	h, err := parseIPCM(ev.Private, port)
+	// An AF_IB listener takes the REQ as it is (Linux's cma_save_net_info → cma_save_ib_info):
+	// no IP CM header, the addresses from the path.
+	var h ipcmHeader
+	var nib afIB
+	hdr := ipcmHeaderLen
+	var err error
+	if lib.on {
+		nib, hdr = passiveIB(lib, ev, dev), 0
+		h = ipcmHeader{src: nib.dst.ipForm(), dst: nib.src.ipForm()}
+	} else {
+		h, err = parseIPCM(ev.Private, port)
+	}
 	if err != nil {
 		if ev.Type == ibcm.EventSIDRReqReceived {
 			c.SendSIDRRep(ibcm.SIDRRepParam{Status: wire.SIDRStatusRejected})
@@ -333,7 +355,7 @@ func (id *ID) onListenCM(c *ibcm.ID, ev *ibcm.Event) {
 		return
 	}
 	n := &ID{host: id.host, ps: id.ps, qpType: id.qpType, Context: id.Context,
-		state: stConnect, src: h.dst, dst: h.src, dev: dev, cmid: c, listenID: id, psn: newPSN()}
+		state: stConnect, src: h.dst, dst: h.src, ib: nib, dev: dev, cmid: c, listenID: id, psn: newPSN()}
 	n.ch.Store(id.ch.Load())
 	n.acked = sync.NewCond(&n.mu)
 	n.dev.PKey = ev.Req.PKey
@@ -341,7 +363,7 @@ func (id *ID) onListenCM(c *ibcm.ID, ev *ibcm.Event) {
 		n.dev.PKey = dev.PKey
 	}
 	e := &Event{Type: EventConnectRequest, ID: n, ListenID: id}
-	priv := ev.Private[ipcmHeaderLen:]
+	priv := ev.Private[hdr:]
 	if ev.Type == ibcm.EventReqReceived {
 		req := *ev.Req
 		n.req = &req

@@ -51,6 +51,7 @@ type ID struct {
 	mu       sync.Mutex
 	state    idState
 	src, dst netip.AddrPort
+	ib       afIB // AF_IB addresses (afib.go); src and dst hold their GIDs then
 	dev      Device
 	dgid     wire.GID
 	route    sa.Path
@@ -212,13 +213,10 @@ func (id *ID) BindAddr(a netip.AddrPort) error {
 }
 
 func (id *ID) bindLocked(a netip.AddrPort) error {
-	if a.Addr().Unmap().IsLoopback() {
-		dev, err := loopbackDevice(id.host)
-		if err != nil {
-			return fmt.Errorf("rdmacm: bind %v: %w", a, err)
-		}
-		id.dev = dev
-	} else if !a.Addr().IsUnspecified() {
+	// A loopback address takes no device, as the any address (Linux's rdma_bind_addr:
+	// cma_any_addr is the zero or the loopback address): a listener listens on every
+	// device, rdma_resolve_addr picks the loopback device (cma_resolve_loopback).
+	if !a.Addr().IsUnspecified() && !a.Addr().Unmap().IsLoopback() {
 		dev, err := id.host.LocalDevice(a.Addr())
 		if err != nil {
 			return fmt.Errorf("rdmacm: bind %v: %w", a, err)
@@ -288,13 +286,37 @@ func (id *ID) ResolveAddr(src netip.Addr, dst netip.AddrPort, timeout time.Durat
 			id.mu.Unlock()
 			return err
 		}
-	} else if id.src.Addr().IsUnspecified() && loop {
+		if loop {
+			// cma_bind_loopback: a loopback source took no device at the bind.
+			dev, err := loopbackDevice(id.host)
+			if err != nil {
+				id.mu.Unlock()
+				return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)
+			}
+			id.dev = dev
+		} else if src.Unmap().IsLoopback() {
+			id.mu.Unlock()
+			return fmt.Errorf("rdmacm: resolve_addr %v from %v: %w", dst, src, syscall.EINVAL)
+		}
+	} else if id.ib.on {
+		id.mu.Unlock()
+		return fmt.Errorf("rdmacm: resolve_addr: an IP destination for an AF_IB ID: %w", syscall.EINVAL)
+	} else if id.dev.Port == nil && loop {
+		// cma_resolve_loopback → cma_bind_loopback: bound to the any or a loopback address.
 		dev, err := loopbackDevice(id.host)
 		if err != nil {
 			id.mu.Unlock()
 			return fmt.Errorf("rdmacm: resolve_addr %v: %w", dst, err)
 		}
-		id.src, id.dev = netip.AddrPortFrom(dst.Addr(), id.src.Port()), dev
+		if id.src.Addr().IsUnspecified() {
+			id.src = netip.AddrPortFrom(dst.Addr(), id.src.Port())
+		}
+		id.dev = dev
+	} else if id.src.Addr().Unmap().IsLoopback() {
+		// The route from a loopback source to another host's address is refused
+		// (__mkroute_output: EINVAL).
+		id.mu.Unlock()
+		return fmt.Errorf("rdmacm: resolve_addr %v from %v: %w", dst, id.src.Addr(), syscall.EINVAL)
 	} else if id.src.Addr().IsUnspecified() {
 		s, err := id.host.Source(dst.Addr())
 		if err != nil {
@@ -575,6 +597,9 @@ func (id *ID) Listen(backlog int) error {
 		devs = id.host.Devices()
 	}
 	sid := ServiceID(id.ps, id.src.Port())
+	if id.ib.on {
+		sid = id.ib.src.SID // cma_ib_listen: an AF_IB address's own service ID
+	}
 	seen := map[*ibcm.CM]bool{}
 	for _, d := range devs {
 		if seen[d.CM] {

@@ -10,10 +10,11 @@ import (
 	"github.com/pibgw/pibgw/rdmacm"
 )
 
-// TestLoopback: as Linux's rdma_cm (cma_bind_loopback, cma_resolve_loopback), an ID bound
-// to 127.0.0.1 takes the first device with an active port, and one resolving 127.0.0.1
-// finds that device's own GID: a client and a listener on 127.0.0.1 connect through the
-// HCA (rping -a 127.0.0.1), and a message crosses.
+// TestLoopback: as Linux's rdma_cm, an ID bound to 127.0.0.1 takes no device (rdma_bind_addr
+// acquires none for cma_any_addr, which the loopback address is) and listens on every
+// device; one resolving 127.0.0.1 takes the first device with an active port and finds
+// its own GID (cma_resolve_loopback, cma_bind_loopback): a client and a listener on
+// 127.0.0.1 connect through the HCA (rping -a 127.0.0.1), and a message crosses.
 func TestLoopback(t *testing.T) {
 	h := newTestHost(t, 2)
 	lo := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), 7480)
@@ -25,8 +26,10 @@ func TestLoopback(t *testing.T) {
 	if err := listen.BindAddr(lo); err != nil {
 		t.Fatal(err)
 	}
-	if listen.Device().Port != h.devs[0].Port {
-		t.Fatalf("127.0.0.1 bound to %v, want the first device's port", listen.Device().Port)
+	if p := listen.Device().Port; p != nil {
+		// libfabric's verbs provider binds 127.0.0.1 and keeps the MSG endpoints of
+		// the device it gets alone: pib_1 had none.
+		t.Fatalf("127.0.0.1 bound to %v, want no device", p.Device().Name())
 	}
 	if err := listen.Listen(8); err != nil {
 		t.Fatal(err)

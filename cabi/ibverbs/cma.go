@@ -403,8 +403,13 @@ func pibcm_info(h C.uint64_t, info *C.struct_pib_cm_info) {
 		}
 		*(*[16]byte)(unsafe.Pointer(&info.dgid)) = o.id.DGID()
 	}
-	addrToC(o.id.LocalAddr(), &info.src)
-	addrToC(o.id.PeerAddr(), &info.dst)
+	if o.id.IsIB() {
+		ibAddrToC(o.id.LocalIB(), &info.src)
+		ibAddrToC(o.id.PeerIB(), &info.dst)
+	} else {
+		addrToC(o.id.LocalAddr(), &info.src)
+		addrToC(o.id.PeerAddr(), &info.dst)
+	}
 	if r, ok := o.id.Route(); ok {
 		info.route_ok = 1
 		*(*[16]byte)(unsafe.Pointer(&info.dgid)) = r.DGID
@@ -424,6 +429,9 @@ func cmGet(h C.uint64_t) *rdmacm.ID {
 //export pibcm_bind
 func pibcm_bind(h C.uint64_t, sa *C.struct_sockaddr) C.int {
 	id := cmGet(h)
+	if ib, ok := ibAddrFromC(sa); ok && id != nil {
+		return cmErr(id.BindIB(ib))
+	}
 	a, ok := addrFromC(sa)
 	if id == nil || !ok {
 		return C.int(syscall.EAFNOSUPPORT)
@@ -434,6 +442,13 @@ func pibcm_bind(h C.uint64_t, sa *C.struct_sockaddr) C.int {
 //export pibcm_resolve_addr
 func pibcm_resolve_addr(h C.uint64_t, src, dst *C.struct_sockaddr, ms C.int) C.int {
 	id := cmGet(h)
+	if ib, ok := ibAddrFromC(dst); ok && id != nil {
+		var s *rdmacm.IBAddr
+		if a, ok := ibAddrFromC(src); ok {
+			s = &a
+		}
+		return cmErr(id.ResolveIB(s, ib, time.Duration(ms)*time.Millisecond))
+	}
 	d, ok := addrFromC(dst)
 	if id == nil || !ok {
 		return C.int(syscall.EINVAL)

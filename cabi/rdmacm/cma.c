@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <sys/eventfd.h>
+#include <infiniband/ib.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
 
@@ -552,7 +553,15 @@ static socklen_t addr_len(const struct sockaddr *a)
 {
 	if (!a)
 		return 0;
-	return a->sa_family == AF_INET ? sizeof(struct sockaddr_in) : a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : 0;
+	switch (a->sa_family) {
+	case AF_INET:
+		return sizeof(struct sockaddr_in);
+	case AF_INET6:
+		return sizeof(struct sockaddr_in6);
+	case AF_IB: // the Go side binds, resolves and listens on AF_IB addresses (libfabric's)
+		return sizeof(struct sockaddr_ib);
+	}
+	return 0;
 }
 
 // As librdmacm's rdma_bind_addr: the ID's addresses, device (and its PD) and GIDs
