@@ -454,11 +454,13 @@ func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
 	if mask&QPAttrSQPSN != 0 {
 		t.SQPSN = a.SQPSN & 0xFFFFFF
 	}
+	// rxe_qp_from_attr keeps both depths rounded up to a power of two (0 stays 0), and
+	// works and reports with that (mlx5 too: log_sra_max, log_rra_max).
 	if mask&QPAttrMaxQPRdAtomic != 0 {
-		t.MaxRdAtomic = a.MaxRdAtomic
+		t.MaxRdAtomic = pow2Up(a.MaxRdAtomic)
 	}
 	if mask&QPAttrMaxDestRdAtomic != 0 {
-		t.MaxDestRdAtomic = a.MaxDestRdAtomic
+		t.MaxDestRdAtomic = pow2Up(a.MaxDestRdAtomic)
 	}
 	if mask&QPAttrMinRNRTimer != 0 {
 		t.MinRNRTimer = a.MinRNRTimer
@@ -469,6 +471,19 @@ func (qp *QP) apply(a *QPAttr, mask QPAttrMask) {
 	if mask&QPAttrEnSQDAsyncNotify != 0 {
 		t.EnSQDAsyncNotify = a.EnSQDAsyncNotify
 	}
+}
+
+// pow2Up rounds n up to a power of two (at most 128, checkValues' limits are lower); 0
+// stays 0.
+func pow2Up(n uint8) uint8 {
+	if n == 0 {
+		return 0
+	}
+	p := uint8(1)
+	for p < n && p < 128 {
+		p <<= 1
+	}
+	return p
 }
 
 // changed runs the side effects of a modify.

@@ -82,3 +82,23 @@ func TestQueryQPCurrent(t *testing.T) {
 		t.Fatalf("after 3 packets: sq_psn %#x (was %#x), peer's rq_psn %#x (was %#x)", na.SQPSN, qa.SQPSN, nb.RQPSN, qb.RQPSN)
 	}
 }
+
+// TestRdAtomicPow2: max_rd_atomic and max_dest_rd_atomic are kept rounded up to a power
+// of two, as rxe_qp_from_attr keeps them (and mlx5 as logarithms): 3 reads back as 4.
+func TestRdAtomicPow2(t *testing.T) {
+	_, a, b := connect(t, connOpts{rdAtomic: 3})
+	q, _ := a.qp.Query()
+	if q.MaxRdAtomic != 4 {
+		t.Fatalf("max_rd_atomic %d, want 4", q.MaxRdAtomic)
+	}
+	if err := b.qp.Modify(&hca.QPAttr{QPState: hca.QPStateSQD}, hca.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	d := hca.QPAttr{QPState: hca.QPStateSQD, MaxDestRdAtomic: 5}
+	if err := b.qp.Modify(&d, hca.QPAttrState|hca.QPAttrMaxDestRdAtomic); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ := b.qp.Query(); q.MaxDestRdAtomic != 8 {
+		t.Fatalf("max_dest_rd_atomic %d, want 8", q.MaxDestRdAtomic)
+	}
+}

@@ -324,6 +324,13 @@ static void modify_checks(struct side *a, struct side *b)
 	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_SQD};
 	r = modify(aq, &at, IBV_QP_STATE);
 	T("qp_modify_rts_to_sqd", r == 0, "%d", r);
+	// SQD→SQD may change the initiator depth; it is kept rounded up to a power of two
+	// (rxe_qp_from_attr; mlx5 keeps its log).
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_SQD, .max_rd_atomic = 3};
+	r = modify(aq, &at, IBV_QP_STATE | IBV_QP_MAX_QP_RD_ATOMIC);
+	int r2 = ibv_query_qp(aq, &qa, IBV_QP_MAX_QP_RD_ATOMIC, &qi);
+	T("qp_modify_rd_atomic_pow2", r == 0 && r2 == 0 && qa.max_rd_atomic == 4, "%d %d: max_rd_atomic %d", r, r2,
+	  qa.max_rd_atomic);
 	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
 	r = modify(aq, &at, IBV_QP_STATE);
 	T("qp_modify_sqd_to_rts", r == 0, "%d", r);
