@@ -287,6 +287,15 @@ static void rereg_checks(struct side *a, struct side *b)
 	  "status %d", st);
 	pair_close(aq, bq);
 
+	// A new translation the kernel cannot pin: ERR_CMD with EFAULT, the region unchanged.
+	char *un = mmap(NULL, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	MUST(un != MAP_FAILED, "mmap: %m");
+	munmap(un, 8192);
+	errno = 0;
+	r = ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, un, 8192, 0);
+	T("mr_rereg_translation_EFAULT", r == IBV_REREG_MR_ERR_CMD && errno == EFAULT && mr->addr == buf2, "%d, errno %d", r,
+	  errno);
+
 	// What libibverbs' ibv_rereg_mr refuses itself: IBV_REREG_MR_ERR_INPUT, EINVAL.
 	errno = 0;
 	r = ibv_rereg_mr(mr, 1 << 5, NULL, NULL, 0, 0);

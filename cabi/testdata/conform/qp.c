@@ -249,6 +249,35 @@ static void modify_checks(struct side *a, struct side *b)
 				    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
 	T("qp_modify_max_dest_rd_atomic_over", r == EINVAL, "%d (max_qp_rd_atom %d)", r, da.max_qp_rd_atom);
 	T("qp_modify_failed_keeps_state", qp->state == IBV_QPS_INIT, "state %d", qp->state);
+	// An address vector with a GRH, and every field of it, as ibv_query_qp gives it back
+	// (rxe_av_to_attr).
+	union ibv_gid sgid;
+	MUST(ibv_query_gid(a->ctx, 1, 0, &sgid) == 0, "query_gid: %m");
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_2048, .dest_qp_num = 0x123, .rq_psn = 0x777,
+				  .max_dest_rd_atomic = 2, .min_rnr_timer = 12,
+				  .ah_attr = {.dlid = b->lid, .sl = 3, .src_path_bits = 0, .static_rate = IBV_RATE_10_GBPS,
+					      .is_global = 1, .port_num = 1,
+					      .grh = {.dgid = sgid, .flow_label = 0x12345, .sgid_index = 0, .hop_limit = 9,
+						      .traffic_class = 0x20}}};
+	r = modify(qp, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	T("qp_modify_rtr_grh", r == 0, "%d", r);
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr qi;
+	memset(&qa, 0, sizeof(qa));
+	r = ibv_query_qp(qp, &qa, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+					  IBV_QP_MIN_RNR_TIMER,
+			 &qi);
+	struct ibv_ah_attr *h = &qa.ah_attr;
+	T("qp_query_ah_grh", r == 0 && h->dlid == b->lid && h->sl == 3 && h->static_rate == IBV_RATE_10_GBPS && h->is_global &&
+				     h->port_num == 1 && !memcmp(&h->grh.dgid, &sgid, 16) && h->grh.flow_label == 0x12345 &&
+				     h->grh.hop_limit == 9 && h->grh.traffic_class == 0x20 && h->grh.sgid_index == 0,
+	  "dlid %#x sl %d rate %d global %d port %d flow %#x hop %d tclass %#x", h->dlid, h->sl, h->static_rate, h->is_global,
+	  h->port_num, h->grh.flow_label, h->grh.hop_limit, h->grh.traffic_class);
+	T("qp_query_rtr_fields", r == 0 && qa.qp_state == IBV_QPS_RTR && qa.path_mtu == IBV_MTU_2048 && qa.dest_qp_num == 0x123 &&
+					 qa.rq_psn == 0x777 && qa.max_dest_rd_atomic == 2 && qa.min_rnr_timer == 12,
+	  "state %d mtu %d dqpn %#x rq_psn %#x dest_rd %d rnr %d", qa.qp_state, qa.path_mtu, qa.dest_qp_num, qa.rq_psn,
+	  qa.max_dest_rd_atomic, qa.min_rnr_timer);
 	ibv_destroy_qp(qp);
 
 	// A connected pair; RTR→RTS needs timeout, retry counts, SQ PSN, initiator depth.
@@ -280,8 +309,6 @@ static void modify_checks(struct side *a, struct side *b)
 
 	// ibv_query_qp of an RTS QP (issue 41 item 8): every attribute as set, cur_qp_state the
 	// current state (rxe_qp_to_attr; uverbs' query_qp copies it).
-	struct ibv_qp_attr qa;
-	struct ibv_qp_init_attr qi;
 	memset(&qa, 0, sizeof(qa));
 	r = ibv_query_qp(aq, &qa, IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN, &qi);
 	T("qp_query_state", r == 0 && qa.qp_state == IBV_QPS_RTS, "%d: state %d", r, qa.qp_state);
