@@ -127,6 +127,7 @@ type Event struct {
 	ListenID *ID // for CONNECT_REQUEST, the listening ID
 	Param    ConnParam
 	UD       UDParam
+	Group    netip.Addr // MULTICAST_JOIN, MULTICAST_ERROR: the group's address
 
 	ch    *EventChannel
 	acked bool

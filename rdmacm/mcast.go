@@ -63,7 +63,7 @@ func (id *ID) JoinMulticast(addr netip.Addr) error {
 			err = qp.AttachMcast(g.MGID, g.MLID)
 		}
 		if err != nil {
-			id.emit(&Event{Type: EventMulticastError, Status: errno(syscall.EINVAL)})
+			id.emit(&Event{Type: EventMulticastError, Status: errno(syscall.EINVAL), Group: addr})
 			return
 		}
 		id.mu.Lock()
@@ -72,7 +72,7 @@ func (id *ID) JoinMulticast(addr netip.Addr) error {
 		}
 		id.groups[addr] = g
 		id.mu.Unlock()
-		id.emit(&Event{Type: EventMulticastJoin, UD: UDParam{QPNum: MulticastQPN, QKey: g.QKey,
+		id.emit(&Event{Type: EventMulticastJoin, Group: addr, UD: UDParam{QPNum: MulticastQPN, QKey: g.QKey,
 			AHAttr: hca.AHAttr{DLID: g.MLID, SL: g.SL, IsGlobal: true, PortNum: dev.Port.Num(),
 				GRH: hca.GlobalRoute{DGID: g.MGID, FlowLabel: g.FlowLabel, HopLimit: g.HopLimit, TrafficClass: g.TClass}}}})
 	}()

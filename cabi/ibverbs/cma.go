@@ -261,6 +261,9 @@ func pibcm_get_event(h C.uint64_t, ev *C.struct_pib_cm_ev) C.int {
 		ev.listenp = o.cptr
 	}
 	ev.evh = C.uint64_t(cmEvents.add(e))
+	if e.Group.IsValid() {
+		addrToC(netip.AddrPortFrom(e.Group, 0), &ev.group)
+	}
 	if e.UD.QPNum != 0 || e.UD.QKey != 0 || len(e.UD.Private) > 0 {
 		n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&ev.p.priv[0])), 256), e.UD.Private)
 		ev.p.priv_len = C.int(n)

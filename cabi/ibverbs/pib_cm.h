@@ -38,6 +38,7 @@ struct pib_cm_ev {
 	int new_id;             // id is a new ID (CONNECT_REQUEST): the C side makes its rdma_cm_id
 	uint64_t evh;           // handle of the event, for the ack
 	struct pib_cm_param p;
+	struct sockaddr_storage group; // MULTICAST_JOIN/ERROR: the group's address
 };
 
 uint64_t pibcm_create_channel(int fd);

@@ -51,6 +51,15 @@ struct cm_id {
 	struct ibv_qp_init_attr *qp_init; // rdma_create_ep on a passive ID: for rdma_get_request
 	struct cm_event *req;             // rdma_get_request's CONNECT_REQUEST (id->event)
 	int dev;                          // the device it holds (get_device), -1 if none
+	struct cm_mc *mcs;                // its multicast joins
+};
+
+// cm_mc is a multicast group an ID joined, with rdma_join_multicast's context, which its
+// MULTICAST_JOIN/ERROR events give as param.ud.private_data (librdmacm's cma_multicast).
+struct cm_mc {
+	struct sockaddr_storage addr;
+	void *context;
+	struct cm_mc *next;
 };
 
 #define CHAN(c) ((struct cm_chan *)(c))
@@ -264,6 +273,25 @@ static int is_ud(struct rdma_cm_id *id)
 	return id->ps == RDMA_PS_UDP || id->ps == RDMA_PS_IPOIB;
 }
 
+static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+	return 0;
+}
+
+static struct cm_mc *find_mc(struct cm_id *p, const struct sockaddr *a)
+{
+	for (struct cm_mc *m = p->mcs; m; m = m->next)
+		if (same_addr((struct sockaddr *)&m->addr, a))
+			return m;
+	return NULL;
+}
+
 // take reads the channel's next event from Go.
 static int take(struct cm_chan *c, struct cm_event **out)
 {
@@ -330,6 +358,10 @@ static int take(struct cm_chan *c, struct cm_event **out)
 		struct rdma_ud_param *u = &ev->param.ud;
 		u->private_data = n ? ce->priv : NULL;
 		u->private_data_len = n;
+		if (e.type == RDMA_CM_EVENT_MULTICAST_JOIN || e.type == RDMA_CM_EVENT_MULTICAST_ERROR) {
+			struct cm_mc *m = find_mc(p, (struct sockaddr *)&e.group);
+			u->private_data = m ? m->context : NULL; // rdma_get_cm_event: mc->context
+		}
 		u->ah_attr = e.p.ah;
 		u->qp_num = e.p.qp_num;
 		u->qkey = e.p.qkey;
@@ -541,6 +573,11 @@ EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 	int err = pibcm_destroy_id(p->h);
 	if (p->dev >= 0)
 		put_device(p->dev); // ucma_free_id
+	while (p->mcs) {
+		struct cm_mc *m = p->mcs;
+		p->mcs = m->next;
+		free(m);
+	}
 	if (p->own_channel)
 		rdma_destroy_event_channel(id->channel);
 	free(p->qp_init);
@@ -802,10 +839,28 @@ EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
 	return 0;
 }
 
+// rdma_join_multicast keeps context for the join's event; a synchronous ID waits for it
+// (librdmacm's rdma_join_multicast2, ucma_complete).
 EXPORT int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
 {
-	(void)context;
-	return fail(pibcm_mcast(ID(id)->h, addr, 1));
+	struct cm_id *p = ID(id);
+	socklen_t n = addr_len(addr);
+	if (!n)
+		return fail(EINVAL);
+	struct cm_mc *m = calloc(1, sizeof(*m));
+	if (!m)
+		return fail(ENOMEM);
+	memcpy(&m->addr, addr, n);
+	m->context = context;
+	m->next = p->mcs;
+	p->mcs = m;
+	int err = pibcm_mcast(p->h, addr, 1);
+	if (err) {
+		p->mcs = m->next;
+		free(m);
+		return fail(err);
+	}
+	return complete(p);
 }
 
 EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
@@ -815,9 +870,22 @@ EXPORT int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_
 	return rdma_join_multicast(id, attr->addr, context);
 }
 
+// rdma_leave_multicast: a group the ID did not join is EADDRNOTAVAIL (librdmacm's search
+// of its list).
 EXPORT int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
 {
-	return fail(pibcm_mcast(ID(id)->h, addr, 0));
+	struct cm_id *p = ID(id);
+	if (!addr)
+		return fail(EINVAL);
+	struct cm_mc **pp = &p->mcs;
+	while (*pp && !same_addr((struct sockaddr *)&(*pp)->addr, addr))
+		pp = &(*pp)->next;
+	if (!*pp)
+		return fail(EADDRNOTAVAIL);
+	struct cm_mc *m = *pp;
+	*pp = m->next;
+	free(m);
+	return fail(pibcm_mcast(p->h, addr, 0));
 }
 
 // rdma_init_qp_attr: the attributes that take a QP the program made itself to

@@ -758,6 +758,56 @@ static void cm_ud(struct side *a, struct side *b)
 	rdma_destroy_event_channel(sc);
 }
 
+// cm_mcast: rdma_join_multicast in the UDP port space: MULTICAST_JOIN with the group's
+// address vector (MLID, MGID with the RDMA CM signature), QPN 0xFFFFFF, rdma_cm's Q_Key
+// and the join's context as private_data (librdmacm); leave.
+static void cm_mcast(struct side *a, struct side *b)
+{
+	(void)a;
+	(void)b;
+	struct rdma_event_channel *ch = channel();
+	struct rdma_cm_id *id, *idle;
+	struct rdma_cm_event *ev;
+	MUST(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0 && rdma_create_id(ch, &idle, NULL, RDMA_PS_UDP) == 0,
+	     "rdma_create_id: %m");
+	struct sockaddr_in group = sin4("224.1.2.3", 0), other = sin4("224.1.2.4", 0);
+	errno = 0;
+	int r = rdma_join_multicast(idle, (struct sockaddr *)&group, NULL);
+	T("cm_join_unbound_einval", r == -1 && errno == EINVAL, "rdma_join_multicast on an ID with no address: %d, %m", r);
+	struct sockaddr_in s = sin4(ADDR_A, 0);
+	MUST(rdma_bind_addr(id, (struct sockaddr *)&s) == 0, "bind: %m");
+	struct ibv_qp_init_attr qa = qp_attr(IBV_QPT_UD);
+	MUST(rdma_create_qp(id, NULL, &qa) == 0, "rdma_create_qp: %m");
+	errno = 0;
+	r = rdma_join_multicast(id, NULL, NULL);
+	T("cm_join_null_einval", r == -1 && errno == EINVAL, "rdma_join_multicast(NULL): %d, %m", r);
+	int ctx;
+	r = rdma_join_multicast(id, (struct sockaddr *)&group, &ctx);
+	int ok = r == 0 && expect(ch, id, RDMA_CM_EVENT_MULTICAST_JOIN, &ev);
+	struct rdma_ud_param *u = ok ? &ev->param.ud : NULL;
+	const uint8_t *g = u ? u->ah_attr.grh.dgid.raw : NULL;
+	T("cm_join_event", u && ev->status == 0 && u->private_data == &ctx && u->private_data_len == 0 &&
+				   u->qp_num == 0xFFFFFF && u->qkey == RDMA_UDP_QKEY,
+	  "join %d %m: %s status %d private_data %p (context %p) len %d qp_num %#x qkey %#x", r, ev_str(ev),
+	  ev ? ev->status : 0, u ? u->private_data : NULL, (void *)&ctx, u ? u->private_data_len : -1, u ? u->qp_num : 0,
+	  u ? u->qkey : 0);
+	T("cm_join_ah_attr", u && u->ah_attr.is_global && u->ah_attr.dlid >= 0xC000 && u->ah_attr.port_num == 1 && g[0] == 0xff &&
+				     g[3] == 0x01 && g[12] == 0 && g[13] == 1 && g[14] == 2 && g[15] == 3,
+	  "is_global %d dlid %#x port %d mgid %02x%02x:%02x%02x ... %02x%02x:%02x%02x", u ? u->ah_attr.is_global : -1,
+	  u ? u->ah_attr.dlid : 0, u ? u->ah_attr.port_num : 0, g ? g[0] : 0, g ? g[1] : 0, g ? g[2] : 0, g ? g[3] : 0,
+	  g ? g[12] : 0, g ? g[13] : 0, g ? g[14] : 0, g ? g[15] : 0);
+	ack(ev);
+	errno = 0;
+	r = rdma_leave_multicast(id, (struct sockaddr *)&other);
+	T("cm_leave_not_joined_eaddrnotavail", r == -1 && errno == EADDRNOTAVAIL, "leave a group not joined: %d, %m", r);
+	r = rdma_leave_multicast(id, (struct sockaddr *)&group);
+	T("cm_leave", r == 0, "rdma_leave_multicast: %m");
+	rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	rdma_destroy_id(idle);
+	rdma_destroy_event_channel(ch);
+}
+
 // cm_getaddrinfo: rdma_getaddrinfo as librdmacm's addrinfo.c.
 static void cm_getaddrinfo(struct side *a, struct side *b)
 {
@@ -856,5 +906,6 @@ void conform_cm(struct side *a, struct side *b)
 	cm_connect(a, b);
 	cm_sync(a, b);
 	cm_ud(a, b);
+	cm_mcast(a, b);
 	cm_getaddrinfo(a, b);
 }
