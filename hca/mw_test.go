@@ -390,3 +390,21 @@ func TestRegMRAccessErrnos(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryQPOnSRQ: ibv_query_qp of a QP on an SRQ reports no receive capabilities
+// (rxe_qp_to_init fills them only without an SRQ; ib_query_qp zeroed them).
+func TestQueryQPOnSRQ(t *testing.T) {
+	f := newMWFixture(t)
+	srq, err := f.pd.CreateSRQ(SRQInitAttr{MaxWR: 8, MaxSGE: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq := f.qp.SendCQ()
+	qp, err := f.pd.CreateQP(QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, QPType: QPTypeRC, Cap: QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ia := qp.Query(); ia.Cap.MaxRecvWR != 0 || ia.Cap.MaxRecvSGE != 0 || ia.Cap.MaxSendWR != 4 || ia.SRQ != srq {
+		t.Fatalf("init_attr %+v", ia)
+	}
+}

@@ -276,7 +276,13 @@ func (qp *QP) Query() (QPAttr, QPInitAttr) {
 	if r, ok := qp.tr.(PSNReporter); ok {
 		r.CurrentPSNs(qp, &a.SQPSN, &a.RQPSN)
 	}
-	return a, QPInitAttr{SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq, Cap: qp.cap, QPType: qp.typ, SQSigAll: qp.sigAll}
+	// A QP on an SRQ has no receive capabilities to report: rxe_qp_to_init fills them only
+	// without one, into the attributes ib_query_qp zeroed.
+	c := qp.cap
+	if qp.srq != nil {
+		c.MaxRecvWR, c.MaxRecvSGE = 0, 0
+	}
+	return a, QPInitAttr{SendCQ: qp.sendCQ, RecvCQ: qp.recvCQ, SRQ: qp.srq, Cap: c, QPType: qp.typ, SQSigAll: qp.sigAll}
 }
 
 // PSNReporter is implemented by a Transport that keeps PSNs: CurrentPSNs replaces *sq

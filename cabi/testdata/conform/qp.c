@@ -90,6 +90,22 @@ static void create_checks(struct side *a, struct side *b)
 	if (qp)
 		ibv_destroy_qp(qp);
 
+	// A QP on an SRQ reports no receive capabilities (rxe_qp_to_init; ib_query_qp zeroed
+	// them).
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 16, .max_sge = 1}};
+	struct ibv_srq *srq = ibv_create_srq(a->pd, &sa);
+	MUST(srq, "create_srq: %m");
+	ia = rc_attr(a);
+	ia.srq = srq;
+	qp = ibv_create_qp(a->pd, &ia);
+	r = qp ? ibv_query_qp(qp, &qa, IBV_QP_CAP, &qi) : -1;
+	T("qp_query_srq_cap", r == 0 && qi.srq == srq && qi.cap.max_recv_wr == 0 && qi.cap.max_recv_sge == 0 &&
+				      qa.cap.max_recv_wr == 0 && qi.cap.max_send_wr >= 16,
+	  "%d: srq %p recv cap %u/%u send %u", r, (void *)qi.srq, qi.cap.max_recv_wr, qi.cap.max_recv_sge, qi.cap.max_send_wr);
+	if (qp)
+		ibv_destroy_qp(qp);
+	ibv_destroy_srq(srq);
+
 	// Caps above the device's limits: EINVAL (rxe_qp_chk_cap).
 	ia = rc_attr(a);
 	ia.cap.max_send_wr = da.max_qp_wr + 1;
