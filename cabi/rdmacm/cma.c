@@ -920,30 +920,38 @@ static struct ibv_pd *id_pd(struct rdma_cm_id *id, struct ibv_pd *pd)
 	return pd ? pd : id->pd;
 }
 
+// create_cqs is rdma_create_qp_ex's ucma_create_cqs: a CQ (and its completion channel)
+// for each queue that has none in attr and none in the ID, of the queue's max_*_wr
+// entries (none for a queue of 0); the QP takes the ID's CQs. A CQ in attr that is not
+// the ID's is EINVAL.
 static int create_cqs(struct rdma_cm_id *id, struct ibv_qp_init_attr *a)
 {
-	if (a->send_cq && a->recv_cq)
-		return 0;
-	int n = a->cap.max_send_wr + a->cap.max_recv_wr;
-	if (n < 1)
-		n = 1;
-	id->send_cq_channel = ibv_create_comp_channel(id->verbs);
-	if (!id->send_cq_channel)
-		return -1;
-	id->send_cq = ibv_create_cq(id->verbs, a->cap.max_send_wr ? a->cap.max_send_wr : 1, id, id->send_cq_channel, 0);
-	id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
-	if (id->recv_cq_channel)
-		id->recv_cq = ibv_create_cq(id->verbs, a->cap.max_recv_wr ? a->cap.max_recv_wr : 1, id, id->recv_cq_channel, 0);
-	ID(id)->own_cqs = 1;
-	if (!id->send_cq || !id->recv_cq) {
-		destroy_cqs(ID(id));
-		return -1;
+	if ((id->recv_cq && a->recv_cq && id->recv_cq != a->recv_cq) ||
+	    (id->send_cq && a->send_cq && id->send_cq != a->send_cq))
+		return fail(EINVAL);
+	uint32_t ssz = a->send_cq || id->send_cq ? 0 : a->cap.max_send_wr;
+	uint32_t rsz = a->recv_cq || id->recv_cq ? 0 : a->cap.max_recv_wr;
+	if (rsz) {
+		ID(id)->own_cqs = 1;
+		id->recv_cq_channel = ibv_create_comp_channel(id->verbs);
+		if (!id->recv_cq_channel || !(id->recv_cq = ibv_create_cq(id->verbs, rsz, id, id->recv_cq_channel, 0)))
+			goto bad;
+	}
+	if (ssz) {
+		ID(id)->own_cqs = 1;
+		id->send_cq_channel = ibv_create_comp_channel(id->verbs);
+		if (!id->send_cq_channel || !(id->send_cq = ibv_create_cq(id->verbs, ssz, id, id->send_cq_channel, 0)))
+			goto bad;
 	}
 	if (!a->send_cq)
 		a->send_cq = id->send_cq;
 	if (!a->recv_cq)
 		a->recv_cq = id->recv_cq;
 	return 0;
+bad:;
+	int e = errno;
+	destroy_cqs(ID(id));
+	return fail(e ? e : ENOMEM);
 }
 
 EXPORT int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)

@@ -356,7 +356,21 @@ static void cm_resolve(struct side *a, struct side *b)
 	r = rdma_create_qp(id, NULL, &qa);
 	T("cm_create_qp_twice_einval", r == -1 && errno == EINVAL, "second rdma_create_qp: %d, %m", r);
 	rdma_destroy_qp(id);
-	T("cm_destroy_qp", id->qp == NULL, "qp %p after rdma_destroy_qp", (void *)id->qp);
+	T("cm_destroy_qp", id->qp == NULL && !id->send_cq && !id->recv_cq, "qp %p send_cq %p recv_cq %p after rdma_destroy_qp",
+	  (void *)id->qp, (void *)id->send_cq, (void *)id->recv_cq);
+	// A send CQ of the program's: rdma_create_qp makes the receive CQ only (ucma_create_cqs)
+	// and leaves the program's CQ alone.
+	struct ibv_cq *mine = ibv_create_cq(id->verbs, 8, NULL, NULL, 0);
+	MUST(mine, "ibv_create_cq: %m");
+	qa = qp_attr(IBV_QPT_RC);
+	qa.send_cq = mine;
+	r = rdma_create_qp(id, NULL, &qa);
+	T("cm_create_qp_own_send_cq", r == 0 && !id->send_cq && id->recv_cq && id->recv_cq != mine && id->qp->send_cq == mine &&
+					      id->qp->recv_cq == id->recv_cq && id->recv_cq_channel && !id->send_cq_channel,
+	  "rdma_create_qp with a send CQ: %d %m; id send_cq %p recv_cq %p (mine %p)", r, (void *)id->send_cq,
+	  (void *)id->recv_cq, (void *)mine);
+	rdma_destroy_qp(id);
+	T("cm_destroy_qp_leaves_program_cq", ibv_destroy_cq(mine) == 0, "ibv_destroy_cq of the program's CQ: %m");
 	rdma_destroy_id(id);
 
 	// A neighbour that never answers: ADDR_ERROR at the timeout, the kernel's -ETIMEDOUT.
@@ -557,6 +571,45 @@ static void cm_connect(struct side *a, struct side *b)
 	errno = 0;
 	r = rdma_ack_cm_event(NULL);
 	T("cm_ack_null_einval", r == -1 && errno == EINVAL, "rdma_ack_cm_event(NULL): %d, %m", r);
+
+	// Without QPs: CONNECT_RESPONSE with the REP's data, then rdma_establish sends the RTU
+	// (the passive side's ESTABLISHED).
+	c = resolve(cc, RDMA_PS_TCP, ADDR_A, ADDR_B, port);
+	MUST(rdma_connect(c, &cp2) == 0, "rdma_connect: %m");
+	ok = expect(sc, NULL, RDMA_CM_EVENT_CONNECT_REQUEST, &ev);
+	MUST(ok, "CONNECT_REQUEST: %s", ev_str(ev));
+	s = ev->id;
+	ack(ev);
+	struct rdma_conn_param ap3 = {.private_data = "rep", .private_data_len = 3, .responder_resources = 1,
+				      .initiator_depth = 1, .rnr_retry_count = 7, .qp_num = 0x456};
+	r = rdma_accept(s, &ap3);
+	ok = r == 0 && expect(cc, c, RDMA_CM_EVENT_CONNECT_RESPONSE, &ev);
+	T("cm_connect_response_no_qp", ok && ev->status == 0 && ev->param.conn.private_data_len == 196 &&
+					       !memcmp(ev->param.conn.private_data, "rep", 3) && ev->param.conn.qp_num == 0x456,
+	  "accept %d %m: %s private_data_len %d qp_num %#x", r, ev_str(ev), ev ? ev->param.conn.private_data_len : -1,
+	  ev ? ev->param.conn.qp_num : 0);
+	ack(ev);
+	r = rdma_establish(c);
+	ok = r == 0 && expect(sc, s, RDMA_CM_EVENT_ESTABLISHED, &ev);
+	T("cm_establish", ok, "rdma_establish %d %m: the passive side's %s", r, ev_str(ev));
+	ack(ev);
+	MUST(rdma_disconnect(c) == 0, "rdma_disconnect: %m");
+	ok = expect(sc, s, RDMA_CM_EVENT_DISCONNECTED, &ev);
+	ack(ev);
+	rdma_disconnect(s);
+	ok = expect(cc, c, RDMA_CM_EVENT_DISCONNECTED, &ev);
+	ack(ev);
+	rdma_destroy_id(s);
+	rdma_destroy_id(c);
+
+	// No listener on the port: the peer's CM rejects the REQ, invalid service ID (8).
+	c = resolve(cc, RDMA_PS_TCP, ADDR_A, ADDR_B, port ^ 1);
+	MUST(rdma_connect(c, &cp2) == 0, "rdma_connect: %m");
+	ok = expect(cc, c, RDMA_CM_EVENT_REJECTED, &ev);
+	T("cm_connect_no_listener_rejected", ok && ev->status == 8, "%s status %d (IB_CM_REJ_INVALID_SERVICE_ID 8)",
+	  ev_str(ev), ev ? ev->status : 0);
+	ack(ev);
+	rdma_destroy_id(c);
 
 	// rdma_migrate_id: the listener's requests go to the new channel.
 	struct rdma_event_channel *mc = channel();
