@@ -381,17 +381,12 @@ func (qp *QP) checkValues(a *QPAttr, mask QPAttrMask) error {
 			return errorf(op, EINVAL, "ah_attr.sl %d out of range", a.AHAttr.SL)
 		}
 	}
+	// rxe_qp_chk_attr checks the timeout (5 bits) but neither retry count nor the RNR
+	// timer: it keeps retry_cnt and rnr_retry as given and counts with them (only 7 is
+	// "forever"), and sends min_rnr_timer's low 5 bits (mlx5 keeps the low bits of all
+	// three).
 	if mask&QPAttrTimeout != 0 && a.Timeout > 31 {
 		return errorf(op, EINVAL, "timeout %d above 31", a.Timeout)
-	}
-	if mask&QPAttrRetryCnt != 0 && a.RetryCnt > 7 {
-		return errorf(op, EINVAL, "retry_cnt %d above 7", a.RetryCnt)
-	}
-	if mask&QPAttrRNRRetry != 0 && a.RNRRetry > 7 {
-		return errorf(op, EINVAL, "rnr_retry %d above 7", a.RNRRetry)
-	}
-	if mask&QPAttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
-		return errorf(op, EINVAL, "min_rnr_timer %d above 31", a.MinRNRTimer)
 	}
 	if mask&QPAttrMaxQPRdAtomic != 0 && int(a.MaxRdAtomic) > MaxQPInitRdAtom {
 		return errorf(op, EINVAL, "max_rd_atomic %d above max_qp_init_rd_atom %d", a.MaxRdAtomic, MaxQPInitRdAtom)

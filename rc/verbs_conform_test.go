@@ -102,3 +102,19 @@ func TestRdAtomicPow2(t *testing.T) {
 		t.Fatalf("max_dest_rd_atomic %d, want 8", q.MaxDestRdAtomic)
 	}
 }
+
+// TestRetryCountsAsRXE: retry_cnt and rnr_retry above 7 and min_rnr_timer above 31 are
+// taken (rxe_qp_chk_attr checks none of them) and read back as given.
+func TestRetryCountsAsRXE(t *testing.T) {
+	_, a, _ := connect(t, connOpts{})
+	if err := a.qp.Modify(&hca.QPAttr{QPState: hca.QPStateSQD}, hca.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	at := hca.QPAttr{QPState: hca.QPStateSQD, RetryCnt: 8, RNRRetry: 9, MinRNRTimer: 33}
+	if err := a.qp.Modify(&at, hca.QPAttrState|hca.QPAttrRetryCnt|hca.QPAttrRNRRetry|hca.QPAttrMinRNRTimer); err != nil {
+		t.Fatalf("retry_cnt 8, rnr_retry 9, min_rnr_timer 33: %v", err)
+	}
+	if q, _ := a.qp.Query(); q.RetryCnt != 8 || q.RNRRetry != 9 || q.MinRNRTimer != 33 {
+		t.Fatalf("read back %d %d %d", q.RetryCnt, q.RNRRetry, q.MinRNRTimer)
+	}
+}

@@ -374,6 +374,15 @@ static void modify_checks(struct side *a, struct side *b)
 	int r2 = ibv_query_qp(aq, &qa, IBV_QP_MAX_QP_RD_ATOMIC, &qi);
 	T("qp_modify_rd_atomic_pow2", r == 0 && r2 == 0 && qa.max_rd_atomic == 4, "%d %d: max_rd_atomic %d", r, r2,
 	  qa.max_rd_atomic);
+	// rxe_qp_chk_attr checks no retry count and no RNR timer, the timeout (5 bits) only.
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_SQD, .retry_cnt = 8, .min_rnr_timer = 33};
+	r = modify(aq, &at, IBV_QP_STATE | IBV_QP_RETRY_CNT | IBV_QP_MIN_RNR_TIMER);
+	T("qp_modify_retry_cnt_unchecked", r == 0, "retry_cnt 8, min_rnr_timer 33: %d", r);
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_SQD, .timeout = 32};
+	r = modify(aq, &at, IBV_QP_STATE | IBV_QP_TIMEOUT);
+	T("qp_modify_timeout_over", r == EINVAL, "timeout 32: %d", r);
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_SQD, .retry_cnt = 7, .min_rnr_timer = 3};
+	MUST(modify(aq, &at, IBV_QP_STATE | IBV_QP_RETRY_CNT | IBV_QP_MIN_RNR_TIMER) == 0, "SQD→SQD: %m");
 	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
 	r = modify(aq, &at, IBV_QP_STATE);
 	T("qp_modify_sqd_to_rts", r == 0, "%d", r);
