@@ -171,7 +171,11 @@ func (t *Transport) drainOnce(qp *hca.QP, port *hca.Port, st *qpState) bool {
 			return false
 		}
 		if q.signaled {
-			qp.CompleteSend(&hca.WC{WRID: q.wrid, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: q.length})
+			wc := hca.WC{WRID: q.wrid, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: q.length}
+			if q.opcode == hca.WRSendWithImm {
+				wc.WCFlags = hca.WCWithImm // rxe's make_send_cqe, mlx5's handle_good_req
+			}
+			qp.CompleteSend(&wc)
 		}
 		p.queued.Add(-1)
 	}

@@ -135,7 +135,11 @@ func (t *Transport) flush(qp *hca.QP, port *hca.Port, b *sendBatch) {
 	port.TransmitQP(qp, b.pkts[:b.n])
 	for k := 0; k < b.n; k++ {
 		if wr := b.wrs[k]; qp.Signaled(wr) {
-			qp.CompleteSend(&hca.WC{WRID: wr.WRID, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: b.lens[k]})
+			wc := hca.WC{WRID: wr.WRID, Status: hca.WCSuccess, Opcode: hca.WCSend, ByteLen: b.lens[k]}
+			if wr.Opcode == hca.WRSendWithImm {
+				wc.WCFlags = hca.WCWithImm // rxe's make_send_cqe, mlx5's handle_good_req
+			}
+			qp.CompleteSend(&wc)
 		}
 		b.pkts[k], b.wrs[k] = nil, nil
 	}

@@ -5,6 +5,8 @@
 // otherwise.
 #include "conform.h"
 
+#include <arpa/inet.h>
+
 static void drain(struct ibv_cq *cq)
 {
 	struct ibv_wc wc;
@@ -418,6 +420,26 @@ static void modify_checks(struct side *a, struct side *b)
 	T("qp_modify_ud_init", r == 0, "%d", r);
 	r = ibv_query_qp(uq, &qa, IBV_QP_QKEY, &qi);
 	T("qp_query_ud_qkey", r == 0 && qa.qkey == 0x11111111 && qi.qp_type == IBV_QPT_UD, "%d: qkey %#x", r, qa.qkey);
+	// A UD SEND_WITH_IMM's completion at the sender: byte_len and IBV_WC_WITH_IMM, as rxe's
+	// make_send_cqe gives them.
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
+	MUST(modify(uq, &at, IBV_QP_STATE) == 0, "UD RTR: %m");
+	at = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+	MUST(modify(uq, &at, IBV_QP_STATE | IBV_QP_SQ_PSN) == 0, "UD RTS: %m");
+	struct ibv_ah_attr aha = {.dlid = b->lid, .port_num = 1};
+	struct ibv_ah *ah = ibv_create_ah(a->pd, &aha);
+	MUST(ah, "create_ah: %m");
+	struct ibv_sge sg = {.addr = (uintptr_t)a->buf, .length = 24, .lkey = a->mr->lkey};
+	struct ibv_send_wr sw = {.wr_id = 51, .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_SEND_WITH_IMM,
+				 .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(5),
+				 .wr.ud = {.ah = ah, .remote_qpn = 0xfffff0, .remote_qkey = 0x11111111}},
+			   *sbad;
+	struct ibv_wc uwc = {0};
+	int uok = ibv_post_send(uq, &sw, &sbad) == 0 && poll_one(a->cq, &uwc) == 0;
+	T("qp_ud_send_imm_completion", uok && uwc.status == IBV_WC_SUCCESS && uwc.opcode == IBV_WC_SEND && uwc.byte_len == 24 &&
+					       uwc.wc_flags == IBV_WC_WITH_IMM,
+	  "status %d opcode %d byte_len %u wc_flags %#x", uok ? (int)uwc.status : -1, uwc.opcode, uwc.byte_len, uwc.wc_flags);
+	ibv_destroy_ah(ah);
 	T("qp_destroy_ud", ibv_destroy_qp(uq) == 0, "%m");
 }
 
