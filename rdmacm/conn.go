@@ -23,8 +23,9 @@ type portKey struct {
 }
 
 type portOwner struct {
-	id   *ID
-	addr netip.Addr
+	id    *ID
+	addr  netip.Addr
+	reuse bool // the ID's REUSEADDR (rdma_set_option)
 }
 
 // portTable is the kernel's bind lists (cma_ps_find): a port space's port, with the IDs
@@ -34,36 +35,71 @@ type portTable struct {
 	m  map[portKey][]portOwner
 }
 
-// take reserves port on address a (port 0: an ephemeral one, 32768–60999 as Linux's
-// ip_local_port_range, one no ID has). A port in use is shared by distinct specific
-// addresses; the same address again is EADDRINUSE and the any address beside another
-// EADDRNOTAVAIL (the kernel's cma_check_port; REUSEADDR is not kept).
+// take reserves port on address a for id (its mu held; port 0: an ephemeral one,
+// 32768–60999 as Linux's ip_local_port_range, one no ID has). A port in use is shared by
+// distinct specific addresses, and by IDs that all set REUSEADDR; else the same address
+// again is EADDRINUSE and the any address beside another EADDRNOTAVAIL (the kernel's
+// cma_use_port → cma_check_port).
 func (t *portTable) take(h Host, ps PortSpace, a netip.Addr, port uint16, id *ID) (uint16, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	a = a.Unmap()
 	if port != 0 {
 		k := portKey{h, ps, port}
-		for _, o := range t.m[k] {
-			if a.IsUnspecified() || o.addr.IsUnspecified() {
-				return 0, syscall.EADDRNOTAVAIL
-			}
-			if o.addr == a {
-				return 0, syscall.EADDRINUSE
-			}
+		if err := t.check(k, id, a, id.reuseaddr); err != nil {
+			return 0, err
 		}
-		t.m[k] = append(t.m[k], portOwner{id, a})
+		t.m[k] = append(t.m[k], portOwner{id, a, id.reuseaddr})
 		return port, nil
 	}
 	for range 1 << 16 {
 		p := uint16(32768 + rand.IntN(60999-32768+1))
 		k := portKey{h, ps, p}
 		if len(t.m[k]) == 0 {
-			t.m[k] = []portOwner{{id, a}}
+			t.m[k] = []portOwner{{id, a, id.reuseaddr}}
 			return p, nil
 		}
 	}
 	return 0, syscall.EADDRNOTAVAIL // cma_alloc_any_port
+}
+
+// check is cma_check_port: whether id may have port k on address a beside its other
+// owners; t.mu held.
+func (t *portTable) check(k portKey, id *ID, a netip.Addr, reuse bool) error {
+	for _, o := range t.m[k] {
+		if o.id == id || (reuse && o.reuse) {
+			continue
+		}
+		if a.IsUnspecified() || o.addr.IsUnspecified() {
+			return syscall.EADDRNOTAVAIL
+		}
+		if o.addr == a {
+			return syscall.EADDRINUSE
+		}
+	}
+	return nil
+}
+
+// listen is rdma_listen's check of a REUSEADDR ID's port: a listener's address and port
+// are its alone (cma_check_port without reuse); then the ID's REUSEADDR is off.
+func (t *portTable) listen(h Host, ps PortSpace, a netip.AddrPort, id *ID) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := portKey{h, ps, a.Port()}
+	if err := t.check(k, id, a.Addr().Unmap(), false); err != nil {
+		return err
+	}
+	t.setReuse(k, id, false)
+	return nil
+}
+
+// setReuse records id's REUSEADDR with its port; t.mu held.
+func (t *portTable) setReuse(k portKey, id *ID, reuse bool) {
+	for i := range t.m[k] {
+		if t.m[k][i].id == id {
+			t.m[k][i].reuse = reuse
+		}
+	}
 }
 
 func (t *portTable) release(h Host, ps PortSpace, port uint16, id *ID) {

@@ -66,6 +66,7 @@ type ID struct {
 	// RDMA_OPTION_ID_ACK_TIMEOUT) in place of the one the path gives.
 	ackTimeout    uint8
 	ackTimeoutSet bool
+	reuseaddr     bool // rdma_set_option's RDMA_OPTION_ID_REUSEADDR
 	param         ConnParam
 	dreqRcvd      bool
 	// disconnected: DISCONNECTED was reported. Linux's rdma_cm reports it once, at the
@@ -153,6 +154,23 @@ func (id *ID) PeerAddr() netip.AddrPort {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	return id.dst
+}
+
+// SetReuseAddr is rdma_set_option's RDMA_OPTION_ID_REUSEADDR (the kernel's
+// rdma_set_reuseaddr): on any ID but a listening one; off only before the bind.
+func (id *ID) SetReuseAddr(reuse bool) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if !(reuse && id.state != stListen) && !(id.state == stIdle && !id.src.IsValid()) {
+		return fmt.Errorf("rdmacm: set_reuseaddr: %w", syscall.EINVAL)
+	}
+	id.reuseaddr = reuse
+	if id.src.IsValid() && id.listenID == nil {
+		ports.mu.Lock()
+		ports.setReuse(portKey{id.host, id.ps, id.src.Port()}, id, reuse)
+		ports.mu.Unlock()
+	}
+	return nil
 }
 
 // DGID is the GID the destination address resolved to (the kernel's rdma_addr_get_dgid,
@@ -591,6 +609,13 @@ func (id *ID) Listen(backlog int) error {
 		if err := id.bindLocked(netip.AddrPortFrom(netip.IPv4Unspecified(), 0)); err != nil {
 			return err
 		}
+	}
+	if id.reuseaddr {
+		// rdma_listen: a listener's address and port are its alone.
+		if err := ports.listen(id.host, id.ps, id.src, id); err != nil {
+			return fmt.Errorf("rdmacm: listen on %v: %w", id.src, err)
+		}
+		id.reuseaddr = false
 	}
 	devs := []Device{id.dev}
 	if id.dev.CM == nil {

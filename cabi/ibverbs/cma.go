@@ -556,6 +556,15 @@ func pibcm_set_ack_timeout(h C.uint64_t, t C.uint8_t) C.int {
 	return cmErr(id.SetAckTimeout(uint8(t)))
 }
 
+//export pibcm_set_reuseaddr
+func pibcm_set_reuseaddr(h C.uint64_t, reuse C.int) C.int {
+	id := cmGet(h)
+	if id == nil {
+		return einval
+	}
+	return cmErr(id.SetReuseAddr(reuse != 0))
+}
+
 //export pibcm_mcast
 func pibcm_mcast(h C.uint64_t, sa *C.struct_sockaddr, join C.int) C.int {
 	id := cmGet(h)

@@ -62,6 +62,7 @@ int pibcm_establish(uint64_t id);
 int pibcm_notify(uint64_t id, int event);
 int pibcm_init_qp_attr(uint64_t id, struct ibv_qp_attr *attr, int *mask);
 int pibcm_set_ack_timeout(uint64_t id, uint8_t timeout);
+int pibcm_set_reuseaddr(uint64_t id, int reuse);
 int pibcm_mcast(uint64_t id, struct sockaddr *a, int join);
 void pibcm_destroy_qp(uint64_t id);
 // pib_cm_create_qp is ibv_create_qp through the rdma_cm ID id (rdma_create_qp).

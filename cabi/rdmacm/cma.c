@@ -755,9 +755,10 @@ EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
 }
 
 // rdma_set_option checks each option's size as the kernel's ucma_set_option does. The ACK
-// timeout goes to the ID's RC QP at RTS (rdma_create_qp's and rdma_init_qp_attr's); TOS,
-// REUSEADDR, AFONLY and IB path records are accepted and change nothing (one fabric, one
-// path, no TCP-style TIME_WAIT for a port). Other options: ENOSYS, as the kernel's.
+// timeout goes to the ID's RC QP at RTS (rdma_create_qp's and rdma_init_qp_attr's);
+// REUSEADDR lets IDs that all set it share an address and port (rdma_set_reuseaddr); TOS,
+// AFONLY and IB path records are accepted and change nothing (one fabric, one path).
+// Other options: ENOSYS, as the kernel's.
 EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen)
 {
 	if (!id || !optval)
@@ -767,6 +768,9 @@ EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *
 		case RDMA_OPTION_ID_TOS:
 			return fail(optlen == sizeof(uint8_t) ? 0 : EINVAL);
 		case RDMA_OPTION_ID_REUSEADDR:
+			if (optlen != sizeof(int))
+				return fail(EINVAL);
+			return fail(pibcm_set_reuseaddr(ID(id)->h, *(int *)optval)); // rdma_set_reuseaddr
 		case RDMA_OPTION_ID_AFONLY:
 			return fail(optlen == sizeof(int) ? 0 : EINVAL);
 		case RDMA_OPTION_ID_ACK_TIMEOUT:

@@ -279,6 +279,44 @@ static void cm_bind(struct side *a, struct side *b)
 	rdma_destroy_id(z);
 	rdma_destroy_id(w);
 
+	// REUSEADDR (rdma_set_reuseaddr, cma_check_port): IDs that all set it share an address
+	// and port, not beside one that did not; a listener's are its alone; off only before
+	// the bind, never on a listener.
+	struct rdma_cm_id *r1, *r2, *r3;
+	MUST(rdma_create_id(ch, &r1, NULL, RDMA_PS_TCP) == 0 && rdma_create_id(ch, &r2, NULL, RDMA_PS_TCP) == 0 &&
+		     rdma_create_id(ch, &r3, NULL, RDMA_PS_TCP) == 0,
+	     "rdma_create_id: %m");
+	int on = 1, off = 0;
+	MUST(rdma_bind_addr(r1, (struct sockaddr *)&s) == 0, "bind: %m");
+	uint16_t pr = ntohs(rdma_get_src_port(r1));
+	struct sockaddr_in at = sin4(ADDR_A, pr);
+	r = rdma_set_option(r2, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &on, sizeof(on));
+	errno = 0;
+	int r2b = rdma_bind_addr(r2, (struct sockaddr *)&at);
+	T("cm_reuseaddr_beside_not_reusing", r == 0 && r2b == -1 && errno == EADDRINUSE,
+	  "REUSEADDR %d; bind beside an ID without it: %d, %m", r, r2b);
+	r = rdma_set_option(r1, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &on, sizeof(on));
+	r2b = rdma_bind_addr(r2, (struct sockaddr *)&at);
+	T("cm_reuseaddr_shared", r == 0 && r2b == 0, "REUSEADDR on the bound ID %d; bind %s:%u again: %d, %m", r, ADDR_A,
+	  pr, r2b);
+	errno = 0;
+	r = rdma_set_option(r1, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &off, sizeof(off));
+	T("cm_reuseaddr_off_bound_einval", r == -1 && errno == EINVAL, "REUSEADDR off after the bind: %d, %m", r);
+	errno = 0;
+	r = rdma_listen(r2, 1);
+	T("cm_reuseaddr_listen_eaddrinuse", r == -1 && errno == EADDRINUSE, "listen on a shared address and port: %d, %m", r);
+	rdma_destroy_id(r1);
+	r = rdma_listen(r2, 1);
+	errno = 0;
+	int r3s = rdma_set_option(r2, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &on, sizeof(on));
+	T("cm_reuseaddr_listener_einval", r == 0 && r3s == -1 && errno == EINVAL,
+	  "listen alone %d; REUSEADDR on a listener: %d, %m", r, r3s);
+	errno = 0;
+	r = rdma_set_option(r3, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &on, 1);
+	T("cm_reuseaddr_optlen_einval", r == -1 && errno == EINVAL, "REUSEADDR with optlen 1: %d, %m", r);
+	rdma_destroy_id(r2);
+	rdma_destroy_id(r3);
+
 	// rdma_listen before rdma_bind_addr binds the any address (the kernel's rdma_listen);
 	// a second rdma_listen is EINVAL.
 	struct rdma_cm_id *l;
