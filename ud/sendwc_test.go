@@ -28,3 +28,21 @@ func TestUDSendImmCompletion(t *testing.T) {
 		poll1(t, b.rcq)
 	}
 }
+
+// TestUDQueryPSN: ibv_query_qp's sq_psn of a UD QP moves with each datagram, as rxe's
+// req.psn does.
+func TestUDQueryPSN(t *testing.T) {
+	_, a, b := pair(t)
+	ah := a.ah(t, 2, false, [16]byte{})
+	q0, _ := a.qp.Query()
+	for i := 0; i < 3; i++ {
+		b.postRecv(t, 1, 0, 8192)
+		if _, err := a.qp.PostSend([]hca.SendWR{sendWR(a, ah, b, 8)}); err != nil {
+			t.Fatal(err)
+		}
+		poll1(t, a.scq)
+	}
+	if q, _ := a.qp.Query(); q.SQPSN != (q0.SQPSN+3)&0xFFFFFF {
+		t.Fatalf("sq_psn %#x after 3 datagrams from %#x", q.SQPSN, q0.SQPSN)
+	}
+}

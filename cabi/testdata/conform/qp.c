@@ -439,6 +439,8 @@ static void modify_checks(struct side *a, struct side *b)
 	T("qp_ud_send_imm_completion", uok && uwc.status == IBV_WC_SUCCESS && uwc.opcode == IBV_WC_SEND && uwc.byte_len == 24 &&
 					       uwc.wc_flags == IBV_WC_WITH_IMM,
 	  "status %d opcode %d byte_len %u wc_flags %#x", uok ? (int)uwc.status : -1, uwc.opcode, uwc.byte_len, uwc.wc_flags);
+	r = ibv_query_qp(uq, &qa, IBV_QP_SQ_PSN, &qi);
+	T("qp_ud_query_psn", r == 0 && qa.sq_psn == 1, "%d: sq_psn %#x after one datagram", r, qa.sq_psn);
 	ibv_destroy_ah(ah);
 	T("qp_destroy_ud", ibv_destroy_qp(uq) == 0, "%m");
 }
