@@ -479,21 +479,25 @@ EXPORT int umad_get_cas_names(char names[][UMAD_CA_NAME_LEN], int max)
 	return n;
 }
 
-/* sysfs_ca_type reads the CA's hca_type as rdma-core's get_ca does (SYS_CA_TYPE, the
- * driver's attribute): pibgw exec's sysfs view has it; empty without one. */
-static void sysfs_ca_type(const char *name, char *buf, size_t len)
+/* sysfs_ca_attr reads the CA's sysfs attribute attr (hca_type, fw_ver, hw_rev) as
+ * rdma-core's get_ca does, its newline cut: pibgw exec's sysfs view has them. 0 when
+ * there is none. */
+static int sysfs_ca_attr(const char *name, const char *attr, char *buf, size_t len)
 {
 	char path[256];
 	buf[0] = 0;
-	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/hca_type", name);
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/%s", name, attr);
 	FILE *f = fopen(path, "re");
 	if (!f)
-		return;
-	if (fgets(buf, (int)len, f))
-		buf[strcspn(buf, "\n")] = 0;
-	else
-		buf[0] = 0;
+		return 0;
+	int ok = fgets(buf, (int)len, f) != NULL;
 	fclose(f);
+	if (!ok) {
+		buf[0] = 0;
+		return 0;
+	}
+	buf[strcspn(buf, "\n")] = 0;
+	return 1;
 }
 
 EXPORT int umad_get_ca(const char *ca_name, umad_ca_t *ca)
@@ -525,9 +529,12 @@ EXPORT int umad_get_ca(const char *ca_name, umad_ca_t *ca)
 	memcpy(&ca->node_guid, ni + 12, 8);
 	uint64_t fw;
 	memcpy(&fw, ven + 16, 8);
-	snprintf(ca->fw_ver, sizeof(ca->fw_ver), "%llu.0.0", (unsigned long long)fw);
-	snprintf(ca->hw_ver, sizeof(ca->hw_ver), "%x", get32(ven + 8));
-	sysfs_ca_type(name, ca->ca_type, sizeof(ca->ca_type));
+	/* The CA's own attributes when sysfs has them (under pibgw exec), else ibsim's. */
+	if (!sysfs_ca_attr(name, "fw_ver", ca->fw_ver, sizeof(ca->fw_ver)))
+		snprintf(ca->fw_ver, sizeof(ca->fw_ver), "%llu.0.0", (unsigned long long)fw);
+	if (!sysfs_ca_attr(name, "hw_rev", ca->hw_ver, sizeof(ca->hw_ver)))
+		snprintf(ca->hw_ver, sizeof(ca->hw_ver), "%x", get32(ven + 8));
+	sysfs_ca_attr(name, "hca_type", ca->ca_type, sizeof(ca->ca_type));
 	for (int p = 1; p <= ca->numports; p++) {
 		umad_port_t *up = calloc(1, sizeof(*up));
 		if (!up) {
