@@ -247,7 +247,8 @@ func (id *ID) onCM(c *ibcm.ID, ev *ibcm.Event) {
 			return
 		}
 		if ev.SIDRStatus != wire.SIDRStatusOK {
-			id.emit(&Event{Type: EventUnreachable, Status: errno(syscall.EINVAL), UD: UDParam{Private: ev.Private}})
+			// The SIDR_REP's status as it is, with its private data (cma_sidr_rep_handler).
+			id.emit(&Event{Type: EventUnreachable, Status: int(ev.SIDRStatus), UD: UDParam{Private: ev.Private}})
 			return
 		}
 		id.emit(&Event{Type: EventEstablished, UD: UDParam{Private: ev.Private, QPNum: ev.QPN, QKey: ev.QKey,

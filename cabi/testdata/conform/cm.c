@@ -844,6 +844,26 @@ static void cm_ud(struct side *a, struct side *b)
 	rdma_destroy_id(s);
 	rdma_destroy_qp(c);
 	rdma_destroy_id(c);
+
+	// A rejected SIDR_REQ: UNREACHABLE with the SIDR_REP's status (2, rejected) and its
+	// 136 bytes of private data (cma_sidr_rep_handler).
+	c = resolve(cc, RDMA_PS_UDP, ADDR_A, ADDR_B, port);
+	qa = qp_attr(IBV_QPT_UD);
+	MUST(rdma_create_qp(c, NULL, &qa) == 0 && rdma_connect(c, &cp) == 0, "UD connect: %m");
+	ok = expect(sc, NULL, RDMA_CM_EVENT_CONNECT_REQUEST, &ev);
+	MUST(ok, "CONNECT_REQUEST: %s", ev_str(ev));
+	s = ev->id;
+	ack(ev);
+	r = rdma_reject(s, "no", 2);
+	ok = r == 0 && expect(cc, c, RDMA_CM_EVENT_UNREACHABLE, &ev);
+	T("cm_ud_rejected_unreachable", ok && ev->status == 2 && ev->param.ud.private_data_len == 136 &&
+						ev->param.ud.private_data && !memcmp(ev->param.ud.private_data, "no", 2),
+	  "reject %d %m: %s status %d private_data_len %d", r, ev_str(ev), ev ? ev->status : 0,
+	  ev ? ev->param.ud.private_data_len : -1);
+	ack(ev);
+	rdma_destroy_id(s);
+	rdma_destroy_qp(c);
+	rdma_destroy_id(c);
 	rdma_destroy_id(l);
 	rdma_destroy_event_channel(cc);
 	rdma_destroy_event_channel(sc);
