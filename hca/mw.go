@@ -243,9 +243,9 @@ func validateBind(wr *SendWR) error {
 	if b.MW == nil {
 		return errorf(op, EINVAL, "BIND_MW without a window")
 	}
-	if b.MW.typ == MWType1 && !wr.bindType1 {
-		return errorf(op, EINVAL, "a type 1 window is bound with ibv_bind_mw, not a BIND_MW WR")
-	}
+	// A type 1 window may be bound by a BIND_MW WR too: rxe's ibv_bind_mw posts just that
+	// WR and the kernel (rxe_bind_mw) cannot tell them apart; mlx5's post_send binds
+	// either type.
 	// The window's access may carry bits besides the remote ones and ZERO_BASED (rxe takes
 	// RXE_ACCESS_SUPPORTED_MW, bindMW): a window grants only remote access, so LOCAL_WRITE,
 	// MW_BIND and the rest mean nothing to it (mlx5's set_bind_seg likewise uses the

@@ -410,6 +410,14 @@ static void mw_checks(struct side *a, struct side *b)
 	  "post %d, status %d", r, got ? (int)wc.status : -1);
 	st = rdma(a, aq, IBV_WR_RDMA_WRITE, va, k2, 6);
 	T("mr_bind_wr_write_through", st == IBV_WC_SUCCESS, "status %d", st);
+	// A type 1 window bound by an IBV_WR_BIND_MW: rxe's ibv_bind_mw posts this very WR, and
+	// mlx5's post_send binds either type.
+	uint32_t k1 = ibv_inc_rkey(w1->rkey);
+	r = post_bind_wr(bq, w1, k1, bmr, va + 1024, 64, IBV_ACCESS_REMOTE_WRITE);
+	got = r == 0 && poll_one(b->cq, &wc) == 0;
+	T("mr_bind_wr_type1", got && wc.status == IBV_WC_SUCCESS, "post %d, status %d", r, got ? (int)wc.status : -1);
+	st = rdma(a, aq, IBV_WR_RDMA_WRITE, va + 1024, k1, 6);
+	T("mr_bind_wr_type1_write_through", st == IBV_WC_SUCCESS, "status %d", st);
 	st = rdma(a, aq, IBV_WR_RDMA_READ, va, k2, 6);
 	T("mr_bind_wr_window_access", st == IBV_WC_REM_ACCESS_ERR, "READ through a write-only window: status %d", st);
 	pair_close(aq, bq);
