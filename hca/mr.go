@@ -90,6 +90,11 @@ func checkRegion(op string, buf []byte, access AccessFlags) error {
 	if access&(AccessFlushGlobal|AccessFlushPersistent) != 0 {
 		return errorf(op, EOPNOTSUPP, "access flags %#x: no FLUSH on this device", uint32(access))
 	}
+	// A zero-based region is rxe_reg_user_mr's EOPNOTSUPP (ZERO_BASED is not in
+	// RXE_ACCESS_SUPPORTED_MR): ibv_reg_mr_iova with iova 0 is the way to one.
+	if access&AccessZeroBased != 0 {
+		return errorf(op, EOPNOTSUPP, "IBV_ACCESS_ZERO_BASED is for windows; register at iova 0 instead")
+	}
 	return nil
 }
 

@@ -385,6 +385,7 @@ func TestRegMRAccessErrnos(t *testing.T) {
 		{AccessLocalWrite | AccessFlushGlobal, EOPNOTSUPP},
 		{AccessLocalWrite | AccessFlushPersistent, EOPNOTSUPP},
 		{AccessRemoteWrite | AccessFlushGlobal, EINVAL},
+		{AccessLocalWrite | AccessZeroBased, EOPNOTSUPP},
 	} {
 		if _, err := f.pd.RegMR(buf, c.access); !errors.Is(err, c.want) {
 			t.Errorf("access %#x: %v, want %v", uint32(c.access), err, c.want)

@@ -102,6 +102,9 @@ static void reg_checks(struct side *a)
 	// ib_check_mr_access says EOPNOTSUPP.
 	e = reg_errno(a->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | (1 << 8));
 	T("mr_reg_flush_unsupported", e == EOPNOTSUPP, "errno %d", e);
+	// ZERO_BASED is for windows: rxe_reg_user_mr refuses it (EOPNOTSUPP).
+	e = reg_errno(a->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED);
+	T("mr_reg_zero_based_unsupported", e == EOPNOTSUPP, "errno %d", e);
 	// Optional bits may be ignored (ibv_reg_mr(3)).
 	e = reg_errno(a->pd, buf, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
 	T("mr_reg_optional_ignored", e == 0, "errno %d", e);
