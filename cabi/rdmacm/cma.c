@@ -646,33 +646,52 @@ EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 	return refresh(ID(id), Q_ADDR); // ucma_query_addr
 }
 
-static void param_in(struct rdma_cm_id *id, struct rdma_conn_param *cp, struct pib_cm_param *p, int connect)
+// param_in is librdmacm's ucma_valid_param and ucma_copy_conn_param_to_kern: in the TCP
+// port space an ID without a QP needs parameters, and a READ depth above the device's
+// (max_qp_rd_atom, max_qp_init_rd_atom) is EINVAL; RDMA_MAX_* or no parameters mean the
+// device's maxima, no parameters retries 7; an ID's QP gives the QP number and the SRQ
+// flag. 0 or an errno.
+static int param_in(struct rdma_cm_id *id, struct rdma_conn_param *cp, struct pib_cm_param *p)
 {
 	memset(p, 0, sizeof(*p));
-	if (!cp) {
-		p->responder_resources = p->initiator_depth = 16;
-		p->retry_count = p->rnr_retry_count = 7;
-		return;
+	struct ibv_device_attr da = {.max_qp_rd_atom = 16, .max_qp_init_rd_atom = 16};
+	if (id->verbs)
+		ibv_query_device(id->verbs, &da);
+	if (id->ps == RDMA_PS_TCP) {
+		if (!id->qp && !cp)
+			return EINVAL;
+		if (cp && ((cp->responder_resources != RDMA_MAX_RESP_RES && cp->responder_resources > da.max_qp_rd_atom) ||
+			   (cp->initiator_depth != RDMA_MAX_INIT_DEPTH && cp->initiator_depth > da.max_qp_init_rd_atom)))
+			return EINVAL;
 	}
-	int n = cp->private_data ? cp->private_data_len : 0;
-	memcpy(p->priv, cp->private_data, n);
-	p->priv_len = n;
-	p->responder_resources = cp->responder_resources == RDMA_MAX_RESP_RES ? 16 : cp->responder_resources;
-	p->initiator_depth = cp->initiator_depth == RDMA_MAX_INIT_DEPTH ? 16 : cp->initiator_depth;
-	p->flow_control = cp->flow_control;
-	p->retry_count = cp->retry_count;
-	p->rnr_retry_count = cp->rnr_retry_count;
-	p->srq = cp->srq;
-	p->qp_num = cp->qp_num;
-	(void)id;
-	(void)connect;
+	p->responder_resources = cp && cp->responder_resources != RDMA_MAX_RESP_RES ? cp->responder_resources : da.max_qp_rd_atom;
+	p->initiator_depth = cp && cp->initiator_depth != RDMA_MAX_INIT_DEPTH ? cp->initiator_depth : da.max_qp_init_rd_atom;
+	if (cp) {
+		int n = cp->private_data ? cp->private_data_len : 0;
+		memcpy(p->priv, cp->private_data, n);
+		p->priv_len = n;
+		p->flow_control = cp->flow_control;
+		p->retry_count = cp->retry_count;
+		p->rnr_retry_count = cp->rnr_retry_count;
+		p->srq = cp->srq;
+		p->qp_num = cp->qp_num;
+	} else {
+		p->retry_count = p->rnr_retry_count = 7;
+	}
+	if (id->qp) {
+		p->qp_num = id->qp->qp_num;
+		p->srq = id->qp->srq != NULL;
+	}
+	return 0;
 }
 
 EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *cp)
 {
 	struct pib_cm_param p;
-	param_in(id, cp, &p, 1);
-	int err = pibcm_connect(ID(id)->h, &p);
+	int err = param_in(id, cp, &p);
+	if (err)
+		return fail(err);
+	err = pibcm_connect(ID(id)->h, &p);
 	if (err)
 		return fail(err);
 	if (ID(id)->sync && wait(ID(id), is_ud(id) ? RDMA_CM_EVENT_ESTABLISHED : RDMA_CM_EVENT_ESTABLISHED))
@@ -683,8 +702,10 @@ EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *cp)
 EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *cp)
 {
 	struct pib_cm_param p;
-	param_in(id, cp, &p, 0);
-	int err = pibcm_accept(ID(id)->h, &p);
+	int err = param_in(id, cp, &p);
+	if (err)
+		return fail(err);
+	err = pibcm_accept(ID(id)->h, &p);
 	if (err)
 		return fail(err);
 	if (ID(id)->sync && is_ud(id) && id->event) {

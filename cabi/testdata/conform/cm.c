@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 
 #define ADDR_A "10.10.0.1"
 #define ADDR_B "10.10.0.2"
@@ -435,14 +436,29 @@ static void cm_connect(struct side *a, struct side *b)
 	MUST(rdma_create_id(sc, &l, &lctx, RDMA_PS_TCP) == 0, "rdma_create_id: %m");
 	struct sockaddr_in ls = sin4(ADDR_B, 0);
 	MUST(rdma_bind_addr(l, (struct sockaddr *)&ls) == 0, "bind %s: %m", ADDR_B);
-	int r = rdma_listen(l, 4);
-	T("cm_listen", r == 0 && l->verbs && !strcmp(dev_name(l->verbs), "pib_1") && l->pd,
-	  "rdma_listen: %d %m; verbs %s", r, dev_name(l->verbs));
+	int lr = rdma_listen(l, 4);
+	T("cm_listen", lr == 0 && l->verbs && !strcmp(dev_name(l->verbs), "pib_1") && l->pd,
+	  "rdma_listen: %d %m; verbs %s", lr, dev_name(l->verbs));
 	uint16_t port = ntohs(rdma_get_src_port(l));
 
 	struct rdma_cm_id *c = resolve(cc, RDMA_PS_TCP, ADDR_A, ADDR_B, port);
+	// The client's QP takes its receives from an SRQ (rdma_create_srq: in id->pd, and
+	// rdma_create_qp uses id->srq).
+	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 8, .max_sge = 1}};
+	int r = rdma_create_srq(c, NULL, &sa);
+	T("cm_create_srq_id_pd", r == 0 && c->srq && c->srq->pd == c->pd, "rdma_create_srq(id, NULL): %d %m", r);
 	struct ibv_qp_init_attr qa = qp_attr(IBV_QPT_RC);
 	MUST(rdma_create_qp(c, NULL, &qa) == 0, "rdma_create_qp: %m");
+	T("cm_create_qp_id_srq", c->qp->srq == c->srq, "the QP's SRQ %p, the ID's %p", (void *)c->qp->srq, (void *)c->srq);
+
+	// READ depths above the device's: EINVAL (librdmacm's ucma_valid_param).
+	struct ibv_device_attr da;
+	MUST(ibv_query_device(c->verbs, &da) == 0, "query_device: %m");
+	struct rdma_conn_param deep = {.responder_resources = da.max_qp_rd_atom + 1, .initiator_depth = 1};
+	errno = 0;
+	r = rdma_connect(c, &deep);
+	T("cm_connect_resources_above_device_einval", r == -1 && errno == EINVAL,
+	  "responder_resources %d (max_qp_rd_atom %d): %d, %m", deep.responder_resources, da.max_qp_rd_atom, r);
 
 	// 57 bytes do not fit the REQ's 92 after the 36-byte IP CM header.
 	uint8_t big[57] = {0};
@@ -475,7 +491,7 @@ static void cm_connect(struct side *a, struct side *b)
 	// The CM swaps them: the passive side's responder resources are the active side's
 	// initiator depth (cm_format_req_event).
 	T("cm_connect_request_param", p->responder_resources == 3 && p->initiator_depth == 2 && p->retry_count == 6 &&
-					      p->rnr_retry_count == 5 && p->qp_num == c->qp->qp_num && !p->srq,
+					      p->rnr_retry_count == 5 && p->qp_num == c->qp->qp_num && p->srq == 1,
 	  "responder_resources %d initiator_depth %d retry %d rnr %d qp_num %u (client's %u) srq %d",
 	  p->responder_resources, p->initiator_depth, p->retry_count, p->rnr_retry_count, p->qp_num, c->qp->qp_num, p->srq);
 	T("cm_connect_request_id", s->context == &lctx && s->channel == sc && s->ps == RDMA_PS_TCP && s->verbs &&
@@ -560,11 +576,15 @@ static void cm_connect(struct side *a, struct side *b)
 	rdma_destroy_qp(s);
 	rdma_destroy_id(s);
 	rdma_destroy_qp(c);
+	rdma_destroy_srq(c);
 	rdma_destroy_id(c);
 
 	// Reject, with private data: REJECTED with the REJ's reason 28 (consumer reject) and
 	// its 148 bytes of private data.
 	c = resolve(cc, RDMA_PS_TCP, ADDR_A, ADDR_B, port);
+	errno = 0;
+	r = rdma_connect(c, NULL);
+	T("cm_connect_no_qp_no_param_einval", r == -1 && errno == EINVAL, "rdma_connect(no QP, NULL): %d, %m", r);
 	struct rdma_conn_param cp2 = {.responder_resources = 1, .initiator_depth = 1, .retry_count = 7, .qp_num = 0x123};
 	MUST(rdma_connect(c, &cp2) == 0, "rdma_connect: %m");
 	ok = expect(sc, NULL, RDMA_CM_EVENT_CONNECT_REQUEST, &ev);
