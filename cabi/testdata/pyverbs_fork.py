@@ -101,8 +101,8 @@ def child(conn, parent_lid, parent_qpn):
         cm.post_send(mr, 0, SIZE)
         cm.get_send_comp()
         conn.send("cm done")
-        conn.recv()  # the parent has the message: disconnect
-        cm.disconnect()
+        conn.recv()  # the parent has the message: both sides disconnect
+        cm.disconnect()  # synchronous: until DISCONNECTED (the parent's DREP or DREQ)
         conn.close()
     except Exception as ex:  # reported to the parent, which fails
         conn.send(f"child failed: {ex!r}")
@@ -153,6 +153,10 @@ def main():
         raise RuntimeError(f"rdma_cm message from the child: {got!r}")
     expect("cm done")
     here.send("bye")
+    # A synchronous rdma_disconnect waits for DISCONNECTED, which the child's DREQ gives here
+    # and this DREQ (or the DREP) gives the child: without it the child waits out its DREQ's
+    # timeout, as with the kernel's CM.
+    conn.disconnect()
     p.join(30)
     if p.exitcode != 0:
         raise RuntimeError(f"child exit code {p.exitcode}")
