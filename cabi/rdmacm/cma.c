@@ -760,8 +760,11 @@ EXPORT int rdma_disconnect(struct rdma_cm_id *id)
 	return complete(ID(id));
 }
 
+// rdma_establish is for an ID without a QP (librdmacm's: EINVAL with one).
 EXPORT int rdma_establish(struct rdma_cm_id *id)
 {
+	if (id->qp)
+		return fail(EINVAL);
 	return fail(pibcm_establish(ID(id)->h));
 }
 

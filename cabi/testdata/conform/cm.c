@@ -524,6 +524,9 @@ static void cm_connect(struct side *a, struct side *b)
 	  ev ? ev->status : 0, ev ? ev->param.conn.private_data_len : -1, ev ? ev->param.conn.responder_resources : -1,
 	  ev ? ev->param.conn.initiator_depth : -1, ev ? ev->param.conn.qp_num : 0, s->qp ? s->qp->qp_num : 0);
 	ack(ev);
+	errno = 0;
+	r = rdma_establish(c);
+	T("cm_establish_with_qp_einval", r == -1 && errno == EINVAL, "rdma_establish on an ID with a QP: %d, %m", r);
 	ok = expect(sc, s, RDMA_CM_EVENT_ESTABLISHED, &ev);
 	// The RTU's private data is not reported.
 	T("cm_established_passive", ok && ev->status == 0 && ev->param.conn.private_data_len == 0 &&
