@@ -134,6 +134,7 @@ struct rsock {
 	pthread_mutex_t mu; // everything below; never held while sleeping
 	int state;
 	int err;
+	int shut_wr; // the program shut the sending side down (SHUT_WR or SHUT_RDWR)
 	int fs_flags, fd_flags;
 	int opts;
 	uint64_t so_opts, tcp_opts, ipv6_opts;
@@ -1103,6 +1104,10 @@ static ssize_t send_locked(struct rsock *rs, const void *buf, size_t len, int fl
 	size_t left = len;
 	uint32_t olen = RS_OLAP_START_SIZE;
 	int ret = 0;
+	// After shutdown(SHUT_WR) send(2) is EPIPE whatever the peer did since, unless the
+	// connection failed (tcp_sendmsg → sk_stream_error: the socket's error first).
+	if (rs->shut_wr && !(rs->state & rs_error && rs->err))
+		return fail(EPIPE);
 	if (!(rs->state & rs_connected)) {
 		if (rs->state & (rs_disconnected | rs_error))
 			return fail(rs->state & rs_error && rs->err ? rs->err : ECONNRESET);
@@ -1350,6 +1355,8 @@ EXPORT int rselect(int nfds, fd_set *readfds, fd_set *writefds, fd_set *exceptfd
 static int shutdown_locked(struct rsock *rs, int how)
 {
 	int ret = 0;
+	if (how == SHUT_WR || how == SHUT_RDWR)
+		rs->shut_wr = 1;
 	if (rs->state & rs_connected) {
 		int ctrl;
 		if (how == SHUT_RDWR) {
