@@ -40,7 +40,7 @@ func destroyContextObjects(h C.uint64_t, c *hca.Context) {
 	for _, q := range qps.handlesOf(func(o *qpObj) bool { return pdCtx(o.qp.PD()) == c }) {
 		if o, ok := qps.get(q); ok {
 			o.mu.Lock()
-			o.mcast = 0 // QP.Destroy detaches its groups
+			o.mcast = nil // QP.Destroy detaches its groups
 			o.mu.Unlock()
 		}
 		pibgo_destroy_qp(q)

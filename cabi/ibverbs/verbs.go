@@ -117,7 +117,9 @@ type qpObj struct {
 	mu    sync.Mutex
 	wrs   []hca.SendWR
 	rwrs  []hca.RecvWR
-	mcast int // groups attached: destroy_qp is EBUSY until they are detached
+	// The groups attached, by GID and LID as uverbs lists them (ib_uverbs_attach_mcast): an
+	// attachment made twice is one, and destroy_qp is EBUSY until they are all detached.
+	mcast map[mcastKey]struct{}
 }
 
 type srqObj struct {
@@ -1084,7 +1086,7 @@ func pibgo_destroy_qp(h C.uint64_t) C.int {
 		return einval
 	}
 	o.mu.Lock()
-	busy := o.mcast > 0
+	busy := len(o.mcast) > 0
 	o.mu.Unlock()
 	if busy {
 		return C.int(syscall.EBUSY) // as the kernel's uverbs: detach the groups first
@@ -1105,24 +1107,43 @@ func pibgo_mcast(h C.uint64_t, gid *C.uint8_t, lid C.uint16_t, attach C.int) C.i
 	if !ok {
 		return einval
 	}
-	g := *(*[16]byte)(unsafe.Pointer(gid))
-	var err error
-	if attach != 0 {
-		err = o.qp.AttachMcast(g, uint16(lid))
-	} else {
-		err = o.qp.DetachMcast(g, uint16(lid))
+	k := mcastKey{gid: *(*[16]byte)(unsafe.Pointer(gid)), lid: uint16(lid)}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, attached := o.mcast[k]
+	if attach == 0 {
+		// uverbs looks the attachment up in its list first: one never made is EINVAL.
+		if !attached {
+			return einval
+		}
+		if err := o.qp.DetachMcast(k.gid, k.lid); err != nil {
+			return errno(err)
+		}
+		delete(o.mcast, k)
+		return 0
 	}
-	if err != nil {
+	if attached {
+		return 0
+	}
+	// The kernel's ib_attach_mcast takes only a multicast LID on an InfiniBand port
+	// (is_valid_mcast_lid: 0xC000–0xFFFE).
+	if k.lid < 0xC000 || k.lid == 0xFFFF {
+		return einval
+	}
+	if err := o.qp.AttachMcast(k.gid, k.lid); err != nil {
 		return errno(err)
 	}
-	o.mu.Lock()
-	if attach != 0 {
-		o.mcast++
-	} else if o.mcast > 0 {
-		o.mcast--
+	if o.mcast == nil {
+		o.mcast = map[mcastKey]struct{}{}
 	}
-	o.mu.Unlock()
+	o.mcast[k] = struct{}{}
 	return 0
+}
+
+// mcastKey is an attachment as ibv_attach_mcast names it.
+type mcastKey struct {
+	gid [16]byte
+	lid uint16
 }
 
 //export pibgo_post_send
