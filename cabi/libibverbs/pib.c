@@ -192,7 +192,10 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	c->async_fd = fd;
-	c->num_comp_vectors = 1;
+	// rxe has a completion vector per possible CPU (num_possible_cpus), mlx5 one per
+	// completion EQ (about as many): programs spread their CQs over them.
+	long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+	c->num_comp_vectors = ncpu > 0 ? ncpu : 1;
 	c->abi_compat = __VERBS_ABI_IS_EXTENDED;
 	pthread_mutex_init(&c->mutex, NULL);
 	c->ops.poll_cq = poll_cq_op;

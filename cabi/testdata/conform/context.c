@@ -23,7 +23,13 @@ void conform_context(struct side *a, struct side *b)
 	T("ctx_cmd_fd_distinct", a->ctx->cmd_fd != b->ctx->cmd_fd, "both contexts' cmd_fd %d", a->ctx->cmd_fd);
 	fl = fcntl(c->async_fd, F_GETFD);
 	T("ctx_async_fd_open", c->async_fd >= 0 && fl >= 0 && (fl & FD_CLOEXEC), "async_fd %d flags %#x", c->async_fd, fl);
-	T("ctx_num_comp_vectors", c->num_comp_vectors >= 1, "num_comp_vectors %d", c->num_comp_vectors);
+	long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+	T("ctx_num_comp_vectors", c->num_comp_vectors == ncpu, "num_comp_vectors %d, CPUs %ld (rxe: one a CPU)",
+	  c->num_comp_vectors, ncpu);
+	struct ibv_cq *last = ibv_create_cq(c, 4, NULL, NULL, c->num_comp_vectors - 1);
+	T("ctx_last_comp_vector", last != NULL, "create_cq on vector %d: %m", c->num_comp_vectors - 1);
+	if (last)
+		ibv_destroy_cq(last);
 
 	int n;
 	struct ibv_device **l = ibv_get_device_list(&n);
