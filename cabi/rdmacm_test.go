@@ -202,6 +202,17 @@ func TestFiPingpongDevices(t *testing.T) {
 	}
 }
 
+// TestAFIBCheck runs testdata/afib_check.c: rdma_bind_addr, rdma_listen, rdma_resolve_addr
+// and a connection with AF_IB addresses, and rdma_get_src_port/rdma_get_dst_port read their
+// service IDs' ports (librdmacm's ucma_get_port; they read sib_pkey as a port).
+func TestAFIBCheck(t *testing.T) {
+	fb := startFabric(t)
+	bin := buildCMProgram(t, "afib_check")
+	if out := fb.run(t, bin); !strings.HasSuffix(out, "done\n") {
+		t.Errorf("afib_check:\n%s", out)
+	}
+}
+
 // TestUcmatose runs rdma-core's ucmatose: 16 connections, 100 messages each way on each.
 func TestUcmatose(t *testing.T) {
 	fb := startFabric(t)

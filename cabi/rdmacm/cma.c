@@ -923,17 +923,22 @@ EXPORT int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *attr, in
 	return fail(pibcm_init_qp_attr(ID(id)->h, attr, mask));
 }
 
-EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
+// addr_port is librdmacm's ucma_get_port: an AF_IB address's port is its service ID's low
+// 16 bits.
+static __be16 addr_port(struct sockaddr *a)
 {
-	struct sockaddr *a = &id->route.addr.src_addr;
-	return a->sa_family == AF_INET6 ? ((struct sockaddr_in6 *)a)->sin6_port : ((struct sockaddr_in *)a)->sin_port;
+	switch (a->sa_family) {
+	case AF_INET6:
+		return ((struct sockaddr_in6 *)a)->sin6_port;
+	case AF_IB:
+		return htobe16((uint16_t)be64toh(((struct sockaddr_ib *)a)->sib_sid));
+	}
+	return ((struct sockaddr_in *)a)->sin_port;
 }
 
-EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
-{
-	struct sockaddr *a = &id->route.addr.dst_addr;
-	return a->sa_family == AF_INET6 ? ((struct sockaddr_in6 *)a)->sin6_port : ((struct sockaddr_in *)a)->sin_port;
-}
+EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id) { return addr_port(&id->route.addr.src_addr); }
+
+EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id) { return addr_port(&id->route.addr.dst_addr); }
 
 EXPORT int rdma_set_local_ece(struct rdma_cm_id *id, struct ibv_ece *ece) { return fail(EOPNOTSUPP); }
 EXPORT int rdma_get_remote_ece(struct rdma_cm_id *id, struct ibv_ece *ece) { return fail(EOPNOTSUPP); }
