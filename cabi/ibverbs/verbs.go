@@ -806,8 +806,15 @@ func pibgo_destroy_srq(h C.uint64_t) C.int {
 // the receive queue copies at post.
 func postRecv(scratch *[]hca.RecvWR, wr *C.struct_ibv_recv_wr, bad **C.struct_ibv_recv_wr, post func([]hca.RecvWR) (int, error)) C.int {
 	r := (*scratch)[:0]
+	// A WR whose scatter/gather list is not there ends the list: those before it are
+	// posted, it is *bad_wr, EINVAL (a provider reads the list; the program gets no crash).
+	refused := false
 	for w := wr; w != nil; w = w.next {
 		rw := hca.RecvWR{WRID: uint64(w.wr_id)}
+		if w.num_sge < 0 || w.num_sge > 0 && w.sg_list == nil {
+			refused = true
+			break
+		}
 		if w.num_sge > 0 {
 			rw.SGL = unsafe.Slice((*hca.SGE)(unsafe.Pointer(w.sg_list)), int(w.num_sge))
 		}
@@ -816,7 +823,7 @@ func postRecv(scratch *[]hca.RecvWR, wr *C.struct_ibv_recv_wr, bad **C.struct_ib
 	n, err := post(r)
 	clear(r) // no C pointers kept past the call
 	*scratch = r[:0]
-	if err != nil {
+	if err != nil || refused {
 		for ; n > 0; n-- {
 			wr = wr.next
 		}
@@ -1160,6 +1167,10 @@ func pibgo_post_send(h C.uint64_t, s *C.struct_pib_swr, n C.int, posted *C.int) 
 	for i := range in {
 		w := &in[i]
 		wr := hca.SendWR{
+	// A WR the library refuses before the HCA sees it (a scatter/gather list that is not
+	// there, a window or AH that is not one) ends the list: those before it are posted and
+	// it is *bad_wr, EINVAL, as a provider's post_send.
+	refused := false
 			WRID: uint64(w.wr_id), Opcode: hca.WROpcode(w.opcode), SendFlags: hca.SendFlags(w.flags),
 			RemoteAddr: uint64(w.remote_addr), RKey: uint32(w.rkey),
 			CompareAdd: uint64(w.compare_add), Swap: uint64(w.swap),
@@ -1170,35 +1181,38 @@ func pibgo_post_send(h C.uint64_t, s *C.struct_pib_swr, n C.int, posted *C.int) 
 			wr.InvalidateRKey = uint32(w.imm)
 		case hca.WRBindMW:
 			if !bindWR(w, &wr) {
-				o.wrs = wrs[:0]
-				*posted = C.int(i)
-				return einval
+				refused = true
 			}
 		default:
 			wr.ImmData = uint32(w.imm)
 		}
-		if w.num_sge > 0 {
+		if w.num_sge < 0 || w.num_sge > 0 && w.sg == nil {
+			refused = true
+		} else if w.num_sge > 0 {
 			wr.SGL = unsafe.Slice((*hca.SGE)(unsafe.Pointer(w.sg)), int(w.num_sge))
 		}
 		if w.ah != 0 {
 			ah, ok := ahs.get(w.ah)
 			if !ok {
-				o.wrs = wrs[:0]
-				*posted = C.int(i)
-				return einval
+				refused = true
 			}
 			wr.AH = ah
 		}
 		wrs = append(wrs, wr)
 	}
 	k, err := o.qp.PostSend(wrs)
+		if refused {
+			break
+		}
 	clear(wrs) // no C pointers kept past the call
 	o.wrs = wrs[:0]
 	if err != nil {
 		*posted = C.int(k)
 		return errno(err)
 	}
-	*posted = C.int(k)
+	if refused {
+		return einval
+	}
 	return 0
 }
 

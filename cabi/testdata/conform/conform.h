@@ -85,6 +85,7 @@ void conform_device(struct side *a, struct side *b);
 void conform_mr(struct side *a, struct side *b);
 void conform_qp(struct side *a, struct side *b);
 void conform_wc(struct side *a, struct side *b);
+void conform_post(struct side *a, struct side *b);
 void conform_events(struct side *a, struct side *b);
 void conform_mcast(struct side *a, struct side *b);
 void conform_cm(struct side *a, struct side *b);

@@ -889,10 +889,9 @@ static void close_with_objects(struct side *b)
 	struct ibv_qp *cq = rc_qp(&c, NULL), *bq = rc_qp(b, NULL);
 	MUST(qp_init(cq, IBV_ACCESS_REMOTE_WRITE) == 0 && qp_init(bq, 0) == 0, "INIT: %m");
 	MUST(qp_rtr(cq, b->lid, bq->qp_num) == 0 && qp_rtr(bq, c.lid, cq->qp_num) == 0, "RTR: %m");
-	struct ibv_qp_attr at = {.qp_state = IBV_QPS_RTS, .timeout = 8, .retry_cnt = 1, .rnr_retry = 1, .max_rd_atomic = 1};
-	MUST(qp_rts(cq) == 0 && ibv_modify_qp(bq, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-								IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
-	     "RTS: %m");
+	// qp_rts's local ACK timeout (67 ms, 7 retries): a shorter one failed the first WRITE
+	// on a loaded machine; the retries after the close take about half a second.
+	MUST(qp_rts(cq) == 0 && qp_rts(bq) == 0, "RTS: %m");
 	// The write reaches the region while the context is open.
 	struct ibv_wc wc;
 	memset(b->buf, 0x11, 64);

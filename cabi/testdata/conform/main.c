@@ -14,6 +14,7 @@ int conform_checks, conform_failed;
 #pragma weak conform_mr
 #pragma weak conform_qp
 #pragma weak conform_wc
+#pragma weak conform_post
 #pragma weak conform_events
 #pragma weak conform_mcast
 #pragma weak conform_cm
@@ -181,7 +182,7 @@ int main(int argc, char **argv)
 	struct side a, b;
 	side_open(&a, "pib_0");
 	side_open(&b, "pib_1");
-	void (*areas[])(struct side *, struct side *) = {conform_context, conform_device, conform_mr, conform_qp, conform_wc,
+	void (*areas[])(struct side *, struct side *) = {conform_context, conform_device, conform_mr, conform_qp, conform_wc, conform_post,
 							   conform_events, conform_mcast, conform_cm, conform_fork};
 	for (size_t i = 0; i < sizeof(areas) / sizeof(areas[0]); i++)
 		if (areas[i])
