@@ -828,7 +828,10 @@ func postRecv(scratch *[]hca.RecvWR, wr *C.struct_ibv_recv_wr, bad **C.struct_ib
 			wr = wr.next
 		}
 		*bad = wr
-		return errno(err)
+		if err != nil {
+			return errno(err)
+		}
+		return einval
 	}
 	return 0
 }
@@ -1164,13 +1167,13 @@ func pibgo_post_send(h C.uint64_t, s *C.struct_pib_swr, n C.int, posted *C.int) 
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	wrs := o.wrs[:0]
-	for i := range in {
-		w := &in[i]
-		wr := hca.SendWR{
 	// A WR the library refuses before the HCA sees it (a scatter/gather list that is not
 	// there, a window or AH that is not one) ends the list: those before it are posted and
 	// it is *bad_wr, EINVAL, as a provider's post_send.
 	refused := false
+	for i := range in {
+		w := &in[i]
+		wr := hca.SendWR{
 			WRID: uint64(w.wr_id), Opcode: hca.WROpcode(w.opcode), SendFlags: hca.SendFlags(w.flags),
 			RemoteAddr: uint64(w.remote_addr), RKey: uint32(w.rkey),
 			CompareAdd: uint64(w.compare_add), Swap: uint64(w.swap),
@@ -1198,16 +1201,16 @@ func pibgo_post_send(h C.uint64_t, s *C.struct_pib_swr, n C.int, posted *C.int) 
 			}
 			wr.AH = ah
 		}
-		wrs = append(wrs, wr)
-	}
-	k, err := o.qp.PostSend(wrs)
 		if refused {
 			break
 		}
+		wrs = append(wrs, wr)
+	}
+	k, err := o.qp.PostSend(wrs)
 	clear(wrs) // no C pointers kept past the call
 	o.wrs = wrs[:0]
+	*posted = C.int(k)
 	if err != nil {
-		*posted = C.int(k)
 		return errno(err)
 	}
 	if refused {
