@@ -113,10 +113,10 @@ type chanObj struct {
 }
 
 type qpObj struct {
-	qp    *hca.QP
-	mu    sync.Mutex
-	wrs   []hca.SendWR
-	rwrs  []hca.RecvWR
+	qp   *hca.QP
+	mu   sync.Mutex
+	wrs  []hca.SendWR
+	rwrs []hca.RecvWR
 	// The groups attached, by GID and LID as uverbs lists them (ib_uverbs_attach_mcast): an
 	// attachment made twice is one, and destroy_qp is EBUSY until they are all detached.
 	mcast map[mcastKey]struct{}
