@@ -106,12 +106,22 @@ func TestE2ESysfsView(t *testing.T) {
 		t.Errorf("ibv_devinfo -v: want a board_id for each HCA\n%s", dv)
 	}
 
-	// The device's IPoIB interface, as a harness maps a device to its netdev.
-	nd := out("--", "sh", "-c", `for n in /sys/class/infiniband/pib_0/device/net/*; do `+
-		`echo "${n##*/} $(cat $n/dev_port) $(cat $n/dev_id) $(cat $n/type) $(cat $n/address)"; done`)
+	// The device's IPoIB interface, as a harness maps a device to its netdev: listed in the
+	// interface's own namespace (ip netns exec remounts /sys there), and, as the kernel's
+	// sysfs lists only the reading namespace's netdevs, not in the host's.
+	listNet := `for n in /sys/class/infiniband/pib_0/device/net/*; do [ -e "$n" ] || continue; ` +
+		`echo "${n##*/} $(cat $n/dev_port) $(cat $n/dev_id) $(cat $n/type) $(cat $n/address)"; done`
+	nsCtx, nsCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer nsCancel()
+	nsCmd := exec.CommandContext(nsCtx, "ip", "netns", "exec", nsA, d.Bin, "exec", "--control", d.Sock, "--", "sh", "-c", listNet)
+	nsCmd.Env = append(os.Environ(), "PIBGW_LIBDIR="+libDir)
+	ndOut, err := nsCmd.CombinedOutput()
 	hw := d.Show()[ifA].HWAddr
-	if want := fmt.Sprintf("%s 0 0x0 32 %s\n", ifA, hw); nd != want {
-		t.Errorf("pib_0's device/net: %q, want %q", nd, want)
+	if want := fmt.Sprintf("%s 0 0x0 32 %s\n", ifA, hw); err != nil || string(ndOut) != want {
+		t.Errorf("pib_0's device/net in %s: %v %q, want %q", nsA, err, ndOut, want)
+	}
+	if nd := out("--", "sh", "-c", listNet); nd != "" {
+		t.Errorf("pib_0's device/net in the host's namespace, where %s is not: %q, want nothing", ifA, nd)
 	}
 
 	// Live: a command running sees pib_1's port go down.
@@ -130,7 +140,7 @@ func TestE2ESysfsView(t *testing.T) {
 		}
 	}
 	d.MustPibgw("link", "pib_1/1", "down")
-	err := w.Wait()
+	err = w.Wait()
 	d.MustPibgw("link", "pib_1/1", "up")
 	if err != nil || watch.String() != "4: ACTIVE\n1: DOWN\n" {
 		t.Errorf("a running command did not see the port go down: %v\n%s", err, watch.String())

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -73,13 +74,36 @@ func fetchSysfsSnapshot(ctx context.Context, cl *control.Client) (sysfsSnapshot,
 	if err := cl.Do(ctx, control.Request{Verb: control.VerbDevinfo}, &s.Devices); err != nil {
 		return s, err
 	}
-	if err := cl.Do(ctx, control.Request{Verb: control.VerbShow}, &s.Interfaces); err != nil {
+	var all []control.Interface
+	if err := cl.Do(ctx, control.Request{Verb: control.VerbShow}, &all); err != nil {
 		return s, err
+	}
+	for _, ifc := range all {
+		if netdevHere(ifc) {
+			s.Interfaces = append(s.Interfaces, ifc)
+		}
 	}
 	if err := cl.Do(ctx, control.Request{Verb: control.VerbPerf}, &s.Perf); err != nil {
 		return s, err
 	}
 	return s, nil
+}
+
+// netdevHere says whether the IPoIB interface ifc is a network device of this process's
+// network namespace: one of its name there with link type infiniband (ARPHRD_INFINIBAND,
+// 32; the TUN device has no hardware address to compare). The kernel's sysfs lists under a
+// device's net/ only the netdevs of the reading namespace, so a program that maps a device
+// to its netdev finds one it can use (`ip addr show`): not a userspace interface inside the
+// daemon, nor a TUN device in another namespace.
+func netdevHere(ifc control.Interface) bool {
+	if ifc.Stack != "kernel" {
+		return false
+	}
+	if _, err := net.InterfaceByName(ifc.Name); err != nil {
+		return false
+	}
+	typ, err := os.ReadFile("/sys/class/net/" + ifc.Name + "/type")
+	return err == nil && strings.TrimSpace(string(typ)) == "32"
 }
 
 // sysfsNote is the line exec prints when its command runs without the view.
