@@ -561,6 +561,7 @@ func (id *ID) Destroy() error {
 	if c != nil {
 		c.Destroy()
 	}
+	id.leaveAll()
 	if src.IsValid() && id.listenID == nil {
 		ports.release(id.host, id.ps, src.Port(), id)
 	}

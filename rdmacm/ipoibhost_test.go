@@ -18,6 +18,7 @@ import (
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/sa/satest"
 	"github.com/pibgw/pibgw/tun/tuntest"
+	"github.com/pibgw/pibgw/wire"
 )
 
 // ipoibHosts builds a fabric with the built-in SM and SA and one IPoIB interface per
@@ -266,5 +267,46 @@ func TestMulticastLeaveSharedPort(t *testing.T) {
 	}
 	if err := b.id.LeaveMulticast(group); err != nil {
 		t.Fatalf("leave of a membership the SA lost: %v", err)
+	}
+}
+
+// TestDestroyLeavesMulticast: rdma_destroy_id of an ID still joined leaves its groups, as
+// the kernel's (cma_leave_mc_groups): the port's other member keeps the group while it
+// lives, and once both are destroyed the port is no member at the SA (a leave for it now
+// gets the SA's refusal, where before the destroyed IDs' joins still counted).
+func TestDestroyLeavesMulticast(t *testing.T) {
+	hosts := ipoibHosts(t, 1)
+	group := netip.MustParseAddr("224.1.2.5")
+	var ids []*rdmacm.ID
+	var mgid wire.GID
+	for range 2 {
+		ch := rdmacm.CreateEventChannel()
+		id, err := rdmacm.CreateID(hosts[0], ch, nil, rdmacm.PSUDP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := id.BindAddr(netip.AddrPortFrom(netip.MustParseAddr("10.10.0.1"), 0)); err != nil {
+			t.Fatal(err)
+		}
+		e := newEndpoint(t, id.Device())
+		if _, err := id.CreateQP(e.pd, e.initAttr()); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.JoinMulticast(group); err != nil {
+			t.Fatal(err)
+		}
+		ev := getEvent(t, ch, rdmacm.EventMulticastJoin)
+		mgid = ev.UD.AHAttr.GRH.DGID
+		ev.Ack()
+		ids = append(ids, id)
+	}
+	dev := ids[0].Device()
+	for _, id := range ids {
+		if err := id.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := hosts[0].LeaveMulticast(context.Background(), dev, mgid); err == nil {
+		t.Fatalf("the port is still a member of %v after both its IDs were destroyed", group)
 	}
 }

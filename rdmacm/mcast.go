@@ -100,3 +100,18 @@ func (id *ID) LeaveMulticast(addr netip.Addr) error {
 	_ = id.host.LeaveMulticast(ctx, dev, g.MGID)
 	return nil
 }
+
+// leaveAll leaves every group the ID joined, as the kernel's rdma_destroy_id does
+// (cma_leave_mc_groups): a program that destroys its ID, or exits, without leaving leaves
+// neither its port a member at the SA nor the port's count of members up.
+func (id *ID) leaveAll() {
+	id.mu.Lock()
+	addrs := make([]netip.Addr, 0, len(id.groups))
+	for a := range id.groups {
+		addrs = append(addrs, a)
+	}
+	id.mu.Unlock()
+	for _, a := range addrs {
+		id.LeaveMulticast(a)
+	}
+}
