@@ -85,7 +85,7 @@ func CreateKernel(cfg KernelConfig) (*Kernel, error) {
 	var dev wgtun.Device
 	create := func() error {
 		var err error
-		dev, err = wgtun.CreateTUN(cfg.Name, cfg.MTU)
+		dev, err = createTUN(cfg.Name, cfg.MTU)
 		return err
 	}
 	var err error
