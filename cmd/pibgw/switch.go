@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,11 +56,7 @@ func switchCommand(e *env) *cli.Command {
 			if c.IsSet("log-level") {
 				level = e.level
 			}
-			var h slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
-			if c.Bool("json") {
-				h = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
-			}
-			log := slog.New(h)
+			log := daemonLogger(e.stderr, level, c.Bool("json"))
 			tun.SetNetstackLogger(log)
 			setMaxProcs(cfg.Daemon.MaxProcs, log)
 			return up(c.Context, cfg, log)

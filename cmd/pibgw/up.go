@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -31,8 +33,8 @@ func upCommand(e *env) *cli.Command {
 		Description: "Builds the fabric (HCAs, a managed switch, the built-in SM and SA), creates the network\n" +
 			"namespaces, TUN devices and IPoIB interfaces of the configuration, and serves the control\n" +
 			"socket. With no --config it runs the default: pib_0 and pib_1, ib0 (10.10.0.1/24) in netns\n" +
-			"pib0 and ib1 (10.10.0.2/24) in netns pib1. SIGINT or SIGTERM removes every TUN device\n" +
-			"and namespace it created, and the socket.",
+			"pib0 and ib1 (10.10.0.2/24) in netns pib1. SIGINT, SIGTERM or SIGHUP removes every TUN\n" +
+			"device and namespace it created, and the socket.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, Usage: "configuration `FILE` (TOML; default: the built-in defaults)"},
 			&cli.StringFlag{Name: "control", Usage: "control socket `PATH` (default: daemon.control, " + control.DefaultPath + ")", EnvVars: []string{"PIBGW_CONTROL"}},
@@ -62,11 +64,7 @@ func upCommand(e *env) *cli.Command {
 			if c.IsSet("log-level") {
 				level = e.level
 			}
-			var h slog.Handler = slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})
-			if c.Bool("json") {
-				h = slog.NewJSONHandler(e.stderr, &slog.HandlerOptions{Level: level})
-			}
-			log := slog.New(h)
+			log := daemonLogger(e.stderr, level, c.Bool("json"))
 			tun.SetNetstackLogger(log) // gVisor's own log lines in the same format
 			setMaxProcs(cfg.Daemon.MaxProcs, log)
 			return up(c.Context, cfg, log)
@@ -87,14 +85,49 @@ func setMaxProcs(n int, log *slog.Logger) {
 	log.Debug("scheduler", "max_procs", n, "cpus", runtime.NumCPU())
 }
 
-// up runs the daemon until SIGINT or SIGTERM.
+// logWriteErrors counts the daemon's log lines that could not be written (stderr a pipe
+// whose reader exited, a full disk): status reports it, and the last log line.
+var logWriteErrors atomic.Uint64
+
+// logWriter is the daemon's log output: a failed write is counted, not fatal.
+type logWriter struct{ w io.Writer }
+
+func (c logWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err != nil {
+		logWriteErrors.Add(1)
+	}
+	return n, err
+}
+
+// daemonLogger is the log of `pibgw up` and `pibgw switch` on stderr (JSON lines or
+// text). SIGPIPE is caught first, for the process's whole life, so a write to a stderr
+// pipe whose reader exited fails with EPIPE (counted) instead of killing the daemon
+// before it cleans up: the Go runtime kills a program that does not catch SIGPIPE when a
+// write on descriptor 1 or 2 meets a broken pipe (os/signal, "SIGPIPE"). Caught, not
+// ignored: an ignored SIGPIPE would be inherited by the programs the daemon starts.
+func daemonLogger(stderr io.Writer, level slog.Leveler, json bool) *slog.Logger {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) // never read: the signal is dropped
+	w := logWriter{stderr}
+	if json {
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// stopSignals stop the daemon cleanly. SIGHUP (its terminal closed) is one, as for
+// daemons without a configuration to reload (opensm, ...): the default action would kill
+// it with its namespaces and sockets left behind.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
+// up runs the daemon until SIGINT, SIGTERM or SIGHUP.
 func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	for _, it := range cfg.Interfaces {
 		if it.Stack == config.StackKernel && os.Geteuid() != 0 {
 			return fmt.Errorf("up: interface %s needs root for its kernel TUN device and namespace (run with sudo, or use --userspace for netstack interfaces)", it.Name)
 		}
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(ctx, stopSignals...)
 	defer stop()
 	// PIBGW_CPUPROFILE=FILE profiles the daemon from start to stop (go tool pprof FILE).
 	if f := os.Getenv("PIBGW_CPUPROFILE"); f != "" {
@@ -154,7 +187,7 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		return fmt.Errorf("up: %w", err)
 	}
-	h := &daemon.Handler{D: d, ControlPath: path}
+	h := &daemon.Handler{D: d, ControlPath: path, LogWriteErrors: logWriteErrors.Load}
 	if ap := cfg.Daemon.AttachPath(); ap != "" {
 		aln, err := attach.Listen(ap, cfg.Daemon.AttachMode)
 		if err != nil {
@@ -191,7 +224,11 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err := d.Close(); err != nil {
 		log.Error("shutdown", "err", err)
 	}
-	log.Info("pibgw down")
+	if n := logWriteErrors.Load(); n > 0 {
+		log.Info("pibgw down", "log_write_errors", n)
+	} else {
+		log.Info("pibgw down")
+	}
 	if serveErr != nil {
 		return fmt.Errorf("up: control socket: %w", serveErr)
 	}

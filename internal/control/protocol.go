@@ -192,6 +192,9 @@ type Status struct {
 	IBSimUDP string `json:"ibsim_udp,omitempty"`
 	// IBSimCAs names the HCAs its clients attach to, the default (the SM's) first.
 	IBSimCAs []string `json:"ibsim_cas,omitempty"`
+	// LogWriteErrors counts the daemon's log lines it could not write (its stderr a
+	// pipe whose reader exited, say).
+	LogWriteErrors uint64 `json:"log_write_errors,omitempty"`
 }
 
 // Interface is one IPoIB interface (`pibgw show`).

@@ -23,6 +23,9 @@ type Handler struct {
 	Attach *attach.Server
 	// AttachPath is the attach socket's path, reported by status.
 	AttachPath string
+	// LogWriteErrors, if set, counts the log lines that could not be written, reported
+	// by status.
+	LogWriteErrors func() uint64
 }
 
 var _ control.Handler = (*Handler)(nil)
@@ -34,6 +37,9 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 	case control.VerbStatus:
 		st := control.Status{Protocol: control.Protocol, PID: os.Getpid(), Config: d.cfg.Source,
 			Started: d.started, Control: h.ControlPath, Attach: h.AttachPath}
+		if h.LogWriteErrors != nil {
+			st.LogWriteErrors = h.LogWriteErrors()
+		}
 		if d.cfg.IBSim.Enable {
 			st.IBSim, st.IBSimUDP = d.cfg.IBSim.SocketName, d.cfg.IBSim.UDP
 			if d.Fabric != nil && d.Fabric.IBSim != nil {
