@@ -268,26 +268,7 @@ func open(memfd, data, space int) (*Ring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmring: open: mmap: %w", err)
 	}
-	// Read each shared word once; the other side may change them at any time, and only
-	// the values read here are used.
-	m := (*atomic.Uint32)(unsafe.Pointer(&mem[offMagic])).Load()
-	v := (*atomic.Uint32)(unsafe.Pointer(&mem[offVersion])).Load()
-	size := (*atomic.Uint64)(unsafe.Pointer(&mem[offSize])).Load()
-	head := (*atomic.Uint64)(unsafe.Pointer(&mem[offHead])).Load()
-	tail := (*atomic.Uint64)(unsafe.Pointer(&mem[offTail])).Load()
-	var bad error
-	switch {
-	case m != magic:
-		bad = fmt.Errorf("shmring: open: bad magic %#x", m)
-	case v != version:
-		bad = fmt.Errorf("shmring: open: version %d, want %d", v, version)
-	case size != uint64(st.Size)-HeaderSize:
-		bad = fmt.Errorf("shmring: open: header says %d bytes of data, the memfd has %d", size, st.Size-HeaderSize)
-	case size&(size-1) != 0:
-		bad = fmt.Errorf("shmring: open: size %d is not a power of two", size)
-	case head%recHdr != 0 || tail%recHdr != 0 || head-tail > size:
-		bad = fmt.Errorf("shmring: open: head %d and tail %d inconsistent: %w", head, tail, ErrCorrupt)
-	}
+	head, tail, bad := checkHeader(mem)
 	if bad != nil {
 		unix.Munmap(mem)
 		return nil, bad
@@ -299,6 +280,30 @@ func open(memfd, data, space int) (*Ring, error) {
 		}
 	}
 	return newRing(mem, memfd, [2]int{data, space}, head, tail), nil
+}
+
+// checkHeader checks the header of a ring Open mapped (mem: the whole memfd) and returns
+// its indexes. It reads each shared word once; the other side may change them at any
+// time, and only the values read here are used.
+func checkHeader(mem []byte) (head, tail uint64, err error) {
+	m := (*atomic.Uint32)(unsafe.Pointer(&mem[offMagic])).Load()
+	v := (*atomic.Uint32)(unsafe.Pointer(&mem[offVersion])).Load()
+	size := (*atomic.Uint64)(unsafe.Pointer(&mem[offSize])).Load()
+	head = (*atomic.Uint64)(unsafe.Pointer(&mem[offHead])).Load()
+	tail = (*atomic.Uint64)(unsafe.Pointer(&mem[offTail])).Load()
+	switch {
+	case m != magic:
+		err = fmt.Errorf("shmring: open: bad magic %#x", m)
+	case v != version:
+		err = fmt.Errorf("shmring: open: version %d, want %d", v, version)
+	case size != uint64(len(mem))-HeaderSize:
+		err = fmt.Errorf("shmring: open: header says %d bytes of data, the memfd has %d", size, len(mem)-HeaderSize)
+	case size&(size-1) != 0:
+		err = fmt.Errorf("shmring: open: size %d is not a power of two", size)
+	case head%recHdr != 0 || tail%recHdr != 0 || head-tail > size:
+		err = fmt.Errorf("shmring: open: head %d and tail %d inconsistent: %w", head, tail, ErrCorrupt)
+	}
+	return head, tail, err
 }
 
 // checkEventfd reports whether fd is an eventfd.
