@@ -443,9 +443,21 @@ func TestMannerCountsAttached(t *testing.T) {
 	cq.ReqNotify(false)
 	cq.Push(&hca.WC{}, false)
 	cq.Destroy() // with its event not acknowledged: destroy_unacked_cq, in the process
+	// The process's report is a message on its session, which the daemon reads on its own
+	// goroutine: ask until it has counted it (or 10 s).
 	var m daemon.MannerInfo
-	if err := cl.Do(context.Background(), control.Request{Verb: control.VerbManner}, &m); err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		m = daemon.MannerInfo{}
+		if err := cl.Do(context.Background(), control.Request{Verb: control.VerbManner}, &m); err != nil {
+			t.Fatal(err)
+		}
+		counted := false
+		for _, ch := range m.Checks {
+			counted = counted || ch.Name == "destroy_unacked_cq" && ch.Attached > 0
+		}
+		if counted || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, ch := range m.Checks {
 		want := uint64(0)
