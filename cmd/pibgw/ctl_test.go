@@ -83,7 +83,7 @@ func TestBadArguments(t *testing.T) {
 		{[]string{"child", "add", "ib0", "0xzz"}, `pibgw: invalid P_Key "0xzz": want a hexadecimal number such as 0x8001`},
 		{[]string{"child", "del", "ib0", "1g"}, `pibgw: invalid P_Key "1g": want a hexadecimal number such as 0x8001`},
 		{[]string{"child", "add", "ib0", "8001", "--addr", "10.0.0.300/24"}, `pibgw: malformed address "10.0.0.300/24": want CIDR such as 10.20.0.1/24 or fd00::1/64`},
-		{[]string{"child", "add", "ib0", "8001", "--addr", "10.0.0.3"}, `pibgw: address "10.0.0.3" has no prefix length (write it as 10.0.0.3/24 or /64)`},
+		{[]string{"child", "add", "ib0", "8001", "--addr", "10.0.0.3"}, `pibgw: address "10.0.0.3" has no prefix length: want CIDR such as 10.0.0.3/24`},
 		{[]string{"child", "add", "ib0"}, `pibgw: child add: want IFACE PKEY (e.g. ib0 0x8001), got 1 arguments` + addHint},
 		{[]string{"up", "--config", "/nonexistent.toml"}, `pibgw: open /nonexistent.toml: no such file or directory`},
 		{[]string{"stat", "pib_9"}, `pibgw: 'pib_9' IB device can't be found`},

@@ -43,9 +43,9 @@ func TestBadInputNamesValue(t *testing.T) {
 			`interfaces[0].addresses[0]: malformed address "10.1.2.300/24": want CIDR such as 10.20.0.1/24 or fd00::1/64`},
 		{"[[interfaces]]\nname = \"ib0\"\nhca = \"pib_7\"\n", `interfaces[0].hca: "pib_7": no such HCA (have pib_0, pib_1)`},
 		{ib0 + "[[interfaces]]\nparent = \"ib0\"\npkey = 0x8001\n[[interfaces]]\nparent = \"ib0\"\npkey = \"8001\"\n",
-			`interfaces[2].name: "ib0.8001" used twice`},
+			`interfaces[2].name: "ib0.8001" used twice: want a name of its own`},
 		{ib0 + "[[interfaces]]\nparent = \"nosuch\"\npkey = 0x8001\n", `interfaces[1].parent: "nosuch": no such interface before this one`},
-		{ib0 + "[[interfaces]]\nname = \"ib0\"\nhca = \"pib_1\"\n", `interfaces[1].name: "ib0" used twice`},
+		{ib0 + "[[interfaces]]\nname = \"ib0\"\nhca = \"pib_1\"\n", `interfaces[1].name: "ib0" used twice: want a name of its own`},
 	} {
 		cfg := filepath.Join(t.TempDir(), "bad.toml")
 		if err := os.WriteFile(cfg, []byte(tc.body), 0o644); err != nil {

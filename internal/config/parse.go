@@ -119,6 +119,14 @@ func Load(path string) (*Config, error) {
 // defaults).
 func Parse(name string, data []byte) (*Config, error) {
 	p := &parser{src: name}
+	// First the tables' shape, so that a value where a table belongs is reported by its
+	// field and not as the TOML library's mismatch with this package's Go types.
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err == nil {
+		if p.shape(raw); p.err != nil {
+			return nil, p.err
+		}
+	}
 	var f file
 	md, err := toml.Decode(string(data), &f)
 	if err != nil {
@@ -129,7 +137,7 @@ func Parse(name string, data []byte) (*Config, error) {
 		return nil, p.wrap(err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return nil, p.errf(und[0].String(), "unknown option")
+		return nil, p.errf(und[0].String(), "unknown option (the README's Configuration section lists the options)")
 	}
 	c := &Config{Source: name}
 	p.daemon(c, &f)
@@ -187,6 +195,48 @@ func (p *parser) wrap(err error) error {
 	return fmt.Errorf("%s: %w", p.src, err)
 }
 
+// The tables of the file, and its arrays of tables.
+var (
+	shapeTables = []string{"daemon", "fabric", "sm", "ibsim", "manner"}
+	shapeArrays = [][2]string{{"", "interfaces"}, {"fabric", "hcas"}, {"fabric", "uplinks"}, {"sm", "partitions"}}
+)
+
+// shape checks that each table of the file is a table and each array of tables an
+// array of tables.
+func (p *parser) shape(raw map[string]any) {
+	for _, name := range shapeTables {
+		if v, ok := raw[name]; ok {
+			if _, ok := v.(map[string]any); !ok {
+				p.errf(name, "want a table ([%s]), got %s", name, typeName(v))
+			}
+		}
+	}
+	for _, a := range shapeArrays {
+		t := raw
+		field := a[1]
+		if a[0] != "" {
+			t, _ = raw[a[0]].(map[string]any)
+			field = a[0] + "." + a[1]
+		}
+		v, ok := t[a[1]]
+		if !ok {
+			continue
+		}
+		switch x := v.(type) {
+		case []map[string]any:
+		case []any:
+			for i, e := range x {
+				if _, ok := e.(map[string]any); !ok {
+					p.errf(fmt.Sprintf("%s[%d]", field, i), "want a table ([[%s]]), got %s", field, typeName(e))
+				}
+			}
+		default:
+			p.errf(field, "want an array of tables ([[%s]]), got %s", field, typeName(v))
+		}
+	}
+}
+
+// typeName names the kind of a TOML value in words.
 func typeName(v any) string {
 	switch v.(type) {
 	case string:
@@ -197,12 +247,16 @@ func typeName(v any) string {
 		return "a float"
 	case bool:
 		return "a boolean"
+	case time.Time:
+		return "a date-time"
+	case []map[string]any:
+		return "an array of tables"
 	case []any:
 		return "an array"
 	case map[string]any:
 		return "a table"
 	}
-	return fmt.Sprintf("%T", v)
+	return "a value of another kind"
 }
 
 // str returns v as a string, def when unset.
@@ -252,7 +306,7 @@ func (p *parser) u64(field string, v any, def uint64) uint64 {
 		return def
 	case int64:
 		if x < 0 {
-			p.errf(field, "%d is negative", x)
+			p.errf(field, "%d is negative: want a GUID such as \"0x0002c90300000000\"", x)
 			return def
 		}
 		return uint64(x)
@@ -309,7 +363,7 @@ func (p *parser) daemon(c *Config, f *file) {
 	d := &f.Daemon
 	c.Daemon.Control = p.str("daemon.control", d.Control, DefaultControl)
 	if c.Daemon.Control == "" {
-		p.errf("daemon.control", "empty path")
+		p.errf("daemon.control", "empty path: want the path of the control socket, e.g. %q", DefaultControl)
 	} else if len(c.Daemon.Control) > 107 { // sockaddr_un.sun_path
 		p.errf("daemon.control", "%q is longer than a unix socket path may be (107 bytes)", c.Daemon.Control)
 	}
@@ -367,7 +421,7 @@ func (p *parser) fabric(c *Config, f *file) {
 				p.errf(field+".node_guid", "%#016x: must be non-zero with the low byte zero (it numbers ports)", h.NodeGUID)
 			}
 			if prev, dup := guids[h.NodeGUID]; dup {
-				p.errf(field+".node_guid", "%#016x already used by %s", h.NodeGUID, prev)
+				p.errf(field+".node_guid", "%#016x already used by %s: want a node GUID of its own", h.NodeGUID, prev)
 			}
 		}
 		guids[h.NodeGUID] = h.Name
@@ -465,7 +519,7 @@ func (p *parser) remote(c *Config, f *file) {
 		} else if port > c.Fabric.SwitchPorts {
 			p.errf(field+".port", "%d out of range 1..%d (switch_ports)", port, c.Fabric.SwitchPorts)
 		} else if used[port] {
-			p.errf(field+".port", "port %d has two uplinks", port)
+			p.errf(field+".port", "port %d has two uplinks: want one uplink a port", port)
 		}
 		used[port] = true
 		sw := p.str(field+".switch", u.Switch, "")
@@ -474,22 +528,38 @@ func (p *parser) remote(c *Config, f *file) {
 		}
 		c.Fabric.Uplinks = append(c.Fabric.Uplinks, Uplink{Port: port, Switch: sw})
 	}
-	c.Fabric.Keepalive = p.duration("fabric.keepalive", fb.Keepalive, DefaultKeepalive)
-	c.Fabric.LinkTimeout = p.duration("fabric.link_timeout", fb.LinkTimeout, DefaultLinkTimeout)
+	c.Fabric.Keepalive = p.duration("fabric.keepalive", fb.Keepalive, DefaultKeepalive, MinKeepalive, MaxKeepalive)
+	c.Fabric.LinkTimeout = p.duration("fabric.link_timeout", fb.LinkTimeout, DefaultLinkTimeout, MinLinkTimeout, MaxLinkTimeout)
 	if c.Fabric.LinkTimeout < 2*c.Fabric.Keepalive {
-		p.errf("fabric.link_timeout", "%v is shorter than two keepalives (%v)", c.Fabric.LinkTimeout, 2*c.Fabric.Keepalive)
+		p.errf("fabric.link_timeout", "%v is shorter than two keepalives (%v): want at least that", c.Fabric.LinkTimeout, 2*c.Fabric.Keepalive)
 	}
 }
 
-// duration returns v as a positive duration ("250ms"), def when unset.
-func (p *parser) duration(field string, v any, def time.Duration) time.Duration {
+// Bounds of the durations.
+const (
+	// A UDP link sends a keepalive to each peer every fabric.keepalive: more often than
+	// every 10 ms is a load of its own; less often than every minute and a dead peer
+	// keeps its ports Active for minutes.
+	MinKeepalive = 10 * time.Millisecond
+	MaxKeepalive = time.Minute
+	// fabric.link_timeout: at least two keepalives (checked apart) and at most 10 min.
+	MinLinkTimeout = 2 * MinKeepalive
+	MaxLinkTimeout = 10 * time.Minute
+	// sm.sweep_interval: each light sweep queries every port of the fabric (opensm's
+	// sweep_interval counts whole seconds); below a second the SM would keep a core busy.
+	MinSweep = time.Second
+	MaxSweep = 24 * time.Hour
+)
+
+// duration returns v as a duration ("250ms") in lo..hi, def when unset.
+func (p *parser) duration(field string, v any, def, lo, hi time.Duration) time.Duration {
 	if v == nil {
 		return def
 	}
 	s := p.str(field, v, "")
 	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		p.errf(field, "%q: want a positive duration such as \"250ms\"", s)
+	if err != nil || d < lo || d > hi {
+		p.errf(field, "%q: want a duration from %v to %v, such as \"%v\"", s, lo, hi, def)
 		return def
 	}
 	return d
@@ -547,11 +617,11 @@ func (p *parser) sm(c *Config, f *file) {
 	c.SM.Priority = uint8(p.intIn("sm.priority", s.Priority, 0, 0, 15))
 	c.SM.SweepInterval = DefaultSweep
 	if s.SweepInterval != nil {
-		v := p.str("sm.sweep_interval", s.SweepInterval, "")
+		v := p.str("sm.sweep_interval", s.SweepInterval, "off")
 		if v == "off" {
 			c.SM.SweepInterval = 0
-		} else if d, err := time.ParseDuration(v); err != nil || d < 0 {
-			p.errf("sm.sweep_interval", "%q: want a duration such as \"10s\", or \"off\"", v)
+		} else if d, err := time.ParseDuration(v); err != nil || d < MinSweep || d > MaxSweep {
+			p.errf("sm.sweep_interval", "%q: want a duration from %v to %v, such as \"10s\", or \"off\"", v, MinSweep, MaxSweep)
 		} else {
 			c.SM.SweepInterval = d
 		}
@@ -570,17 +640,17 @@ func (p *parser) sm(c *Config, f *file) {
 			QKey:  uint32(p.intIn(field+".qkey", fp.QKey, 0x0B1B, 1, math.MaxUint32)),
 		}
 		if part.Name == "" {
-			p.errf(field+".name", "missing")
+			p.errf(field+".name", "missing: want the partition's name, e.g. \"storage\"")
 		} else if names[part.Name] {
-			p.errf(field+".name", "%q used twice", part.Name)
+			p.errf(field+".name", "%q used twice: want a name of its own", part.Name)
 		}
 		names[part.Name] = true
 		if fp.PKey == nil {
-			p.errf(field+".pkey", "missing")
+			p.errf(field+".pkey", "missing: want the partition's P_Key, e.g. 0x8001")
 		} else {
 			part.PKey = p.pkey(field+".pkey", fp.PKey)
 			if prev, dup := keys[part.PKey&0x7FFF]; dup && part.PKey != 0 {
-				p.errf(field+".pkey", "%#04x already used by partition %q", part.PKey, prev)
+				p.errf(field+".pkey", "%#04x already used by partition %q: want a partition number (the low 15 bits) of its own", part.PKey, prev)
 			}
 			keys[part.PKey&0x7FFF] = part.Name
 		}
@@ -605,7 +675,7 @@ func (p *parser) sm(c *Config, f *file) {
 			}
 		}
 		if len(part.Members) == 0 && part.PKey&0x7FFF != 0x7FFF {
-			p.errf(field+".members", "partition %q has no members", part.Name)
+			p.errf(field+".members", "partition %q has no members: want members or limited (\"ALL\", HCA ports or port GUIDs)", part.Name)
 		}
 		c.SM.Partitions = append(c.SM.Partitions, part)
 	}
@@ -734,6 +804,13 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 		pkey uint16
 	}
 	ports := map[key]string{}
+	// An address names one interface of its namespace: rdma_cm binds and resolves by
+	// address (the kernel's cma_acquire_dev_by_src_ip takes the first netdev that has it).
+	type nsAddr struct {
+		netns string
+		addr  netip.Addr
+	}
+	addrs := map[nsAddr]string{}
 	for i, fi := range fis {
 		field := fmt.Sprintf("interfaces[%d]", i)
 		it := Interface{
@@ -783,7 +860,7 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 			it.Port = int(p.intIn(field+".port", fi.Port, 1, 1, MaxHCAPorts))
 			it.NetNS = p.str(field+".netns", fi.NetNS, "")
 			if it.HCA == "" {
-				p.errf(field+".hca", "missing (have %s)", hcaNames(c))
+				p.errf(field+".hca", "missing: want an HCA's name (have %s)", hcaNames(c))
 			} else if h, ok := c.HCA(it.HCA); !ok {
 				p.errf(field+".hca", "%q: no such HCA (have %s)", it.HCA, hcaNames(c))
 			} else if it.Port > h.Ports {
@@ -792,16 +869,16 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 		}
 		switch {
 		case it.Name == "":
-			p.errf(field+".name", "missing")
+			p.errf(field+".name", "missing: want an interface name such as \"ib0\"")
 		case !ValidIfName(it.Name):
 			p.errf(field+".name", "%q is not a valid interface name (1-15 letters, digits, '.', '-', '_')", it.Name)
 		default:
 			if _, dup := seen[it.Name]; dup {
-				p.errf(field+".name", "%q used twice", it.Name)
+				p.errf(field+".name", "%q used twice: want a name of its own", it.Name)
 			}
 		}
 		if it.NetNS != "" && !ValidNetNS(it.NetNS) {
-			p.errf(field+".netns", "%q is not a valid namespace name", it.NetNS)
+			p.errf(field+".netns", "%q is not a valid namespace name (1-64 letters, digits, '.', '-', '_', not starting with '.' or '-')", it.NetNS)
 		}
 		switch it.Mode {
 		case ModeDatagram, ModeConnected:
@@ -826,13 +903,18 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 				continue
 			}
 			if slices.Contains(it.Addrs, pf) {
-				p.errf(fmt.Sprintf("%s.addresses[%d]", field, j), "%s listed twice", pf)
+				p.errf(fmt.Sprintf("%s.addresses[%d]", field, j), "%s listed twice: want each address once", pf)
+			} else if prev, dup := addrs[nsAddr{it.NetNS, pf.Addr()}]; dup {
+				p.errf(fmt.Sprintf("%s.addresses[%d]", field, j), "%s is already an address of interface %q in %s: want addresses unique within a namespace",
+					pf.Addr(), prev, nsName(it.NetNS))
+			} else {
+				addrs[nsAddr{it.NetNS, pf.Addr()}] = it.Name
 			}
 			it.Addrs = append(it.Addrs, pf)
 		}
 		k := key{it.HCA, it.Port, it.PKey}
 		if prev, dup := ports[k]; dup && it.PKey != 0 {
-			p.errf(field+".pkey", "%s port %d already has interface %q on P_Key %#04x", it.HCA, it.Port, prev, it.PKey)
+			p.errf(field+".pkey", "%s port %d already has interface %q on P_Key %#04x: want one interface a port and P_Key", it.HCA, it.Port, prev, it.PKey)
 		}
 		ports[k] = it.Name
 		seen[it.Name] = len(c.Interfaces)
@@ -840,17 +922,29 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 	}
 }
 
+func nsName(netns string) string {
+	if netns == "" {
+		return "the daemon's namespace"
+	}
+	return fmt.Sprintf("namespace %q", netns)
+}
+
 // ParseAddr reads an interface address in CIDR form ("10.20.0.1/24", "fd00::1/64").
 func ParseAddr(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "%") {
+		// The interface is the address's zone; netip would take "%eth0/64" for a zone.
+		return netip.Prefix{}, fmt.Errorf("address %q: zones are not allowed: want CIDR without %%zone such as fe80::1/64 (the interface is the zone)", s)
+	}
 	pf, err := netip.ParsePrefix(s)
 	if err != nil {
-		if _, aerr := netip.ParseAddr(s); aerr == nil {
-			return netip.Prefix{}, fmt.Errorf("address %q has no prefix length (write it as %s/24 or /64)", s, s)
+		if a, aerr := netip.ParseAddr(s); aerr == nil {
+			bits := 24
+			if a.Is6() {
+				bits = 64
+			}
+			return netip.Prefix{}, fmt.Errorf("address %q has no prefix length: want CIDR such as %s/%d", s, s, bits)
 		}
 		return netip.Prefix{}, fmt.Errorf("malformed address %q: want CIDR such as 10.20.0.1/24 or fd00::1/64", s)
-	}
-	if pf.Addr().Zone() != "" {
-		return netip.Prefix{}, fmt.Errorf("address %q: zones are not allowed", s)
 	}
 	a := pf.Addr()
 	if a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
