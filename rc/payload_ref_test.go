@@ -119,7 +119,9 @@ func TestPayloadRefsLeaveWithBytes(t *testing.T) {
 	var refs, byts atomic.Int64
 	var capBuf bytes.Buffer
 	cw := fabric.NewCaptureWriter(&capBuf, fabric.CaptureOptions{})
-	_, a, b := connect(t, connOpts{wrap: func(_ int, _ fabric.Direction, l fabric.Link) fabric.Link {
+	// A local ACK timeout of 0.5 s (17), not 67 ms: behind the delaying link on a loaded
+	// machine under -race, eight 67 ms timeouts ran out (RETRY_EXC_ERR) in CI once.
+	_, a, b := connect(t, connOpts{timeout: 17, wrap: func(_ int, _ fabric.Direction, l fabric.Link) fabric.Link {
 		// What the delaying link hands on is counted; the capture sees what enters it.
 		l = fabric.NewFaultLink(refCounter{l, &refs, &byts}, fabric.FaultConfig{Delay: 20 * time.Microsecond})
 		return fabric.NewCaptureLink(l, cw)
