@@ -30,7 +30,7 @@ func TestTopologyTwoSwitches(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	f := buildFabric(ctx, t, filepath.Join(dir, "f.toml"), "interfaces = []\n[fabric]\nhca_count = 4\ntopology = \"2sw.ibnd\"\n[sm]\nsweep_interval = \"50ms\"\n")
+	f := buildFabric(ctx, t, filepath.Join(dir, "f.toml"), "interfaces = []\n[fabric]\nhca_count = 4\ntopology = \"2sw.ibnd\"\n[sm]\nsweep_interval = \"1s\"\n")
 	if len(f.Switches) != 2 {
 		t.Fatalf("%d switches", len(f.Switches))
 	}
