@@ -31,19 +31,7 @@ func (a PortAttr) LinkMbps() int { return LinkRateMbps(a.ActiveWidth, a.ActiveSp
 // LinkSpeedActive (IBA 14.2.5.6): its lanes times the rate of one, before 8b/10b
 // encoding (4x SDR = 10,000, 12x QDR = 120,000); 0 for an encoding it does not know.
 func LinkRateMbps(width, speed uint8) int {
-	var lanes, perLane int
-	switch width {
-	case 1:
-		lanes = 1
-	case 2:
-		lanes = 4
-	case 4:
-		lanes = 8
-	case 8:
-		lanes = 12
-	case 16:
-		lanes = 2
-	}
+	lanes, perLane := WidthLanes(width), 0
 	switch speed {
 	case 1:
 		perLane = 2500
@@ -53,6 +41,24 @@ func LinkRateMbps(width, speed uint8) int {
 		perLane = 10000
 	}
 	return lanes * perLane
+}
+
+// WidthLanes is the number of lanes of PortInfo's LinkWidthActive encoding (IBA 14.2.5.6:
+// 1 1x, 2 4x, 4 8x, 8 12x, 16 2x; the kernel's ib_width_enum_to_int), 0 for another value.
+func WidthLanes(width uint8) int {
+	switch width {
+	case 1:
+		return 1
+	case 2:
+		return 4
+	case 4:
+		return 8
+	case 8:
+		return 12
+	case 16:
+		return 2
+	}
+	return 0
 }
 
 // PaceBytesPerSec is the rate, in bytes per second, at which a QP sending over a path

@@ -239,19 +239,7 @@ func sysfsRate(speed, width uint8) string {
 	case 128:
 		name, rate = " NDR", 1000
 	}
-	lanes := 0
-	switch width {
-	case 1:
-		lanes = 1
-	case 2:
-		lanes = 4
-	case 4:
-		lanes = 8
-	case 8:
-		lanes = 12
-	case 16:
-		lanes = 2
-	}
+	lanes := hca.WidthLanes(width)
 	if lanes == 0 {
 		return "" // ib_width_enum_to_int's -1: the read fails (EINVAL)
 	}
