@@ -21,7 +21,7 @@ func captureCommand(e *env) *cli.Command {
 			"on interface 1; a packet crossing the switch is recorded at both ends.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "write", Aliases: []string{"w"}, Usage: "write the capture to `FILE` (- for stdout); required"},
-			&cli.Uint64Flag{Name: "count", Aliases: []string{"c"}, Usage: "stop after `N` packets (default: until Ctrl-C)"},
+			&cli.Uint64Flag{Name: "count", Aliases: []string{"c"}, Usage: "stop after `N` packets", DefaultText: "until Ctrl-C"},
 			&cli.IntFlag{Name: "snaplen", Aliases: []string{"s"}, Usage: "keep at most `BYTES` of each packet (default all)"},
 			jsonFlag(), controlFlag(),
 		},

@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/daemon/daemontest"
@@ -31,6 +35,29 @@ func TestHelp(t *testing.T) {
 	if !strings.Contains(out, "pibgw child add - create IFACE's child") || !strings.Contains(out, "--addr") {
 		t.Errorf("child add --help:\n%s", out)
 	}
+}
+
+// TestHelpDefaultsOnce: every command's help names each flag's default once, in words
+// where the zero value means something else ("(default: until Ctrl-C) (default: 0)" was
+// capture's).
+func TestHelpDefaultsOnce(t *testing.T) {
+	var walk func(path []string, cmds []*cli.Command)
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			p := append(slices.Clip(path), c.Name)
+			out, _, code := pibgw(t, append(p, "--help")...)
+			if code != 0 {
+				t.Errorf("%v --help: exit %d", p, code)
+			}
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Count(line, "(default:") > 1 {
+					t.Errorf("%v --help: %q", p, strings.TrimSpace(line))
+				}
+			}
+			walk(p, c.Subcommands)
+		}
+	}
+	walk(nil, newApp(io.Discard, io.Discard).Commands)
 }
 
 // TestVersion: the module version and the Go toolchain (and the VCS revision when the

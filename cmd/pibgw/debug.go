@@ -18,7 +18,11 @@ import (
 // The debugging verbs: pib's debugfs (object tables, inject_err) and the fabric's
 // cables (link state, faults).
 
-func pidFlag(usage string) cli.Flag { return &cli.IntFlag{Name: "pid", Usage: usage} }
+// pidFlag is --pid; def says in words what no --pid means (the help shows it once, in
+// place of the flag's zero value).
+func pidFlag(usage, def string) cli.Flag {
+	return &cli.IntFlag{Name: "pid", Usage: usage, DefaultText: def}
+}
 
 // objectKind reads inspect's KIND argument: "qps" or "qp", "contexts" or "context", …
 func objectKind(s string) (string, bool) {
@@ -46,7 +50,7 @@ func inspectCommand(e *env) *cli.Command {
 			"limit; AH address vector; memory window type, R_Key and what it is bound to. Attached\n" +
 			"processes answer for their own objects through the attach channel. --pid P shows only\n" +
 			"P's (the daemon's pid: the daemon's own).",
-		Flags: []cli.Flag{pidFlag("only the objects of process `P`"), jsonFlag(), controlFlag()},
+		Flags: []cli.Flag{pidFlag("only the objects of process `P`", "every process"), jsonFlag(), controlFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
 				return usagef(c, "unexpected argument %q", c.Args().Get(1))
@@ -237,7 +241,7 @@ func injectCommand(e *env) *cli.Command {
 			"unless --pid names an attached process.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dev", Usage: "the HCA `NAME` (pib_0) the object is on"},
-			pidFlag("the attached process `P` that owns the CQ or SRQ (default: the daemon)"),
+			pidFlag("the attached process `P` that owns the CQ or SRQ", "the daemon"),
 			controlFlag(),
 		},
 		Action: func(c *cli.Context) error {

@@ -35,7 +35,7 @@ func devnodesCommand(e *env) *cli.Command {
 			"them away again. It refuses to run where the kernel has uverbs devices of its own\n" +
 			"(" + kernelVerbsDir + "). Needs root.",
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "count", Usage: "create `N` nodes (default: one per HCA of the running daemon)"},
+			&cli.IntFlag{Name: "count", Usage: "create `N` nodes", DefaultText: "one per HCA of the running daemon"},
 			&cli.BoolFlag{Name: "remove", Usage: "remove the nodes instead (every uverbsN there that is one)"},
 			&cli.StringFlag{Name: "dir", Value: "/dev/infiniband", Usage: "the `DIR` to create them in", Hidden: true},
 			controlFlag(),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,16 +38,23 @@ func psCommand(e *env) *cli.Command {
 			tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
 			fmt.Fprintln(tw, "SESSION\tPID\tUSER\tQPS\tLISTENS\tTX\tRX\tDROPPED\tSINCE")
 			for _, s := range ss {
-				var dropped uint64
-				for k, v := range s.Counters {
-					if k != "tx_packets" && k != "rx_packets" {
-						dropped += v
-					}
-				}
 				fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", s.ID, s.PID, s.User, len(s.QPs), s.Listens,
-					s.Counters["tx_packets"], s.Counters["rx_packets"], dropped, s.Since.Format(time.DateTime))
+					s.Counters["tx_packets"], s.Counters["rx_packets"], sessionDropped(s.Counters), s.Since.Format(time.DateTime))
 			}
 			return tw.Flush()
 		},
 	}
+}
+
+// sessionDropped is what ps's DROPPED column counts: the packets the daemon dropped for a
+// session, by policing (police_*) or for a full ring (drop_*) — not the others, such as
+// direct_tx_packets, which count packets sent.
+func sessionDropped(counters map[string]uint64) uint64 {
+	var n uint64
+	for k, v := range counters {
+		if strings.HasPrefix(k, "police_") || strings.HasPrefix(k, "drop_") {
+			n += v
+		}
+	}
+	return n
 }

@@ -38,7 +38,7 @@ func traceCommand(e *env) *cli.Command {
 			&cli.StringFlag{Name: "qp", Usage: "only QP `N` (decimal or 0x hex)"},
 			&cli.UintFlag{Name: "lid", Usage: "only packets from or to `LID`"},
 			&cli.StringFlag{Name: "kind", Usage: "only these `KINDS`: api,packet,drop,retry,completion,event,cm,mark"},
-			pidFlag("only the events of process `P`"),
+			pidFlag("only the events of process `P`", "every process"),
 			&cli.StringFlag{Name: "mark", Usage: "insert a bookmark `TEXT` and exit"},
 			&cli.IntFlag{Name: "count", Aliases: []string{"c"}, Usage: "stop after `N` events"},
 			jsonFlag(), controlFlag(),
