@@ -30,10 +30,12 @@ func TestInspectCProgram(t *testing.T) {
 		var err error
 		objs, err = fb.f.Inspect(ctx, pid, "")
 		kinds := map[string]int{}
+		ready := false // the QP in INIT with its receives posted: it is made in RESET first
 		for _, o := range objs {
 			kinds[o.Kind]++
+			ready = ready || o.QP != nil && o.QP.State == "INIT" && o.QP.RecvPosted > 0
 		}
-		if err == nil && kinds[hca.KindQP] == 1 && kinds[hca.KindMR] == 1 && kinds[hca.KindCQ] == 1 && kinds[hca.KindPD] == 1 && kinds[hca.KindContext] == 1 {
+		if err == nil && ready && kinds[hca.KindQP] == 1 && kinds[hca.KindMR] == 1 && kinds[hca.KindCQ] == 1 && kinds[hca.KindPD] == 1 && kinds[hca.KindContext] == 1 {
 			break
 		}
 		if ctx.Err() != nil {
