@@ -33,12 +33,14 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	retry  AcceptRetry
 }
 
 // maxRequest bounds a request line.
 const maxRequest = 64 << 10
 
-// Serve accepts connections on ln until Close. It returns nil after Close.
+// Serve accepts connections on ln until Close. It returns nil after Close; a failing
+// Accept (out of descriptors) is retried, never the end of serving.
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -53,6 +55,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	if s.Logger == nil {
 		s.Logger = slog.Default()
 	}
+	s.retry.What, s.retry.Logger = "control socket", s.Logger
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -62,13 +65,17 @@ func (s *Server) Serve(ln net.Listener) error {
 			if closed {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
+			// Out of descriptors (EMFILE, ENFILE) or memory is a moment's trouble, not
+			// the daemon's end: wait and accept again, as net/http does.
+			if s.retry.Failed(err, s.ctx.Done()) {
 				continue
+			}
+			if s.ctx.Err() != nil {
+				return nil
 			}
 			return err
 		}
+		s.retry.OK()
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
