@@ -51,6 +51,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		devinfoCommand(e), statCommand(e), psCommand(e), execCommand(e), devnodesCommand(e), switchCommand(e), nodesCommand(e), countersCommand(e),
 		inspectCommand(e), injectCommand(e), linkCommand(e), faultCommand(e), traceCommand(e), mannerCommand(e),
 	}
+	cmds = append(cmds, manCommand(e)) // hidden: the man pages (man.go)
 	setUsageHandlers(cmds, "")
 	return &cli.App{
 		Name:         "pibgw",
