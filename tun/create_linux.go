@@ -5,18 +5,20 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
-	wgtun "golang.zx2c4.com/wireguard/tun"
 )
 
 // cloneDevice is the TUN clone device (the kernel's drivers/net/tun.c, tun_miscdev).
 const cloneDevice = "/dev/net/tun"
 
 // createTUN opens a TUN device named name as wireguard's CreateTUN does (IFF_TUN,
-// IFF_NO_PI, IFF_VNET_HDR, non-blocking) and hands it to wireguard's
-// CreateTUNFromFile. Unlike CreateTUN, which leaves the clone descriptor open when
-// TUNSETIFF fails (the name is taken, say) and CreateTUNFromFile, which leaves the file
-// open when it fails, the descriptor is closed on every failure path.
-func createTUN(name string, mtu int) (wgtun.Device, error) {
+// IFF_NO_PI, IFF_VNET_HDR, non-blocking) and returns its file, which Go's poller waits
+// on: reading an idle device holds no OS thread. Unlike CreateTUN, which leaves the
+// clone descriptor open when TUNSETIFF fails (the name is taken, say), the descriptor is
+// closed on every failure path. The rest of what wireguard's CreateTUNFromFile does —
+// its offloads, the MTU — Kernel.open does, and its netlink monitor (a thread blocked in
+// poll(2) and 64 KiB per device, for as long as the device lives) is replaced by the
+// Kernel's own, which waits in the poller too.
+func createTUN(name string) (*os.File, error) {
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		return nil, err
@@ -39,11 +41,31 @@ func createTUN(name string, mtu int) (wgtun.Device, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), cloneDevice)
-	dev, err := wgtun.CreateTUNFromFile(f, mtu)
+	return os.NewFile(uintptr(fd), cloneDevice), nil
+}
+
+// tunName is the name of the TUN device f is attached to (TUNGETIFF).
+func tunName(f *os.File) (string, error) {
+	sc, err := f.SyscallConn()
 	if err != nil {
-		f.Close()
-		return nil, err
+		return "", err
 	}
-	return dev, nil
+	var name string
+	var ierr error
+	if err := sc.Control(func(fd uintptr) {
+		ifr, err := unix.NewIfreq("")
+		if err != nil {
+			ierr = err
+			return
+		}
+		if ierr = unix.IoctlIfreq(int(fd), unix.TUNGETIFF, ifr); ierr == nil {
+			name = ifr.Name()
+		}
+	}); err != nil {
+		return "", err
+	}
+	if ierr != nil {
+		return "", fmt.Errorf("TUNGETIFF: %w", ierr)
+	}
+	return name, nil
 }

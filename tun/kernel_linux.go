@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/conn"
 	wgtun "golang.zx2c4.com/wireguard/tun"
 )
 
@@ -33,7 +34,6 @@ var _ [MinOffset - virtioNetHdrLen]struct{}
 //
 // One goroutine may Read while another Writes.
 type Kernel struct {
-	dev   wgtun.Device
 	name  string
 	netns string
 	index int
@@ -43,10 +43,18 @@ type Kernel struct {
 	mtu    atomic.Int32
 	closed atomic.Bool
 	vnet   bool            // the file carries virtio-net headers (offloads are on)
-	file   *os.File        // wireguard's TUN file, for ReadGSO and WriteGSO
+	file   *os.File        // the TUN file (non-blocking, in Go's poller)
 	raw    syscall.RawConn // the file's, for ReadGSO and WriteGSO (rawIO); nil if the file blocks
-	// gbuf gathers a segment written with a tail (WriteGSO), under wmu.
+	// gbuf gathers a segment written with a tail (WriteGSO), under wmu; it grows on the
+	// first such write, so that an idle device holds none.
 	gbuf []byte
+	offl atomic.Int32 // the Offloads SetOffloads last set
+
+	// wg is wireguard's device on a duplicate of file, made on the first Read or Write
+	// (its GRO tables are 1.8 MB; the offload path, ReadGSO and WriteGSO, needs none).
+	wg   atomic.Pointer[wgDevice]
+	wgMu sync.Mutex
+	mon  *nlSocket // link notifications in the device's namespace: MTU changes
 
 	wmu  sync.Mutex
 	wbuf [][]byte // the caller's slice headers, which wireguard's GRO reorders
@@ -80,12 +88,11 @@ func CreateKernel(cfg KernelConfig) (*Kernel, error) {
 	}
 
 	// Create the device on a thread inside the namespace, so it never exists (nor
-	// collides by name) in ours, and wireguard's name, index and MTU ioctls and its
-	// netlink monitor all see the namespace.
-	var dev wgtun.Device
+	// collides by name) in ours.
+	var file *os.File
 	create := func() error {
 		var err error
-		dev, err = createTUN(cfg.Name, cfg.MTU)
+		file, err = createTUN(cfg.Name)
 		return err
 	}
 	var err error
@@ -97,19 +104,19 @@ func CreateKernel(cfg KernelConfig) (*Kernel, error) {
 	if err != nil {
 		return nil, devError("create", what, err)
 	}
-	k := &Kernel{dev: dev, netns: cfg.NetNS, log: log, events: make(chan struct{})}
-	if err := k.open(ns); err != nil {
-		go func() {
-			for range dev.Events() {
-			}
-		}()
-		dev.Close()
+	k := &Kernel{file: file, netns: cfg.NetNS, log: log, events: make(chan struct{})}
+	k.offl.Store(int32(OffloadsAll))
+	if err := k.open(ns, cfg.MTU); err != nil {
+		file.Close()
+		if k.mon != nil {
+			k.mon.close()
+		}
 		if k.h != nil {
 			k.h.Close()
 		}
 		return nil, devError("open", what, err)
 	}
-	go k.drainEvents()
+	go k.monitor()
 	what = describe(k.name, cfg.NetNS)
 	if err := k.configure(cfg); err != nil {
 		k.Close()
@@ -128,14 +135,16 @@ func CreateKernel(cfg KernelConfig) (*Kernel, error) {
 		}
 	}
 	k.log.Debug("tun: created", "dev", k.name, "netns", k.netns, "index", k.index, "mtu", cfg.MTU,
-		"infiniband", cfg.Infiniband, "batch", dev.BatchSize())
+		"infiniband", cfg.Infiniband, "batch", k.BatchSize())
 	return k, nil
 }
 
-// open finds the new device's name and index, through a netlink handle in its namespace.
-func (k *Kernel) open(ns netns.NsHandle) error {
+// open finds the new device's name and index, through a netlink handle in its namespace,
+// subscribes to its link notifications, sets its MTU and, with virtio-net headers, the
+// offloads wireguard-go's CreateTUNFromFile sets.
+func (k *Kernel) open(ns netns.NsHandle, mtu int) error {
 	var err error
-	if k.name, err = k.dev.Name(); err != nil {
+	if k.name, err = tunName(k.file); err != nil {
 		return err
 	}
 	if ns >= 0 {
@@ -151,11 +160,23 @@ func (k *Kernel) open(ns netns.NsHandle) error {
 		return fmt.Errorf("netlink: find link %q: %w", k.name, err)
 	}
 	k.index = link.Attrs().Index
-	k.mtu.Store(int32(link.Attrs().MTU))
-	k.file = k.dev.File()
+	// Subscribed before the MTU is read and set: no change falls between.
+	if k.mon, err = subscribeNetlink(ns, unix.RTNLGRP_LINK); err != nil {
+		return fmt.Errorf("netlink: subscribe: %w", err)
+	}
+	if link.Attrs().MTU != mtu {
+		if err := k.h.LinkSetMTU(link, mtu); err != nil {
+			return fmt.Errorf("netlink: set MTU %d: %w", mtu, err)
+		}
+	}
+	k.mtu.Store(int32(mtu))
 	k.raw = nonBlockingRawConn(k.file)
 	k.vnet = k.hasVnetHdr()
-	k.gbuf = make([]byte, 0, virtioNetHdrLen+65535)
+	if k.vnet {
+		if err := k.SetOffloads(OffloadsAll); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -234,6 +255,7 @@ func (k *Kernel) SetOffloads(o Offloads) error {
 	if ierr != nil {
 		return fmt.Errorf("tun: %s: TUNSETOFFLOAD: %w", k.name, ierr)
 	}
+	k.offl.Store(int32(o))
 	return nil
 }
 
@@ -362,7 +384,7 @@ func (k *Kernel) configure(cfg KernelConfig) error {
 // ioctl issues a TUN ioctl on the device's file, with an integer argument passed by
 // value or, if byPtr, by pointer.
 func (k *Kernel) ioctl(req uint, arg int, byPtr bool) error {
-	sc, err := k.dev.File().SyscallConn()
+	sc, err := k.file.SyscallConn()
 	if err != nil {
 		return err
 	}
@@ -380,25 +402,75 @@ func (k *Kernel) ioctl(req uint, arg int, byPtr bool) error {
 	return ierr
 }
 
-// drainEvents consumes wireguard's device events (its monitors block when nobody does)
-// and follows MTU changes made outside pibgw.
-func (k *Kernel) drainEvents() {
+// monitor follows the device's MTU as the kernel reports it (`ip link set DEV mtu N`
+// outside pibgw), until the device is closed.
+func (k *Kernel) monitor() {
 	defer close(k.events)
-	for ev := range k.dev.Events() {
-		if ev&wgtun.EventMTUUpdate != 0 && !k.closed.Load() {
-			if link, err := k.h.LinkByIndex(k.index); err == nil {
-				if mtu := int32(link.Attrs().MTU); k.mtu.Swap(mtu) != mtu {
-					k.log.Debug("tun: MTU changed", "dev", k.name, "netns", k.netns, "mtu", mtu)
+	for {
+		err := k.mon.receive(func(msgs []syscall.NetlinkMessage) {
+			for _, m := range msgs {
+				if mtu, ok := linkMTU(m, k.index); ok && !k.closed.Load() {
+					if k.mtu.Swap(int32(mtu)) != int32(mtu) {
+						k.log.Debug("tun: MTU changed", "dev", k.name, "netns", k.netns, "mtu", mtu)
+					}
 				}
 			}
-		}
-		if ev&wgtun.EventUp != 0 {
-			k.log.Debug("tun: up", "dev", k.name, "netns", k.netns)
-		}
-		if ev&wgtun.EventDown != 0 {
-			k.log.Debug("tun: down", "dev", k.name, "netns", k.netns)
+		})
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.ENOBUFS) && !k.closed.Load():
+			// Notifications were lost: ask.
+			if link, err := k.h.LinkByIndex(k.index); err == nil {
+				k.mtu.Store(int32(link.Attrs().MTU))
+			}
+		default:
+			return
 		}
 	}
+}
+
+// wgDevice is wireguard's device on a duplicate of the TUN descriptor.
+type wgDevice struct{ wgtun.Device }
+
+// wireguard returns wireguard's device for Read and Write, making it on first use.
+func (k *Kernel) wireguard() (wgtun.Device, error) {
+	if d := k.wg.Load(); d != nil {
+		return d.Device, nil
+	}
+	k.wgMu.Lock()
+	defer k.wgMu.Unlock()
+	if d := k.wg.Load(); d != nil {
+		return d.Device, nil
+	}
+	if k.closed.Load() {
+		return nil, ErrClosed
+	}
+	sc, err := k.file.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd := -1
+	var derr error
+	if err := sc.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("tun: %s: dup: %w", k.name, derr)
+	}
+	dev, _, err := wgtun.CreateUnmonitoredTUNFromFD(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("tun: %s: %w", k.name, err)
+	}
+	// wireguard set its own offloads; put back those SetOffloads chose.
+	if o := Offloads(k.offl.Load()); k.vnet && o != OffloadsAll {
+		if err := k.SetOffloads(o); err != nil {
+			dev.Close()
+			return nil, err
+		}
+	}
+	k.wg.Store(&wgDevice{dev})
+	return dev, nil
 }
 
 // Read reads a batch of packets the kernel routed into the device. A large TCP or UDP
@@ -410,7 +482,11 @@ func (k *Kernel) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if k.closed.Load() {
 		return 0, ErrClosed
 	}
-	n, err := k.dev.Read(bufs, sizes, offset)
+	dev, err := k.wireguard()
+	if err != nil {
+		return 0, k.ioErr("read", err)
+	}
+	n, err := dev.Read(bufs, sizes, offset)
 	if err != nil {
 		if err = k.ioErr("read", err); err == ErrClosed {
 			n = 0
@@ -516,9 +592,13 @@ func (k *Kernel) Write(bufs [][]byte, offset int) (int, error) {
 	if offset < virtioNetHdrLen {
 		return 0, fmt.Errorf("tun: write %s: offset %d below %d bytes of head-room", k.name, offset, virtioNetHdrLen)
 	}
+	dev, err := k.wireguard()
+	if err != nil {
+		return 0, k.ioErr("write", err)
+	}
 	k.wmu.Lock()
 	k.wbuf = append(k.wbuf[:0], bufs...)
-	_, err := k.dev.Write(k.wbuf, offset)
+	_, err = dev.Write(k.wbuf, offset)
 	clear(k.wbuf)
 	k.wmu.Unlock()
 	if err != nil {
@@ -595,15 +675,28 @@ func (k *Kernel) NetNS() string { return k.netns }
 func (k *Kernel) Index() int { return k.index }
 
 // BatchSize returns the most packets one Read returns (128 with offloads).
-func (k *Kernel) BatchSize() int { return k.dev.BatchSize() }
+func (k *Kernel) BatchSize() int {
+	if k.vnet {
+		return conn.IdealBatchSize // wireguard's, with virtio-net headers
+	}
+	return 1
+}
 
 // Close closes the device, which removes it from the kernel; a blocked Read returns
 // ErrClosed. It removes nothing else (the namespace stays).
 func (k *Kernel) Close() error {
 	k.closeOnce.Do(func() {
+		k.wgMu.Lock()
 		k.closed.Store(true)
+		k.wgMu.Unlock()
 		// Closing the last descriptor of a non-persistent TUN unregisters the device.
-		k.closeErr = k.dev.Close()
+		k.closeErr = k.file.Close()
+		if d := k.wg.Load(); d != nil {
+			if err := d.Close(); err != nil && k.closeErr == nil {
+				k.closeErr = err
+			}
+		}
+		k.mon.close()
 		<-k.events
 		if link, err := k.h.LinkByIndex(k.index); err == nil && link.Attrs().Name == k.name {
 			// Still there (someone else holds the queue open?): delete it.

@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -119,23 +118,15 @@ func (k *Kernel) Watch(ctx context.Context, f func(LinkState)) error {
 		}
 		defer ns.Close()
 	}
-	cur, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("tun: watch %s: %w", describe(k.name, k.netns), err)
-	}
-	defer cur.Close()
-	if ns < 0 {
-		ns = cur
-	}
-	s, err := nl.SubscribeAt(ns, cur, unix.NETLINK_ROUTE, unix.RTNLGRP_LINK,
+	s, err := subscribeNetlink(ns, unix.RTNLGRP_LINK,
 		unix.RTNLGRP_IPV4_IFADDR, unix.RTNLGRP_IPV6_IFADDR, unix.RTNLGRP_IPV4_ROUTE, unix.RTNLGRP_IPV6_ROUTE)
 	if err != nil {
 		return fmt.Errorf("tun: watch %s: netlink: %w", describe(k.name, k.netns), err)
 	}
-	stop := context.AfterFunc(ctx, s.Close)
+	stop := context.AfterFunc(ctx, s.close)
 	defer func() {
 		if stop() {
-			s.Close()
+			s.close()
 		}
 	}()
 	// Subscribed first, then read: no change falls between the two.
@@ -145,18 +136,17 @@ func (k *Kernel) Watch(ctx context.Context, f func(LinkState)) error {
 	}
 	f(last)
 	for !last.Deleted {
-		msgs, _, err := s.Receive()
+		concerns := false
+		err := s.receive(func(msgs []syscall.NetlinkMessage) { concerns = k.concerns(msgs) })
 		if err != nil {
 			if ctx.Err() != nil || k.closed.Load() {
 				return nil
 			}
-			if errors.Is(err, unix.ENOBUFS) {
-				// Notifications were lost: read the whole state again below.
-				msgs = nil
-			} else {
+			if !errors.Is(err, unix.ENOBUFS) {
 				return fmt.Errorf("tun: watch %s: %w", describe(k.name, k.netns), err)
 			}
-		} else if !k.concerns(msgs) {
+			// Notifications were lost: read the whole state again below.
+		} else if !concerns {
 			continue
 		}
 		st, err := k.State()
