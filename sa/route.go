@@ -2,6 +2,7 @@ package sa
 
 import (
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -260,4 +261,63 @@ func (l *candList) advance(load []uint32) {
 		}
 	}
 	l.best = -1
+}
+
+// route fills the LFT of every switch among nodes: computeRoutes, unless the subnet is
+// the one the SM routed last (same nodes in the same order, same ports, links and
+// LIDs: everything computeRoutes reads), whose tables are then reused. A heavy sweep
+// that finds nothing changed — a trap, a light sweep's PortStateChange that came back,
+// SM.Resweep — then costs its discovery SMPs only (routing the 11,664-HCA fat tree is
+// about a second of CPU).
+func (sm *SM) route(nodes []*Node) {
+	key := routeKey(nodes, sm.routeScratch[:0])
+	sm.routeScratch = key
+	if sm.routedLFTs != nil && slices.Equal(key, sm.routed) {
+		i := 0
+		for _, n := range nodes {
+			if n.IsSwitch() {
+				n.LFT = sm.routedLFTs[i]
+				i++
+			}
+		}
+		return
+	}
+	computeRoutes(nodes, sm.cfg.PartitionEnforcement)
+	sm.routings.Add(1)
+	sm.routed, sm.routeScratch = key, sm.routed
+	sm.routedLFTs = sm.routedLFTs[:0]
+	for _, n := range nodes {
+		if n.IsSwitch() {
+			sm.routedLFTs = append(sm.routedLFTs, n.LFT)
+		}
+	}
+}
+
+// routeKey appends to key what computeRoutes reads of nodes, in its order: each node's
+// GUID, type and ports; each port's number, LID, whether it is an end port, its link
+// state and the port (node GUID and number) at the other end.
+func routeKey(nodes []*Node, key []uint64) []uint64 {
+	b2u := func(b bool) uint64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	for _, n := range nodes {
+		key = append(key, n.GUID, uint64(n.Type)|uint64(len(n.Ports))<<8)
+		for _, p := range n.Ports {
+			if p == nil {
+				key = append(key, 0)
+				continue
+			}
+			w := 1 | b2u(p.Endport())<<1 | b2u(p.linked())<<2 | uint64(p.LID)<<8 | uint64(p.Num)<<24
+			var rg uint64
+			if r := p.Remote; r != nil {
+				w |= 1<<3 | b2u(r.linked())<<4 | uint64(r.Num)<<32 | uint64(r.Node.Type)<<40
+				rg = r.Node.GUID
+			}
+			key = append(key, w, rg)
+		}
+	}
+	return key
 }

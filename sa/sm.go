@@ -76,6 +76,7 @@ type SM struct {
 	smpFailed atomic.Uint64
 	sweeps    atomic.Uint64
 	light     atomic.Uint64
+	routings  atomic.Uint64 // heavy sweeps that ran computeRoutes
 
 	// wire counts the SMPs sent whose response has not arrived (the window's measure
 	// for the goroutines of a parallel batch).
@@ -121,9 +122,16 @@ type SM struct {
 	// State kept across sweeps.
 	lids    map[uint64]uint16  // port GUID → LID (stable)
 	lidUsed []bool             // by LID
-	lfts    map[uint64][]uint8 // switch GUID → LFT programmed
-	pkeys   map[pkeyKey][]uint16
-	mfts    map[uint64]map[uint16]mftEntry // switch GUID → MLID → ports programmed
+	lidFree int                // every LID below it is used
+	lfts    map[uint64][]uint8 // switch GUID → LFT programmed (the Node's LFT, never modified)
+	// routed is what computeRoutes read of the last topology it routed (routeKey), and
+	// routedLFTs the tables it computed, switch by switch in node order: a heavy sweep
+	// that finds the same subnet reuses them instead of routing it again.
+	routed       []uint64
+	routedLFTs   [][]uint8
+	routeScratch []uint64
+	pkeys        map[pkeyKey][]uint16
+	mfts         map[uint64]map[uint16]mftEntry // switch GUID → MLID → ports programmed
 	// mftView is a copy of mfts for readers outside the SM's goroutine (the SA's
 	// MulticastForwardingTableRecords); the inner maps are never changed once stored.
 	mftView  atomic.Pointer[map[uint64]map[uint16]mftEntry]
@@ -328,9 +336,12 @@ func (sm *SM) LIDOf(portGUID uint64) (uint16, bool) {
 
 // Stats counts the SM's work.
 type Stats struct {
-	SMPsSent     uint64 // every SMP sent, retries included
-	SMPsFailed   uint64 // SMPs given up after retries, or answered with an error status
-	HeavySweeps  uint64
+	SMPsSent    uint64 // every SMP sent, retries included
+	SMPsFailed  uint64 // SMPs given up after retries, or answered with an error status
+	HeavySweeps uint64
+	// Routings is how many heavy sweeps computed the routes; the others found the
+	// subnet they had routed last (nodes, links, LIDs) and kept its forwarding tables.
+	Routings     uint64
 	LightSweeps  uint64
 	Outstanding  int
 	LastSweepLID uint16 // highest LID after the last heavy sweep
@@ -345,6 +356,7 @@ func (sm *SM) Stats() Stats {
 	s := Stats{
 		SMPsSent: sm.smpSent.Load(), SMPsFailed: sm.smpFailed.Load(),
 		HeavySweeps: sm.sweeps.Load(), LightSweeps: sm.light.Load(), Traps: sm.trapsIn.Load(),
+		Routings: sm.routings.Load(),
 	}
 	s.DuplicateGUIDs = int(sm.dupCount.Load())
 	sm.mu.Lock()

@@ -42,10 +42,14 @@ func (sm *SM) assignLIDs(s *sweep) {
 	}
 }
 
+// allocLID returns the lowest free LID. Every LID below sm.lidFree is taken, so a sweep
+// that assigns n new LIDs scans each once (the 11,664-HCA fat tree's 13,284 LIDs were
+// 88 million steps when each search began at LID 1).
 func (sm *SM) allocLID() uint16 {
-	for lid := 1; lid < len(sm.lidUsed); lid++ {
+	for lid := max(sm.lidFree, 1); lid < len(sm.lidUsed); lid++ {
 		if !sm.lidUsed[lid] {
 			sm.lidUsed[lid] = true
+			sm.lidFree = lid + 1
 			return uint16(lid)
 		}
 	}
@@ -54,6 +58,7 @@ func (sm *SM) allocLID() uint16 {
 		return 0
 	}
 	sm.lidUsed = append(sm.lidUsed, true)
+	sm.lidFree = lid + 1
 	return uint16(lid)
 }
 

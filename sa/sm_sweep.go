@@ -221,7 +221,7 @@ func (s *sweep) discovered() {
 		return
 	}
 	sm.assignLIDs(s)
-	computeRoutes(s.topo.Nodes, sm.cfg.PartitionEnforcement)
+	sm.route(s.topo.Nodes)
 	sm.assignPKeys(s)
 	for _, n := range s.topo.Nodes {
 		if !n.IsSwitch() {
@@ -261,7 +261,7 @@ func (sm *SM) programLFT(n *Node) {
 		copy(t.data[:], n.LFT[lo:hi])
 		sm.enqueue(t)
 	}
-	sm.lfts[n.GUID] = slices.Clone(n.LFT)
+	sm.lfts[n.GUID] = n.LFT // never modified once computed
 }
 
 // programPKeys sends p's P_Key table if it differs from what the SM programmed before.

@@ -2,8 +2,10 @@ package sa_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -479,4 +481,62 @@ func TestSMPartitionEnforcement(t *testing.T) {
 	if !full.send(t, lim, "x") {
 		t.Error("partition traffic lost with enforcement on")
 	}
+}
+
+// TestSMResweepKeepsRoutes: a heavy sweep that finds the subnet it routed last keeps its
+// forwarding tables instead of routing again (the same LFTs, every pair still
+// reachable); one that finds a link gone routes again, around it.
+func TestSMResweepKeepsRoutes(t *testing.T) {
+	f := satest.SmallTree(t, satest.Options{})
+	sm := f.StartSM(t, sa.Config{SweepInterval: -1})
+	allActive(t, f)
+	if st := sm.Stats(); st.HeavySweeps != 1 || st.Routings != 1 {
+		t.Fatalf("after Start: %+v, want one heavy sweep that routed", sm.Stats())
+	}
+	before := sm.Topology()
+	if err := sm.WaitSweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := sm.Stats()
+	if st.HeavySweeps != 2 || st.Routings != 1 {
+		t.Fatalf("after a heavy sweep of the same subnet: %+v, want 2 heavy sweeps, 1 routing", st)
+	}
+	after := sm.Topology()
+	for i, n := range after.Switches() {
+		if !slices.Equal(n.LFT, before.Switches()[i].LFT) {
+			t.Fatalf("switch %q: LFT changed on a heavy sweep of the same subnet", n.Description)
+		}
+	}
+	checkSubnet(t, f)
+	udAllPairs(t, f)
+
+	// Pull leaf 0's cable to spine 0: the next heavy sweep routes again, around it.
+	var dead satest.Link
+	for _, l := range f.Links {
+		if l.A == 0 && l.B == 4 {
+			dead = l
+		}
+	}
+	dead.Cable.SetUp(false)
+	if err := sm.WaitSweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := sm.Stats(); st.Routings != 2 {
+		t.Fatalf("after a link went down and a heavy sweep: %+v, want 2 routings", st)
+	}
+	top := sm.Topology()
+	for _, a := range top.Endports() {
+		for _, b := range top.Endports() {
+			hops, ok := top.Route(a.LID, b.LID)
+			if !ok {
+				t.Fatalf("no route %d -> %d after the link went down", a.LID, b.LID)
+			}
+			for _, h := range hops {
+				if h.Switch.GUID == top.Switches()[0].GUID && h.OutPort == uint8(dead.PortA) {
+					t.Fatalf("route %d -> %d still uses the dead link", a.LID, b.LID)
+				}
+			}
+		}
+	}
+	udAllPairs(t, f)
 }
