@@ -1,5 +1,5 @@
 // Package attach is the channel through which other local processes use the daemon's
-// HCAs (the uverbs role; DESIGN.md "Doors"). The daemon plays the kernel: it owns the
+// HCAs (the uverbs role). The daemon plays the kernel: it owns the
 // ports, QP0/QP1, the SM/SA and the routing of packets and MADs, and polices what
 // processes send; an attached process owns its QPs, CQs, SRQs, MRs and AHs and runs the
 // same hca/ud/rc code on them, on mirror devices (hca.Config.Remote) whose ports send to

@@ -10,7 +10,7 @@ import (
 	"github.com/pibgw/pibgw/clock"
 )
 
-// Limits a soft HCA advertises (ibv_query_device); at least pib's (FACTS.md §1).
+// Limits a soft HCA advertises (ibv_query_device); at least pib's (driver/pib.h).
 const (
 	MaxPorts         = 32
 	MaxQP            = 131072

@@ -8,7 +8,7 @@ import (
 	"github.com/pibgw/pibgw/trace"
 )
 
-// Manner is pib's "behavior" and "manner" module options (FACTS.md §1): choices the
+// Manner is pib's "behavior" and "manner" module options (pib's driver/pib_main.c): choices the
 // specification leaves to the HCA, made so that programs relying on one HCA's choice
 // fail here, and pitfall checks that warn (or, strict, fail the verb) when a program does
 // something legal but almost certainly wrong. The zero value warns and makes the usual

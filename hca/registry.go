@@ -8,7 +8,7 @@ import (
 )
 
 // registry records every verbs object of a device with its creation time, as pib's
-// debugfs object tables did (FACTS.md §1): `pibgw inspect` lists them. It is touched
+// debugfs object tables did (driver/pib_debugfs.c): `pibgw inspect` lists them. It is touched
 // only when objects are created and destroyed, never on the packet path, and its lock
 // is a leaf (taken with or without the device lock, nothing taken under it).
 type registry struct {

@@ -4,7 +4,7 @@ import (
 	"github.com/pibgw/pibgw/wire"
 )
 
-// QPs that live in another process (the attach channel, DESIGN.md "Doors").
+// QPs that live in another process (the attach channel, package attach).
 //
 // On the daemon's side, a device keeps the QP numbers of attached processes in its QP
 // table as forwarding entries: packets for them (unicast by DQPN, multicast by the

@@ -31,7 +31,7 @@ import (
 // Options choose the configuration; with neither field set, the default fabric runs
 // (pib_0 and pib_1, ib0 10.10.0.1/24 and ib1 10.10.0.2/24).
 type Options struct {
-	// ConfigFile is a pibgw configuration file (README "Configuration").
+	// ConfigFile is a pibgw configuration file (docs/configuration.md).
 	ConfigFile string
 	// Config is a configuration as TOML text, instead of a file.
 	Config string

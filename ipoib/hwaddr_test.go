@@ -27,7 +27,7 @@ func TestHWAddr(t *testing.T) {
 			t.Errorf("%q parsed", bad)
 		}
 	}
-	// FACTS §2: Linux's broadcast address of P_Key 0x8001.
+	// RFC 4391 §4: broadcast address of P_Key 0x8001.
 	b := ipoib.MulticastHWAddr(ipoib.BroadcastMGID(0x8001))
 	if s := b.String(); s != "00:ff:ff:ff:ff:12:40:1b:80:01:00:00:00:00:00:00:ff:ff:ff:ff" || !b.IsMulticast() {
 		t.Fatal(s)

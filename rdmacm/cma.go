@@ -1,4 +1,4 @@
-// Package rdmacm is the rdma_cm API for Go programs (librdmacm's, FACTS.md §3 and §6):
+// Package rdmacm is the rdma_cm API for Go programs (librdmacm's rdma_cma.h, as Linux's cma.c behaves):
 // event channels, IDs in a port space, address and route resolution from IP addresses
 // of IPoIB interfaces, and connection setup over the IB CM (package ibcm) with the IP CM
 // service of IBA Annex A11 — so Go programs connect over the fabric as C programs do

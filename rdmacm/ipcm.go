@@ -16,7 +16,7 @@ import (
 //	bytes 20-35 destination IP
 const ipcmHeaderLen = 36
 
-// User private data after the header (FACTS.md §6): 92 − 36 in a REQ, 216 − 36 in a
+// User private data after the header (IBA Annex A11; Linux's cma.c): 92 − 36 in a REQ, 216 − 36 in a
 // SIDR_REQ; REP, REJ, SIDR_REP and the rest carry the user's data alone.
 const (
 	MaxConnectPrivate    = 92 - ipcmHeaderLen  // 56

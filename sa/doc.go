@@ -4,7 +4,7 @@
 //
 // SM (sm.go) runs on one HCA port and manages the fabric only through directed-route
 // SMPs (class 0x81) sent from that port's QP0 and answered by the SMAs of HCAs and
-// switches (IBA 14.4, following opensm's flow and ../shared/docs/ibsim-protocol.md §4):
+// switches (IBA 14.4, following opensm's flow):
 //
 //   - heavy sweep (sm_sweep.go): breadth-first discovery — NodeInfo through every port
 //     whose PortInfo says LinkUp, NodeDescription, SwitchInfo, PortInfo of every switch

@@ -14,7 +14,7 @@ import (
 // (MulticastProgrammer.SetMulticastGroup) before answering, so on an in-process fabric the
 // MFTs are in place when the joiner hears back. Each partition configured with IPoIB has
 // its broadcast group ff12:401b:<pkey>::ffff:ffff pre-created with Q_Key 0x0B1B
-// (FACTS.md §2); such groups outlive their members, other groups go when the last
+// (opensm's default); such groups outlive their members, other groups go when the last
 // member leaves.
 
 // saMLIDBase is the first multicast LID (IBA 4.1.3), for agents without an SM.

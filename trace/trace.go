@@ -1,5 +1,5 @@
 // Package trace is pibgw's event trace: a per-process ring of typed events (pib's debugfs
-// trace, FACTS.md §1: 65,536 entries) — verbs calls, packets sent and received with their
+// trace file, driver/pib_debugfs.c: 65,536 entries) — verbs calls, packets sent and received with their
 // headers decoded, drops with their reason, RC retries, completions, async events, CM
 // messages and bookmarks — that `pibgw trace` streams live from the daemon and from every
 // attached process.

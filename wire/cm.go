@@ -29,7 +29,7 @@ const (
 // MethodCMSend is the method of every CM message (IBA 12.6.1: Send, 0x03).
 const MethodCMSend = 0x03
 
-// Private data lengths (IBA 12.6; FACTS.md §3).
+// Private data lengths (IBA 12.6; Linux's cm_msgs.h).
 const (
 	CMReqPrivateLen     = 92
 	CMMRAPrivateLen     = 222

@@ -614,7 +614,7 @@ func ServiceRecordMatches(rec, query ServiceRecord, mask uint64) bool {
 	return true
 }
 
-// IPoIB multicast GIDs (RFC 4391 §4; FACTS.md §2): FF1s:401B:PPPP::… for IPv4.
+// IPoIB multicast GIDs (RFC 4391 §4): FF1s:401B:PPPP::… for IPv4.
 const (
 	IPoIBSignatureIPv4 = 0x401B
 	IPoIBSignatureIPv6 = 0x601B

@@ -4,7 +4,7 @@
 //
 //	configs/x.toml: fabric.hcas[1].ports: 40 out of range 1..32
 //
-// The file's sections are daemon, fabric, sm, ibsim, manner and interfaces; README.md documents every
+// The file's sections are daemon, fabric, sm, ibsim, manner and interfaces; docs/configuration.md documents every
 // option and configs/default.toml spells the defaults out.
 package config
 

@@ -137,7 +137,7 @@ func Parse(name string, data []byte) (*Config, error) {
 		return nil, p.wrap(err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
-		return nil, p.errf(und[0].String(), "unknown option (the README's Configuration section lists the options)")
+		return nil, p.errf(und[0].String(), "unknown option (docs/configuration.md lists the options)")
 	}
 	c := &Config{Source: name}
 	p.daemon(c, &f)

@@ -9,7 +9,7 @@ import (
 
 // ParsePKey reads a P_Key as /sys/class/net/ib0/create_child does: hexadecimal with or
 // without 0x ("0x8001", "8001"), 0x8000 (full membership) ORed in. 0 and 0x8000 — a
-// partition number of zero — are rejected, as the kernel rejects them (FACTS.md §2).
+// partition number of zero — are rejected, as the kernel's ipoib rejects them.
 func ParsePKey(s string) (uint16, error) {
 	t := strings.TrimSpace(s)
 	t = strings.TrimPrefix(strings.TrimPrefix(t, "0x"), "0X")

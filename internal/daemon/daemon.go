@@ -163,7 +163,7 @@ func (d *Daemon) Close() error {
 
 // LinkLocal is the IPv6 link-local address of an IPoIB interface on the port with GUID
 // guid, as a /64: fe80:: with the port GUID, U/L bit flipped, as interface identifier
-// (RFC 4391 §8, FACTS.md §2) — ipoib.LinkLocalFromGUID. The kernel adds none to a TUN
+// (RFC 4391 §8) — ipoib.LinkLocalFromGUID. The kernel adds none to a TUN
 // device of link type infiniband, so the daemon configures it.
 func LinkLocal(guid uint64) netip.Prefix {
 	return netip.PrefixFrom(ipoib.LinkLocalFromGUID(guid), 64)

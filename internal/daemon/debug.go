@@ -16,7 +16,7 @@ import (
 	"github.com/pibgw/pibgw/internal/control"
 )
 
-// The debugging verbs (pib's debugfs, FACTS.md §1): inspect, inject, link and fault.
+// The debugging verbs (pib's debugfs): inspect, inject, link and fault.
 
 // askTimeout bounds how long the daemon waits for an attached process to answer.
 const askTimeout = 5 * time.Second

@@ -91,7 +91,7 @@ type Options struct {
 	Logger *slog.Logger
 	// IDPrefix goes into the top IDPrefixBits bits of every local comm ID and SIDR
 	// request ID, so that the daemon can route a port's CM MADs to the process whose CM
-	// they belong to (DESIGN.md "Doors"): the daemon's own CMs use 0, attached processes
+	// they belong to (package attach): the daemon's own CMs use 0, attached processes
 	// the prefix the daemon gives them.
 	IDPrefix uint32
 	// OnListen, if set, is told when a service ID starts (listen true) or stops being

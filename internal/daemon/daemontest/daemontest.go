@@ -204,8 +204,8 @@ func (i *Interface) Close() error {
 	return nil
 }
 
-// State is up while the interface's P_Key is in its port's table (IBA 10.9; FACTS.md §2:
-// a child stays down until the SM adds its P_Key).
+// State is up while the interface's P_Key is in its port's table (IBA 10.9;
+// as Linux's ipoib, a child stays down until the SM adds its P_Key).
 func (i *Interface) State() ipoib.State {
 	if i.cfg.Port.FindPKey(i.cfg.PKey) < 0 {
 		return ipoib.State{Reason: fmt.Sprintf("P_Key %#04x not in the port's table", i.cfg.PKey)}
@@ -234,7 +234,7 @@ func (i *Interface) Info() ipoib.Info {
 	binary.BigEndian.PutUint32(hw[0:], i.qpn)
 	gid, _ := i.cfg.Port.GID(0)
 	copy(hw[4:], gid[:])
-	// Linux's default broadcast address (FACTS.md §2): QPN 0xFFFFFF, MGID
+	// Linux's default broadcast address (RFC 4391 §4, ipoib_main.c): QPN 0xFFFFFF, MGID
 	// ff12:401b:PPPP::ffff:ffff.
 	copy(brd[:], []byte{0x00, 0xff, 0xff, 0xff, 0xff, 0x12, 0x40, 0x1b, byte(i.cfg.PKey >> 8), byte(i.cfg.PKey)})
 	copy(brd[16:], []byte{0xff, 0xff, 0xff, 0xff})
