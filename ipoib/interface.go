@@ -723,7 +723,10 @@ func (i *Interface) readyQP(idx int, qkey uint32) error {
 		if err := i.qp.Modify(&a, hca.QPAttrState|hca.QPAttrPKeyIndex|hca.QPAttrPort|hca.QPAttrQKey); err != nil {
 			return err
 		}
-		if err := i.rxp.ring.postAll(i.qp); err != nil {
+		i.rxp.mu.Lock()
+		err := i.rxp.ring.postAll(i.qp)
+		i.rxp.mu.Unlock()
+		if err != nil {
 			return err
 		}
 		a = hca.QPAttr{QPState: hca.QPStateRTR}

@@ -191,6 +191,9 @@ func (i *Interface) receiveBatch(wcs []hca.WC) {
 			i.log.Debug("re-posting receive buffers", "err", err)
 		}
 	}
+	if err := r.grow(i.qp, len(wcs)); err != nil {
+		i.log.Debug("adding receive buffers", "err", err)
+	}
 	clear(out)
 	r.out = out[:0]
 	r.repost = repost[:0]
