@@ -39,11 +39,12 @@ type session struct {
 
 	wmu sync.Mutex // control writes
 
-	mu    sync.Mutex
-	qpns  map[int]map[uint32]struct{} // by device index
-	mcast map[mcastKey]struct{}
-	joins map[joinKey]rdmacm.Device
-	conns map[uint32]*cmConn // CM connections by the process's comm ID (cmtrack.go)
+	mu      sync.Mutex
+	qpns    map[int]map[uint32]struct{} // by device index
+	mcast   map[mcastKey]struct{}
+	joins   map[joinKey]rdmacm.Device
+	mcJoins mcJoins            // how often the process joined each group (mcast.go)
+	conns   map[uint32]*cmConn // CM connections by the process's comm ID (cmtrack.go)
 	// quarantine holds QP numbers the process freed while receivers of its direct rings
 	// may still take them for its own, with the owner-list version current at the free:
 	// the number stays reserved until every such receiver acknowledged a newer list
@@ -121,13 +122,7 @@ func (x *session) release() {
 	for k := range quarantined {
 		x.srv.Devices[k.dev].ReleaseQPN(k.qpn, x)
 	}
-	if h := x.srv.Host; h != nil {
-		for k, d := range joins {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			h.LeaveMulticast(ctx, d, k.gid)
-			cancel()
-		}
-	}
+	x.releaseJoins(joins)
 	x.close()
 }
 
@@ -547,32 +542,7 @@ func (x *session) slow(m *msg) *msg {
 		}
 		return &msg{OK: true, Path: &p}
 	case opJoin, opLeave:
-		d, err := x.hostDevice(m)
-		if err != nil {
-			return errMsg(m.Op, err)
-		}
-		mgid, err := parseGID(m.GID)
-		if err != nil {
-			return fail(m.Op, syscall.EINVAL, "%v", err)
-		}
-		k := joinKey{m.Dev, m.Port, mgid}
-		if m.Op == opLeave {
-			x.mu.Lock()
-			delete(x.joins, k)
-			x.mu.Unlock()
-			if err := h.LeaveMulticast(ctx, d, mgid); err != nil {
-				return errMsg(m.Op, err)
-			}
-			return &msg{OK: true}
-		}
-		g, err := h.JoinMulticast(ctx, d, mgid, m.QKey)
-		if err != nil {
-			return errMsg(m.Op, err)
-		}
-		x.mu.Lock()
-		x.joins[k] = d
-		x.mu.Unlock()
-		return &msg{OK: true, Group: &g}
+		return x.joinLeave(ctx, h, m)
 	}
 	return nil
 }

@@ -223,7 +223,9 @@ func (h *IPoIBHost) JoinMulticast(ctx context.Context, dev Device, mgid wire.GID
 	if err != nil {
 		return sa.MCGroup{}, err
 	}
-	g, err := client.Join(ctx, mgid, 1, sa.JoinParams{PKey: dev.PKey, Create: true, QKey: qkey})
+	// rdma_cm's share of the port's membership is the host's: an IPoIB interface holding
+	// the same group keeps the port in it when the last ID leaves.
+	g, err := client.JoinFor(ctx, h, mgid, 1, sa.JoinParams{PKey: dev.PKey, Create: true, QKey: qkey})
 	if err == nil {
 		h.mu.Lock()
 		h.mcRefs[mcKey{dev.Port, g.MGID}]++
@@ -252,7 +254,7 @@ func (h *IPoIBHost) LeaveMulticast(ctx context.Context, dev Device, mgid wire.GI
 	if n > 0 {
 		return nil
 	}
-	return client.Leave(ctx, mgid, 1)
+	return client.LeaveFor(ctx, h, mgid, 1)
 }
 
 // PathRecord asks the SA client of dev's port (its path cache first).

@@ -106,6 +106,7 @@ type Client struct {
 
 	mcMu    sync.Mutex
 	members map[wire.GID]*membership
+	mcLocks map[wire.GID]*groupLock // client_mcast.go
 }
 
 // NewClient creates an SA client on port.

@@ -3,6 +3,7 @@ package sa
 import (
 	"context"
 	"slices"
+	"sync"
 
 	"github.com/pibgw/pibgw/wire"
 )
@@ -55,10 +56,53 @@ type JoinParams struct {
 	Scope     uint8 // 0: link-local (2)
 }
 
+// membership is the port's membership of one group: what each holder holds, the
+// parameters to join again with, and the SA's last answer.
 type membership struct {
-	state  uint8
-	params JoinParams
-	group  MCGroup
+	holders map[any]uint8 // JoinState by holder
+	params  JoinParams
+	group   MCGroup
+}
+
+// state is the port's JoinState: the union of its holders' (IBA 15.2.5.17: the SA keeps
+// one member per port GID).
+func (m *membership) state() uint8 {
+	var s uint8
+	for _, h := range m.holders {
+		s |= h
+	}
+	return s
+}
+
+// groupLock serializes the joins and leaves of one MGID, so that a holder's join and
+// another's last leave cannot cross at the SA (the Set answered, then the Delete taking
+// the membership the joiner was told it has).
+type groupLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (c *Client) lockGroup(mgid wire.GID) func() {
+	c.mcMu.Lock()
+	if c.mcLocks == nil {
+		c.mcLocks = make(map[wire.GID]*groupLock)
+	}
+	l := c.mcLocks[mgid]
+	if l == nil {
+		l = &groupLock{}
+		c.mcLocks[mgid] = l
+	}
+	l.refs++
+	c.mcMu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		c.mcMu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(c.mcLocks, mgid)
+		}
+		c.mcMu.Unlock()
+	}
 }
 
 func (c *Client) defaultPKey() uint16 {
@@ -127,7 +171,20 @@ func (c *Client) join(ctx context.Context, mgid wire.GID, state uint8, p JoinPar
 // 15.2.5.17) and returns the group's record: Q_Key, MLID, MTU, rate, … The client
 // remembers the membership and joins again after an SM restart (ClientOptions.OnRejoin).
 // Attaching QPs to the group (hca.QP.AttachMcast with MGID and MLID) is the caller's.
+// It holds the membership for the client's own user (JoinFor with the client as holder).
 func (c *Client) Join(ctx context.Context, mgid wire.GID, joinState uint8, p JoinParams) (MCGroup, error) {
+	return c.JoinFor(ctx, c, mgid, joinState, p)
+}
+
+// JoinFor is Join on behalf of holder, one of the port's users (an IPoIB interface,
+// rdma_cm, an attached process): the port joins once and the SA sees one member, whose
+// JoinState is the union of what the holders hold; each holder's share is kept apart, so
+// that a leave by one does not take another's (Linux's ib_sa multicast.c counts a port's
+// members per JoinState bit in the same way). Joining again what a holder holds is a no-op
+// for the count. holder must be comparable.
+func (c *Client) JoinFor(ctx context.Context, holder any, mgid wire.GID, joinState uint8, p JoinParams) (MCGroup, error) {
+	unlock := c.lockGroup(mgid)
+	defer unlock()
 	g, err := c.join(ctx, mgid, joinState, p)
 	if err != nil {
 		return MCGroup{}, err
@@ -140,30 +197,68 @@ func (c *Client) Join(ctx context.Context, mgid wire.GID, joinState uint8, p Joi
 	c.mcMu.Lock()
 	m := c.members[g.MGID]
 	if m == nil {
-		m = &membership{}
+		m = &membership{holders: make(map[any]uint8)}
 		c.members[g.MGID] = m
 	}
-	m.state |= joinState
-	m.params = p
+	m.holders[holder] |= joinState
+	if p.Create || !m.params.Create {
+		m.params = p
+	}
 	m.group = g
 	c.mcMu.Unlock()
 	return g, nil
 }
 
-// Leave removes joinState from this port's membership of mgid (IBA 15.2.5.17, Delete).
+// Leave removes joinState from this port's membership of mgid (IBA 15.2.5.17, Delete):
+// LeaveFor with the client as holder.
 func (c *Client) Leave(ctx context.Context, mgid wire.GID, joinState uint8) error {
-	var rec [wire.MCMemberRecordLen]byte
-	mask := c.joinRecord(rec[:], mgid, joinState, JoinParams{})
-	_, err := c.Query(ctx, wire.MethodDelete, wire.AttrMCMemberRecord, mask, rec[:])
+	return c.LeaveFor(ctx, c, mgid, joinState)
+}
+
+// LeaveFor removes joinState from holder's share of the port's membership of mgid and
+// leaves at the SA only the JoinState bits no other holder holds: while an IPoIB
+// interface holds its broadcast group, an attached process that joined it too and leaves
+// (or exits) does not take the port out of the group. Bits nobody holds are left at the
+// SA all the same (it answers whether the port was a member).
+func (c *Client) LeaveFor(ctx context.Context, holder any, mgid wire.GID, joinState uint8) error {
+	unlock := c.lockGroup(mgid)
+	defer unlock()
 	c.mcMu.Lock()
+	var others uint8
 	if m := c.members[mgid]; m != nil {
-		m.state &^= joinState
-		if m.state == 0 {
+		for h, s := range m.holders {
+			if h != holder {
+				others |= s
+			}
+		}
+		if s := m.holders[holder] &^ joinState; s != 0 {
+			m.holders[holder] = s
+		} else {
+			delete(m.holders, holder)
+		}
+		if len(m.holders) == 0 {
 			delete(c.members, mgid)
 		}
 	}
 	c.mcMu.Unlock()
+	leave := joinState &^ others
+	if leave == 0 {
+		return nil // other holders keep the port a member
+	}
+	var rec [wire.MCMemberRecordLen]byte
+	mask := c.joinRecord(rec[:], mgid, leave, JoinParams{})
+	_, err := c.Query(ctx, wire.MethodDelete, wire.AttrMCMemberRecord, mask, rec[:])
 	return err
+}
+
+// Holds returns the JoinState holder holds in mgid (for tools and tests).
+func (c *Client) Holds(holder any, mgid wire.GID) uint8 {
+	c.mcMu.Lock()
+	defer c.mcMu.Unlock()
+	if m := c.members[mgid]; m != nil {
+		return m.holders[holder]
+	}
+	return 0
 }
 
 // Memberships returns the groups this client has joined, as last answered.
@@ -190,11 +285,13 @@ func (c *Client) Rejoin(ctx context.Context) {
 	c.mcMu.Lock()
 	jobs := make([]job, 0, len(c.members))
 	for mgid, m := range c.members {
-		jobs = append(jobs, job{mgid, m.state, m.params})
+		jobs = append(jobs, job{mgid, m.state(), m.params})
 	}
 	c.mcMu.Unlock()
 	for _, j := range jobs {
+		unlock := c.lockGroup(j.mgid)
 		g, err := c.join(ctx, j.mgid, j.state, j.p)
+		unlock()
 		if err != nil {
 			c.log.Warn("multicast rejoin failed", "mgid", j.mgid, "err", err)
 		} else {

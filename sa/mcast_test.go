@@ -272,3 +272,64 @@ func TestSAClientRejoin(t *testing.T) {
 		t.Fatalf("after rejoin: %+v %v", m, err)
 	}
 }
+
+// TestSAClientHolders is issue 43 item 4 at the SA client: the port joins a group once
+// for all its users; when a second holder (an attached process, rdma_cm) joins the group
+// the first holds and leaves it, or leaves what it never held, the port stays a full
+// member at the SA and still receives the group's packets; the last holder's leave
+// takes it out.
+func TestSAClientHolders(t *testing.T) {
+	s := newSAFabric(t, satest.OneSwitch(t, 3, satest.Options{}), sa.Config{}, sa.ClientOptions{})
+	ctx := saCtx(t)
+	const qkey = 0x4321
+	mgid := wire.GID{0xff, 0x12, 0x60, 0x1b, 15: 0x43}
+	c := s.clients[1]
+	g, err := c.Join(ctx, mgid, wire.JoinFullMember, sa.JoinParams{Create: true, QKey: qkey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx, tx := newSAEP(t, s.f.HCAs[1], qkey), newSAEP(t, s.f.HCAs[2], qkey)
+	if err := rx.qp.AttachMcast(g.MGID, g.MLID); err != nil {
+		t.Fatal(err)
+	}
+	member := func() bool {
+		t.Helper()
+		m, err := s.clients[2].MCMembers(ctx, mgid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range m {
+			if r.PortGID == portGID(c.Port()) && r.JoinState&wire.JoinFullMember != 0 {
+				return true
+			}
+		}
+		return false
+	}
+	type proc struct{ pid int }
+	other := &proc{42}
+	if _, err := c.JoinFor(ctx, other, mgid, wire.JoinFullMember, sa.JoinParams{Create: true, QKey: qkey}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LeaveFor(ctx, other, mgid, wire.JoinFullMember); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LeaveFor(ctx, &proc{7}, mgid, wire.JoinFullMember); err != nil {
+		t.Fatal(err)
+	}
+	if !member() {
+		t.Fatal("another holder's leave took the port out of the group")
+	}
+	tx.send(t, g, "still here")
+	if rx.got() != 1 {
+		t.Fatal("the group's packet no longer reaches the port")
+	}
+	if c.Holds(c, mgid) != wire.JoinFullMember || c.Holds(other, mgid) != 0 {
+		t.Fatalf("holds: own %#x, other %#x", c.Holds(c, mgid), c.Holds(other, mgid))
+	}
+	if err := c.Leave(ctx, mgid, wire.JoinFullMember); err != nil {
+		t.Fatal(err)
+	}
+	if member() {
+		t.Fatal("the port is still a member after its last holder left")
+	}
+}
