@@ -34,6 +34,8 @@ func TestMain(m *testing.M) {
 		helperDaemon()
 	case "peer":
 		helperPeer()
+	case "hog":
+		helperHog() // limits_test.go
 	default:
 		fmt.Fprintln(os.Stderr, "unknown helper", os.Getenv(helperEnv))
 		os.Exit(2)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/hca"
+	"github.com/pibgw/pibgw/internal/control"
 	"github.com/pibgw/pibgw/rdmacm"
 	"github.com/pibgw/pibgw/rdmacm/ibcm"
 	"github.com/pibgw/pibgw/wire"
@@ -38,6 +39,9 @@ type Server struct {
 	// send everything through the daemon, none through direct rings (direct.go). Call
 	// Invalidate when its answer may have changed. nil: always observed.
 	Observed func() bool
+	// Limits bound the connections and what each process may hold (limits.go); the
+	// zero value is the defaults.
+	Limits Limits
 
 	log       *slog.Logger
 	mu        sync.Mutex
@@ -54,6 +58,9 @@ type Server struct {
 	ownersVer atomic.Uint64 // versions of the QP number lists sent to receivers
 	wg        sync.WaitGroup
 	dropsDead atomic.Uint64
+	adm       admission                      // connections by user, limits, refusals (limits.go)
+	retry     control.AcceptRetry            // failing accepts (EMFILE …)
+	done      chan struct{}                  // closed by Close
 	pitfalls  [hca.NumPitfalls]atomic.Uint64 // attached processes' warnings (manner.go)
 }
 
@@ -104,6 +111,18 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		s.log = slog.Default()
 	}
 	s.ln = ln
+	if s.done == nil {
+		s.done = make(chan struct{})
+	}
+	var nofile syscall.Rlimit
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &nofile)
+	s.adm.lim = s.Limits.effective(nofile.Cur)
+	s.adm.conns = make(map[*net.UnixConn]int)
+	s.adm.perUser = make(map[int]int)
+	if lim := s.adm.lim; s.Limits.MaxProcesses > lim.MaxProcesses {
+		s.log.Warn("attach: fewer processes than configured: the descriptor limit allows no more",
+			"max_processes", lim.MaxProcesses, "configured", s.Limits.MaxProcesses, "rlimit_nofile", nofile.Cur)
+	}
 	if s.gen == nil {
 		g, err := newGenPage()
 		if err != nil {
@@ -122,6 +141,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 		s.unwatch = append(s.unwatch, d.WatchPorts(func(port uint8) { s.portChanged(di, port) }))
 	}
 	s.mu.Unlock()
+	s.retry.What, s.retry.Logger = "attach socket", s.log
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -131,19 +151,45 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			if closed {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
+			// Out of descriptors (EMFILE, ENFILE) is a moment's trouble: wait and
+			// accept again, as net/http does. It ended the loop, and the socket
+			// answered no one any more.
+			if s.retry.Failed(err, s.done) {
 				continue
 			}
 			return err
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.serveConn(c)
-		}()
+		s.retry.OK()
+		s.accepted(c)
 	}
+}
+
+// accepted admits a new connection within the limits and serves it.
+func (s *Server) accepted(c *net.UnixConn) {
+	pid, uid, err := peerCred(c)
+	if err != nil {
+		s.log.Warn("attach: peer credentials", "err", err)
+		c.Close()
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	if err := s.admitLocked(c, uid); err != nil {
+		s.mu.Unlock()
+		s.refuse(c, pid, uid, err)
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer s.leave(c)
+		s.serveConn(c, pid, uid)
+	}()
 }
 
 // Close stops accepting, ends every session (their processes see the channel close)
@@ -156,18 +202,21 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	ln := s.ln
-	sess := make([]*session, 0, len(s.sessions))
-	for _, x := range s.sessions {
-		sess = append(sess, x)
+	conns := make([]*net.UnixConn, 0, len(s.adm.conns))
+	for c := range s.adm.conns { // attached processes and those saying hello
+		conns = append(conns, c)
 	}
 	unwatch := s.unwatch
 	s.unwatch = nil
+	if s.done != nil {
+		close(s.done)
+	}
 	s.mu.Unlock()
 	if ln != nil {
 		ln.Close()
 	}
-	for _, x := range sess {
-		x.c.c.Close()
+	for _, c := range conns {
+		c.Close()
 	}
 	s.wg.Wait()
 	for _, f := range unwatch {
@@ -229,20 +278,24 @@ func userName(uid int) string {
 }
 
 // serveConn runs one attached process's session until its socket closes.
-func (s *Server) serveConn(c *net.UnixConn) {
+func (s *Server) serveConn(c *net.UnixConn, pid, uid int) {
 	defer c.Close()
-	pid, uid, err := peerCred(c)
-	if err != nil {
-		s.log.Warn("attach: peer credentials", "err", err)
-		return
-	}
 	cc := conn{c}
 	buf, oob := make([]byte, maxMsg), make([]byte, 256)
+	// A connection that says nothing holds a descriptor: it has HelloTimeout to speak.
+	c.SetReadDeadline(time.Now().Add(s.adm.lim.HelloTimeout))
 	m, fds, err := cc.read(buf, oob)
 	closeAll(fds)
 	if err != nil || m.Op != opHello {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			s.mu.Lock()
+			s.adm.stats.HelloTimeouts++
+			s.mu.Unlock()
+		}
 		return
 	}
+	c.SetReadDeadline(time.Time{})
 	if m.Version != Version {
 		cc.write(&msg{ID: m.ID, Errno: int(syscall.EPROTONOSUPPORT),
 			Err: fmt.Sprintf("the daemon speaks attach protocol %d, this program %d: use a pibgw of the same version", Version, m.Version)})

@@ -83,7 +83,9 @@ func Start(ctx context.Context, o Options) (*Fabric, error) {
 			d.Close()
 			return nil, fmt.Errorf("inproc: %w", err)
 		}
-		f.attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log, Observed: d.Fabric.Observed}
+		f.attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log, Observed: d.Fabric.Observed,
+			Limits: attach.Limits{MaxProcesses: cfg.Daemon.AttachMaxProcesses, MaxPerUser: cfg.Daemon.AttachMaxPerUser,
+				HelloTimeout: cfg.Daemon.AttachHelloTimeout, MaxQPs: cfg.Daemon.AttachMaxQPs}}
 		d.Fabric.OnObserved = f.attach.Invalidate
 		go f.attach.Serve(ln)
 	}

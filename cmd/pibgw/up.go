@@ -194,7 +194,14 @@ func up(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			d.Close()
 			return fmt.Errorf("up: %w (choose another with daemon.attach, or \"none\")", err)
 		}
-		h.Attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log, Observed: d.Fabric.Observed}
+		// Every descriptor the hard limit allows: the attach server sizes its connection
+		// limit from it and leaves a reserve (attach.FDReserve) to the control socket.
+		if _, err := attach.RaiseFileLimit(); err != nil {
+			log.Warn("raising RLIMIT_NOFILE", "err", err)
+		}
+		h.Attach = &attach.Server{Devices: d.Fabric.Devs, Host: d.RDMA, Logger: log, Observed: d.Fabric.Observed,
+			Limits: attach.Limits{MaxProcesses: cfg.Daemon.AttachMaxProcesses, MaxPerUser: cfg.Daemon.AttachMaxPerUser,
+				HelloTimeout: cfg.Daemon.AttachHelloTimeout, MaxQPs: cfg.Daemon.AttachMaxQPs}}
 		d.Fabric.OnObserved = h.Attach.Invalidate
 		h.AttachPath = ap
 		go h.Attach.Serve(aln)

@@ -43,6 +43,14 @@ const (
 	DefaultLinkTimeout   = 2 * time.Second
 )
 
+// daemon.max_children: its default and its largest value. An idle P_Key child costs
+// about 1 MiB (its buffers, verbs objects and TUN device), so the default keeps them
+// below 100 MB.
+const (
+	DefaultMaxChildren = 64
+	MaxChildrenLimit   = 4096
+)
+
 // sm.mode values.
 const (
 	SMInternal = "internal" // the built-in SM and SA run here, on sm.hca/sm.port
@@ -128,9 +136,20 @@ type Daemon struct {
 	// AttachMode is the attach socket's permission bits (attach_mode, default 0666: any
 	// local user may attach, as to /dev/infiniband/uverbs*; the daemon polices them).
 	AttachMode os.FileMode
+	// AttachMaxProcesses bounds the processes attached (or connecting) at once,
+	// AttachMaxPerUser those of one user (uid); AttachHelloTimeout is how long a new
+	// connection may take to say hello; AttachMaxQPs bounds one process's QPs on a
+	// device. docs/security.md.
+	AttachMaxProcesses int
+	AttachMaxPerUser   int
+	AttachHelloTimeout time.Duration
+	AttachMaxQPs       int
 	// Metrics is the address of the Prometheus metrics endpoint (GET /metrics), e.g.
 	// "127.0.0.1:9464"; "" (the default) serves none.
 	Metrics string
+	// MaxChildren bounds the P_Key children the daemon runs at once, configured ones
+	// and those `pibgw child add` made (max_children; 0 allows none).
+	MaxChildren int
 }
 
 // AttachPath returns the attach socket the daemon serves, "" for none: daemon.attach, or

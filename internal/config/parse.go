@@ -31,7 +31,14 @@ type file struct {
 		State      any `toml:"state"`
 		Attach     any `toml:"attach"`
 		AttachMode any `toml:"attach_mode"`
-		Metrics    any `toml:"metrics"`
+		// The attach socket's limits (attach.Limits).
+		AttachMaxProcesses any `toml:"attach_max_processes"`
+		AttachMaxPerUser   any `toml:"attach_max_per_user"`
+		AttachHelloTimeout any `toml:"attach_hello_timeout"`
+		AttachMaxQPs       any `toml:"attach_max_qps"`
+		Metrics            any `toml:"metrics"`
+
+		MaxChildren any `toml:"max_children"`
 	} `toml:"daemon"`
 	Fabric struct {
 		HCACount     any          `toml:"hca_count"`
@@ -379,6 +386,7 @@ func (p *parser) daemon(c *Config, f *file) {
 		}
 	}
 	c.Daemon.MaxProcs = int(p.intIn("daemon.max_procs", d.MaxProcs, 0, 0, 4096))
+	c.Daemon.MaxChildren = int(p.intIn("daemon.max_children", d.MaxChildren, DefaultMaxChildren, 0, MaxChildrenLimit))
 	c.Daemon.State = p.str("daemon.state", d.State, "")
 	c.Daemon.Attach = p.str("daemon.attach", d.Attach, "")
 	if len(c.Daemon.Attach) > 107 {
@@ -391,6 +399,20 @@ func (p *parser) daemon(c *Config, f *file) {
 	} else {
 		c.Daemon.AttachMode = os.FileMode(m)
 	}
+	// The defaults are attach.Limits'; the maxima what a session ID (4095 processes)
+	// and a device (max_qp 131072) allow.
+	c.Daemon.AttachMaxProcesses = int(p.intIn("daemon.attach_max_processes", d.AttachMaxProcesses, 1024, 1, 4095))
+	c.Daemon.AttachMaxPerUser = int(p.intIn("daemon.attach_max_per_user", d.AttachMaxPerUser, 256, 1, 4095))
+	if c.Daemon.AttachMaxPerUser > c.Daemon.AttachMaxProcesses {
+		if d.AttachMaxPerUser == nil { // only the total set, below the default per user
+			c.Daemon.AttachMaxPerUser = c.Daemon.AttachMaxProcesses
+		} else {
+			p.errf("daemon.attach_max_per_user", "%d is more than daemon.attach_max_processes (%d): want at most that",
+				c.Daemon.AttachMaxPerUser, c.Daemon.AttachMaxProcesses)
+		}
+	}
+	c.Daemon.AttachHelloTimeout = p.duration("daemon.attach_hello_timeout", d.AttachHelloTimeout, 5*time.Second, 100*time.Millisecond, time.Minute)
+	c.Daemon.AttachMaxQPs = int(p.intIn("daemon.attach_max_qps", d.AttachMaxQPs, 16384, 1, 131072))
 }
 
 func (p *parser) fabric(c *Config, f *file) {
@@ -811,6 +833,7 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 		addr  netip.Addr
 	}
 	addrs := map[nsAddr]string{}
+	children := 0
 	for i, fi := range fis {
 		field := fmt.Sprintf("interfaces[%d]", i)
 		it := Interface{
@@ -829,6 +852,10 @@ func (p *parser) interfaces(c *Config, f *file, defined bool) {
 			it.PKey = p.pkey(field+".pkey", fi.PKey)
 		}
 		if it.Parent != "" {
+			if children++; children == c.Daemon.MaxChildren+1 {
+				p.errf(field+".parent", "one child more than daemon.max_children (%d) allows: raise it or configure fewer children",
+					c.Daemon.MaxChildren)
+			}
 			j, ok := seen[it.Parent]
 			if !ok {
 				p.errf(field+".parent", "%q: no such interface before this one", it.Parent)

@@ -195,6 +195,20 @@ type Status struct {
 	// LogWriteErrors counts the daemon's log lines it could not write (its stderr a
 	// pipe whose reader exited, say).
 	LogWriteErrors uint64 `json:"log_write_errors,omitempty"`
+	// AttachConns are the attach socket's connections and refusals (nil when it is
+	// off; docs/security.md).
+	AttachConns *AttachConns `json:"attach_conns,omitempty"`
+}
+
+// AttachConns counts the attach socket's connections against its limits.
+type AttachConns struct {
+	Open          int    `json:"open"`           // attached processes and connections saying hello
+	MaxProcesses  int    `json:"max_processes"`  // the limit in force
+	MaxPerUser    int    `json:"max_per_user"`   // likewise, per user
+	Refused       uint64 `json:"refused"`        // refused: max_processes reached
+	RefusedUser   uint64 `json:"refused_user"`   // refused: the user's max_per_user reached
+	HelloTimeouts uint64 `json:"hello_timeouts"` // closed without a hello in time
+	AcceptErrors  uint64 `json:"accept_errors"`  // failed accepts (EMFILE …), retried
 }
 
 // Interface is one IPoIB interface (`pibgw show`).

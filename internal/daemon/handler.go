@@ -40,6 +40,11 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 		if h.LogWriteErrors != nil {
 			st.LogWriteErrors = h.LogWriteErrors()
 		}
+		if h.Attach != nil {
+			a := h.Attach.Stats()
+			st.AttachConns = &control.AttachConns{Open: a.Connections, MaxProcesses: a.MaxProcesses, MaxPerUser: a.MaxPerUser,
+				Refused: a.Refused, RefusedUser: a.RefusedUser, HelloTimeouts: a.HelloTimeouts, AcceptErrors: a.AcceptErrors}
+		}
 		if d.cfg.IBSim.Enable {
 			st.IBSim, st.IBSimUDP = d.cfg.IBSim.SocketName, d.cfg.IBSim.UDP
 			if d.Fabric != nil && d.Fabric.IBSim != nil {
