@@ -45,7 +45,7 @@ TOOLS=(
 	"ibnetdiscover infiniband-diags"
 	"ucx_perftest ucx-utils"
 	"mpirun openmpi-bin"
-	"mpicc libopenmpi-dev"
+	"/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h libopenmpi-dev"
 	"fi_pingpong libfabric-bin"
 	"qperf qperf"
 	"/usr/lib/python3/dist-packages/pyverbs/__init__.py python3-pyverbs"

@@ -18,7 +18,9 @@ func captureCommand(e *env) *cli.Command {
 		Usage: "capture the running fabric's packets into a pcap file (Wireshark, tshark)",
 		Description: "Records every packet on every cable of the daemon's fabric until -c packets were captured\n" +
 			"or Ctrl-C. Packets leaving an HCA are on capture interface 0, packets arriving at one\n" +
-			"on interface 1; a packet crossing the switch is recorded at both ends.",
+			"on interface 1; a packet crossing the switch is recorded at both ends.\n" +
+			"The fabric never waits for a capture: what is not read in time (a slow disk or pipe)\n" +
+			"is dropped, counted in the next record's ERF loss counter, and reported at the end.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "write", Aliases: []string{"w"}, Usage: "write the capture to `FILE` (- for stdout); required"},
 			&cli.Uint64Flag{Name: "count", Aliases: []string{"c"}, Usage: "stop after `N` packets", DefaultText: "until Ctrl-C"},
@@ -66,9 +68,14 @@ func captureCommand(e *env) *cli.Command {
 				return writeJSON(out, struct {
 					File    string `json:"file"`
 					Packets int    `json:"packets"`
-				}{path, cw.records})
+					Dropped uint64 `json:"dropped"`
+				}{path, cw.records, cw.dropped})
 			case path != "-":
 				fmt.Fprintf(e.stderr, "%d packets captured to %s\n", cw.records, path)
+			}
+			if cw.dropped > 0 && !c.Bool("json") {
+				// As tcpdump's "packets dropped by kernel": the capture was not read fast enough.
+				fmt.Fprintf(e.stderr, "%d packets dropped by the daemon (not read in time)\n", cw.dropped)
 			}
 			return nil
 		},
@@ -76,11 +83,13 @@ func captureCommand(e *env) *cli.Command {
 }
 
 // countingWriter counts the pcap records written (the stream arrives in whole records,
-// after a 24-byte file header).
+// after a 24-byte file header), and the packets the daemon dropped before them (each
+// ERF record's loss counter).
 type countingWriter struct {
 	w       io.Writer
 	hdr     bool
 	records int
+	dropped uint64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
@@ -94,6 +103,9 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 			break
 		}
 		c.records++
+		if incl >= 16 {
+			c.dropped += uint64(b[16+12])<<8 | uint64(b[16+13]) // ERF lctr, big-endian
+		}
 		b = b[16+incl:]
 	}
 	return c.w.Write(p)

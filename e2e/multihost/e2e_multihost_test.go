@@ -1,14 +1,13 @@
-package main
+package multihost
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,11 +15,10 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/attach"
-	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/fabric/fabrictest"
-	"github.com/pibgw/pibgw/fabric/udplink"
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2EMultiHost is issue 15's acceptance run, as root: a `pibgw switch` in namespace
@@ -32,8 +30,8 @@ import (
 // RSS bounded, kill -9 of a host (its port down at the switch within 5 s, A↔B traffic
 // uninterrupted), and kill -9 of the switch and a restart (A↔B ping back within 5 s).
 func TestE2EMultiHost(t *testing.T) {
-	requireE2E(t, "ping", "iperf3")
-	bin := buildPibgw(t)
+	e2etest.Require(t, "ping", "iperf3")
+	bin := e2etest.BuildPibgw(t)
 	dir := t.TempDir()
 	fab, hosts := multiHostNet(t, "m", 3)
 	psk := filepath.Join(dir, "psk")
@@ -116,7 +114,7 @@ addresses = ["10.20.0.%d/24"]
 		fi, err := os.Stat(pcap)
 		return err == nil && fi.Size() >= 24
 	})
-	if ok, out := pingNS(hosts[0], "10.10.0.2", 5); !ok {
+	if ok, out := e2etest.PingNS(hosts[0], "10.10.0.2", 5); !ok {
 		t.Fatalf("A → B:\n%s", out)
 	}
 	select {
@@ -140,7 +138,7 @@ addresses = ["10.20.0.%d/24"]
 			t.Errorf("tshark: %d frames, %d ICMP over IPoIB: %v", len(rows), icmp, rows)
 		}
 	}
-	if ok, out := pingNS(hosts[2], "10.10.0.1", 3); !ok {
+	if ok, out := e2etest.PingNS(hosts[2], "10.10.0.1", 3); !ok {
 		t.Errorf("C → A:\n%s", out)
 	}
 
@@ -170,10 +168,10 @@ addresses = ["10.20.0.%d/24"]
 	// infiniband-diags on host A, through its ibsim server: the MADs cross the UDP link,
 	// and ibnetdiscover finds the switch process's switch with the three hosts and the
 	// SM's HCA on it.
-	if u := findUmad2sim(); u != "" {
+	if u := e2etest.FindUmad2sim(); u != "" {
 		if _, err := exec.LookPath("ibnetdiscover"); err == nil {
 			dir := t.TempDir() // libumad2sim writes its sysfs tree here
-			out, err := umadRun(t, func(ctx context.Context) *exec.Cmd {
+			out, err := e2etest.UmadRun(t, func(ctx context.Context) *exec.Cmd {
 				cmd := exec.CommandContext(ctx, "ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+u, "IBSIM_SOCKNAME="+ibsimSock, "ibnetdiscover")
 				cmd.Dir = dir
 				return cmd
@@ -193,10 +191,10 @@ addresses = ["10.20.0.%d/24"]
 			t.Fatal(err)
 		}
 		defer func() { srv.Process.Kill(); srv.Wait() }()
-		var res iperfResult
+		var res e2etest.IperfResult
 		for try := 0; ; try++ { // until the server listens
 			out, err := exec.Command("ip", "netns", "exec", hosts[0], "iperf3", "-c", "10.10.0.2", "-p", "5201", "-t", "2", "-J").Output()
-			res = iperfResult{}
+			res = e2etest.IperfResult{}
 			jerr := json.Unmarshal(out, &res)
 			if err == nil && jerr == nil && res.Error == "" {
 				break
@@ -222,11 +220,11 @@ addresses = ["10.20.0.%d/24"]
 	// received segment's TCP checksum (written CHECKSUM_PARTIAL, vouched for by the
 	// ICRC), so only the bytes themselves tell that no message left a send-ring slot
 	// that was reused while the message was in flight.
-	_, sink := nsHelper(t, hosts[1], "tcp-sink", "10.10.0.2:5202")
+	_, sink := e2etest.NSHelper(t, hosts[1], "tcp-sink", "10.10.0.2:5202")
 	if !sink.Scan() || sink.Text() != "ready" {
 		t.Fatalf("tcp-sink did not start: %q", sink.Text())
 	}
-	_, source := nsHelper(t, hosts[0], "tcp-source", "10.10.0.2:5202", fmt.Sprint(32<<20))
+	_, source := e2etest.NSHelper(t, hosts[0], "tcp-source", "10.10.0.2:5202", fmt.Sprint(32<<20))
 	source.Scan()
 	sink.Scan()
 	if sent, got := strings.TrimPrefix(source.Text(), "sent "), strings.TrimPrefix(sink.Text(), "got "); sent == "" ||
@@ -245,16 +243,16 @@ addresses = ["10.20.0.%d/24"]
 	if out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/pibgw/pibgw/examples/rping").CombinedOutput(); err != nil {
 		t.Fatalf("go build rping: %v\n%s", err, out)
 	}
-	rsrv := startAttached(t, attachSock(1), exec.Command(binDir+"/rping", "-s", "-a", "10.10.0.2", "-C", "1000", "-V"))
+	rsrv := e2etest.StartAttached(t, attachSock(1), exec.Command(binDir+"/rping", "-s", "-a", "10.10.0.2", "-C", "1000", "-V"))
 	waitUntil(t, 10*time.Second, "the rping server listening on B", func() bool {
 		var ss []attach.SessionInfo
 		return hs[1].do(control.VerbPS, &ss) == nil && len(ss) == 1 && ss[0].Listens == 1
 	})
-	rcli := startAttached(t, attachSock(0), exec.Command(binDir+"/rping", "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", "1000", "-V", "-d"))
-	rcli.mustSucceed(t, time.Minute)
-	rsrv.mustSucceed(t, 30*time.Second)
-	if m := rpingRateRE.FindStringSubmatch(rcli.stderr.String()); m == nil || m[1] != "1000" {
-		t.Errorf("rping client across hosts:\n%s", rcli.stderr.String())
+	rcli := e2etest.StartAttached(t, attachSock(0), exec.Command(binDir+"/rping", "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", "1000", "-V", "-d"))
+	rcli.MustSucceed(t, time.Minute)
+	rsrv.MustSucceed(t, 30*time.Second)
+	if m := rpingRateRE.FindStringSubmatch(rcli.Stderr.String()); m == nil || m[1] != "1000" {
+		t.Errorf("rping client across hosts:\n%s", rcli.Stderr.String())
 	} else {
 		t.Logf("rping A → B across the switch process: %s", m[0])
 	}
@@ -275,33 +273,33 @@ addresses = ["10.20.0.%d/24"]
 			cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+libDir)
 			return cmd
 		}
-		ssrv := startAttached(t, attachSock(1), withLibs(exec.Command("rstream", args...)))
+		ssrv := e2etest.StartAttached(t, attachSock(1), withLibs(exec.Command("rstream", args...)))
 		waitUntil(t, 10*time.Second, "the rstream server listening on B", func() bool {
 			var ss []attach.SessionInfo
 			return hs[1].do(control.VerbPS, &ss) == nil && len(ss) == 1 && ss[0].Listens == 1
 		})
-		scli := startAttached(t, attachSock(0), withLibs(exec.Command("rstream", append([]string{"-s", "10.10.0.2", "-b", "10.10.0.1"}, args...)...)))
-		scli.mustSucceed(t, time.Minute)
-		ssrv.mustSucceed(t, 30*time.Second)
-		if !strings.Contains(scli.stdout.String(), "Gb/sec") {
-			t.Errorf("rstream across hosts:\n%s%s", scli.stdout.String(), scli.stderr.String())
+		scli := e2etest.StartAttached(t, attachSock(0), withLibs(exec.Command("rstream", append([]string{"-s", "10.10.0.2", "-b", "10.10.0.1"}, args...)...)))
+		scli.MustSucceed(t, time.Minute)
+		ssrv.MustSucceed(t, 30*time.Second)
+		if !strings.Contains(scli.Stdout.String(), "Gb/sec") {
+			t.Errorf("rstream across hosts:\n%s%s", scli.Stdout.String(), scli.Stderr.String())
 		} else {
-			t.Logf("rstream A → B across the switch process:\n%s", scli.stdout.String())
+			t.Logf("rstream A → B across the switch process:\n%s", scli.Stdout.String())
 		}
 	}
 
 	// P_Key 0x8001: A ↔ B over the children; C is no member, reaches neither.
-	if ok, out := pingNS(hosts[0], "10.20.0.2", 3); !ok {
+	if ok, out := e2etest.PingNS(hosts[0], "10.20.0.2", 3); !ok {
 		t.Errorf("A → B on 0x8001:\n%s", out)
 	}
-	if ok, out := unreachableNS(hosts[2], "10.20.0.1"); !ok {
+	if ok, out := e2etest.UnreachableNS(hosts[2], "10.20.0.1"); !ok {
 		t.Errorf("C reached A on 0x8001:\n%s", out)
 	}
 
 	// A host with the wrong key: dropped and counted, never connected; the switch serves on.
 	var before control.LinkCounters
 	sw.do(control.VerbCounters, &before)
-	_, sc := nsHelper(t, hosts[2], "udp-dial", "10.77.3.1:8432", "another pre-shared key, wrong", "0x0002c903ff000301", "1s")
+	_, sc := e2etest.NSHelper(t, hosts[2], "udp-dial", "10.77.3.1:8432", "another pre-shared key, wrong", "0x0002c903ff000301", "1s")
 	if !sc.Scan() || sc.Text() != "down" {
 		t.Errorf("a host with the wrong PSK: %q", sc.Text())
 	}
@@ -312,15 +310,15 @@ addresses = ["10.20.0.%d/24"]
 	}
 
 	// 100,000 random datagrams of 0–9000 bytes at the switch's port: it keeps serving.
-	rss0 := rssKB(t, sw.cmd.Process.Pid)
-	_, fl := nsHelper(t, hosts[2], "udp-flood", "10.77.3.1:8432", "100000", "9000")
+	rss0 := rssKB(t, sw.Cmd.Process.Pid)
+	_, fl := e2etest.NSHelper(t, hosts[2], "udp-flood", "10.77.3.1:8432", "100000", "9000")
 	if !fl.Scan() || !strings.HasPrefix(fl.Text(), "sent 100000") {
 		t.Fatalf("udp-flood: %q", fl.Text())
 	}
-	if ok, out := pingNS(hosts[0], "10.10.0.3", 3); !ok {
+	if ok, out := e2etest.PingNS(hosts[0], "10.10.0.3", 3); !ok {
 		t.Errorf("A → C after the flood:\n%s", out)
 	}
-	rss1 := rssKB(t, sw.cmd.Process.Pid)
+	rss1 := rssKB(t, sw.Cmd.Process.Pid)
 	var flooded control.LinkCounters
 	sw.do(control.VerbCounters, &flooded)
 	t.Logf("switch RSS %d KiB before 100,000 random datagrams, %d KiB after; drops: auth %d, short %d, truncated %d",
@@ -332,7 +330,7 @@ addresses = ["10.20.0.%d/24"]
 
 	// kill -9 host C: its switch port is down within 5 s; A ↔ B does not notice.
 	pinging := make(chan string, 1)
-	go func() { _, out := pingNS(hosts[0], "10.10.0.2", 25); pinging <- out }()
+	go func() { _, out := e2etest.PingNS(hosts[0], "10.10.0.2", 25); pinging <- out }()
 	killed := time.Now()
 	hs[2].kill()
 	cPort := portOf[guid(2)]
@@ -369,9 +367,9 @@ addresses = ["10.20.0.%d/24"]
 // (and with them the veths).
 func multiHostNet(t *testing.T, tag string, n int) (fab string, hosts []string) {
 	t.Helper()
-	fab = e2eNetNS(tag + "fab")
+	fab = e2etest.NetNS(tag + "fab")
 	for i := range n {
-		hosts = append(hosts, e2eNetNS(fmt.Sprintf("%sh%d", tag, i)))
+		hosts = append(hosts, e2etest.NetNS(fmt.Sprintf("%sh%d", tag, i)))
 	}
 	for _, ns := range append([]string{fab}, hosts...) {
 		mustCmd(t, "ip", "netns", "add", ns)
@@ -397,8 +395,8 @@ func multiHostNet(t *testing.T, tag string, n int) (fab string, hosts []string) 
 // over UDP links: ping crosses between the switches, and once the link carrying it is
 // pulled (`pibgw link Switch1/N down`) the SM routes over the other within one sweep.
 func TestE2ETopology(t *testing.T) {
-	requireE2E(t, "ping")
-	bin := buildPibgw(t)
+	e2etest.Require(t, "ping")
+	bin := e2etest.BuildPibgw(t)
 	dir := t.TempDir()
 	fab, hosts := multiHostNet(t, "t", 2)
 	topo := filepath.Join(dir, "2sw.ibnd")
@@ -436,7 +434,7 @@ addresses = ["10.10.0.%d/24"]
 	}
 	cables := func() map[string]uint64 { return cablePackets(t, sw) }
 	before := cables()
-	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
+	if ok, out := e2etest.PingNS(hosts[0], "10.10.0.2", 10); !ok {
 		t.Fatalf("A (Switch2) → B (Switch1):\n%s", out)
 	}
 	after := cables()
@@ -465,9 +463,9 @@ type nsProc struct {
 	t      *testing.T
 	bin    string
 	sock   string
-	cmd    *exec.Cmd
-	logs   *syncBuffer
-	exited chan error
+	Cmd    *exec.Cmd
+	logs   *e2etest.SyncBuffer
+	Exited chan error
 }
 
 // startNSProc runs `pibgw ARGS` in ns and waits until it answers on sock. The cleanup
@@ -490,29 +488,29 @@ func cablePackets(t *testing.T, p *nsProc) map[string]uint64 {
 
 func startNSProc(t *testing.T, bin, ns, sock string, args ...string) *nsProc {
 	t.Helper()
-	p := &nsProc{t: t, bin: bin, sock: sock, logs: &syncBuffer{}, exited: make(chan error, 1)}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	p := &nsProc{t: t, bin: bin, sock: sock, logs: &e2etest.SyncBuffer{}, Exited: make(chan error, 1)}
+	p.Cmd = exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...)
+	p.Cmd.Stdout, p.Cmd.Stderr = p.logs, p.logs
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PIBGW_CONTROL=") {
-			p.cmd.Env = append(p.cmd.Env, kv)
+			p.Cmd.Env = append(p.Cmd.Env, kv)
 		}
 	}
-	if err := p.cmd.Start(); err != nil {
+	if err := p.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { p.exited <- p.cmd.Wait() }()
+	go func() { p.Exited <- p.Cmd.Wait() }()
 	t.Cleanup(func() {
 		select {
-		case err := <-p.exited:
-			p.exited <- err
+		case err := <-p.Exited:
+			p.Exited <- err
 		default:
-			p.cmd.Process.Signal(syscall.SIGTERM) // ip netns exec execs pibgw: this is its pid
+			p.Cmd.Process.Signal(syscall.SIGTERM) // ip netns exec execs pibgw: this is its pid
 			select {
-			case <-p.exited:
+			case <-p.Exited:
 			case <-time.After(10 * time.Second):
-				p.cmd.Process.Kill()
-				<-p.exited
+				p.Cmd.Process.Kill()
+				<-p.Exited
 			}
 		}
 		if t.Failed() {
@@ -521,7 +519,7 @@ func startNSProc(t *testing.T, bin, ns, sock string, args ...string) *nsProc {
 	})
 	waitUntil(t, 30*time.Second, "pibgw "+args[0]+" answering", func() bool {
 		var st control.Status
-		return p.do(control.VerbStatus, &st) == nil && st.PID == p.cmd.Process.Pid
+		return p.do(control.VerbStatus, &st) == nil && st.PID == p.Cmd.Process.Pid
 	})
 	return p
 }
@@ -542,9 +540,9 @@ func (p *nsProc) pibgw(args ...string) (string, string, error) {
 
 // kill sends SIGKILL and waits for the process to be gone.
 func (p *nsProc) kill() {
-	p.cmd.Process.Kill()
-	err := <-p.exited
-	p.exited <- err
+	p.Cmd.Process.Kill()
+	err := <-p.Exited
+	p.Exited <- err
 }
 
 func mustCmd(t *testing.T, name string, args ...string) {
@@ -576,7 +574,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 
 // runPing sends one echo (one second to answer) from ns to addr.
 func runPing(ns, addr string) (bool, string) {
-	out, err := runCmd("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "1", addr)
+	out, err := e2etest.RunCmd("ip", "netns", "exec", ns, "ping", "-c", "1", "-W", "1", addr)
 	return err == nil, out
 }
 
@@ -597,82 +595,15 @@ func rssKB(t *testing.T, pid int) int {
 	return 0
 }
 
-// udpFlood: ADDR COUNT MAXSIZE sends COUNT datagrams of random bytes, each of a random
-// size 0..MAXSIZE, to ADDR, and prints "sent COUNT".
-func udpFlood(args []string) int {
-	if len(args) != 3 {
-		fmt.Fprintln(os.Stderr, "udp-flood: want ADDR COUNT MAXSIZE")
-		return 2
-	}
-	count, err1 := strconv.Atoi(args[1])
-	maxSize, err2 := strconv.Atoi(args[2])
-	c, err3 := net.Dial("udp", args[0])
-	if err := firstErr(err1, err2, err3); err != nil {
-		fmt.Fprintln(os.Stderr, "udp-flood:", err)
-		return 2
-	}
-	r := rand.New(rand.NewChaCha8([32]byte{15}))
-	buf := make([]byte, maxSize)
-	for i := 0; i < count; i++ {
-		b := buf[:r.IntN(maxSize+1)]
-		for j := range b {
-			b[j] = byte(r.Uint32())
-		}
-		if i%2 == 0 && len(b) >= udplink.HeaderLen {
-			b[0], b[1] = udplink.Version, byte(1+i%6) // well-formed headers too
-		}
-		c.Write(b) // ECONNREFUSED from an earlier ICMP error is fine
-		if i%256 == 0 {
-			time.Sleep(time.Millisecond) // let the switch's socket buffer drain a little
-		}
-	}
-	fmt.Printf("sent %d\n", count)
-	return 0
-}
-
-// udpDial: ADDR PSK GUID WAIT plugs a port (no HCA behind it) into the switch at ADDR
-// with key PSK and prints "up" or "down" after WAIT.
-func udpDial(args []string) int {
-	if len(args) != 4 {
-		fmt.Fprintln(os.Stderr, "udp-dial: want ADDR PSK GUID WAIT")
-		return 2
-	}
-	guid, err1 := strconv.ParseUint(strings.TrimPrefix(args[2], "0x"), 16, 64)
-	wait, err2 := time.ParseDuration(args[3])
-	if err := firstErr(err1, err2); err != nil {
-		fmt.Fprintln(os.Stderr, "udp-dial:", err)
-		return 2
-	}
-	d, err := udplink.Dial(args[0], guid, udplink.NewJack(nullPort{}).UDP(), udplink.Config{PSK: []byte(args[1])})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "udp-dial:", err)
-		return 1
-	}
-	time.Sleep(wait)
-	if d.Status().Up {
-		fmt.Println("up")
-	} else {
-		fmt.Println("down")
-	}
-	d.Close()
-	return 0
-}
-
-// nullPort is a port that drops what it receives.
-type nullPort struct{}
-
-func (nullPort) Receive([][]byte)   {}
-func (nullPort) Attach(fabric.Link) {}
-
 // TestE2EHostSM: the SM on a host instead of in the switch process (`pibgw switch
 // --no-sm`): the built-in SM (sm.mode = "internal" on host A), which waits for its UDP
 // link and sweeps the fabric through the remote switch; or opensm, attached to host A
 // (sm.mode = "external") through A's ibsim server. Either way B comes up too: ping A → B.
 func TestE2EHostSM(t *testing.T) {
-	requireE2E(t, "ping")
+	e2etest.Require(t, "ping")
 	t.Run("builtin", func(t *testing.T) { hostSM(t, "s", false) })
 	t.Run("opensm", func(t *testing.T) {
-		if _, err := exec.LookPath("opensm"); err != nil || findUmad2sim() == "" {
+		if _, err := exec.LookPath("opensm"); err != nil || e2etest.FindUmad2sim() == "" {
 			t.Skip("needs opensm and libumad2sim.so (Debian opensm, libumad2sim0)")
 		}
 		hostSM(t, "so", true)
@@ -680,7 +611,7 @@ func TestE2EHostSM(t *testing.T) {
 }
 
 func hostSM(t *testing.T, tag string, opensm bool) {
-	bin := buildPibgw(t)
+	bin := e2etest.BuildPibgw(t)
 	dir := t.TempDir()
 	fab, hosts := multiHostNet(t, tag, 2)
 	swSock := filepath.Join(dir, "sw.sock")
@@ -716,10 +647,10 @@ addresses = ["10.10.0.%d/24"]
 	if opensm {
 		// opensm in A's namespace (where A's ibsim server listens), preloaded with libumad2sim.
 		osmDir := t.TempDir()
-		osm := exec.Command("ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+findUmad2sim(), "IBSIM_SOCKNAME="+ibsimSock,
+		osm := exec.Command("ip", "netns", "exec", hosts[0], "env", "LD_PRELOAD="+e2etest.FindUmad2sim(), "IBSIM_SOCKNAME="+ibsimSock,
 			"OSM_CACHE_DIR="+osmDir, "OSM_TMP_DIR="+osmDir, "opensm", "-f", filepath.Join(osmDir, "opensm.log"))
 		osm.Dir = osmDir
-		osmOut := &syncBuffer{}
+		osmOut := &e2etest.SyncBuffer{}
 		osm.Stdout, osm.Stderr = osmOut, osmOut
 		waitUntil(t, 10*time.Second, "host A's ibsim server", func() bool {
 			var devs []control.Device
@@ -746,7 +677,7 @@ addresses = ["10.10.0.%d/24"]
 			return h.do(control.VerbShow, &ifs) == nil && len(ifs) > 0 && ifs[0].Up
 		})
 	}
-	if ok, out := pingNS(hosts[0], "10.10.0.2", 3); !ok {
+	if ok, out := e2etest.PingNS(hosts[0], "10.10.0.2", 3); !ok {
 		t.Fatalf("A → B with A's SM:\n%s", out)
 	}
 	// Port 1 has the switch process's own HCA (no SM on it), which A's SM brought up too.
@@ -760,8 +691,8 @@ addresses = ["10.10.0.%d/24"]
 // host B on switch 2: ping crosses; pulling out the uplink that carries it, the SM (in
 // switch 1's process) routes over the other.
 func TestE2ESwitchUplinks(t *testing.T) {
-	requireE2E(t, "ping")
-	bin := buildPibgw(t)
+	e2etest.Require(t, "ping")
+	bin := e2etest.BuildPibgw(t)
 	dir := t.TempDir()
 	fab, hosts := multiHostNet(t, "u", 2)
 	sock1, sock2 := filepath.Join(dir, "sw1.sock"), filepath.Join(dir, "sw2.sock")
@@ -799,7 +730,7 @@ addresses = ["10.10.0.%d/24"]
 	}
 	uplinks := func() map[string]uint64 { return cablePackets(t, sw2) }
 	before := uplinks()
-	if ok, out := pingNS(hosts[0], "10.10.0.2", 10); !ok {
+	if ok, out := e2etest.PingNS(hosts[0], "10.10.0.2", 10); !ok {
 		t.Fatalf("A (switch 1) → B (switch 2):\n%s", out)
 	}
 	after := uplinks()
@@ -822,3 +753,6 @@ addresses = ["10.10.0.%d/24"]
 	})
 	t.Logf("pings crossed uplink %s; %v after it was cut they cross the other", used, time.Since(cut).Round(time.Millisecond))
 }
+
+// rpingRateRE is rping -v's iteration rate (the example programs' output).
+var rpingRateRE = regexp.MustCompile(`(\d+) iterations in \S+: (\d+)/s`)

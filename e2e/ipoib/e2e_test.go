@@ -1,4 +1,4 @@
-package main
+package ipoib
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestEndToEnd is issue 5's acceptance run, as root: the pibgw binary's `up` with kernel
@@ -13,9 +14,9 @@ import (
 // neighbour table over the control socket, a P_Key child pair, and a SIGTERM that leaves
 // no TUN device or namespace behind. Traffic stays inside the namespaces the test made.
 func TestEndToEnd(t *testing.T) {
-	requireE2E(t, "ping")
-	nsA, nsB := e2eNetNS("a"), e2eNetNS("b")
-	d := startDaemon(t, "", fmt.Sprintf(`
+	e2etest.Require(t, "ping")
+	nsA, nsB := e2etest.NetNS("a"), e2etest.NetNS("b")
+	d := e2etest.StartDaemon(t, "", fmt.Sprintf(`
 [[sm.partitions]]
 name = "e2e"
 pkey = 0x8001
@@ -35,13 +36,13 @@ addresses = ["10.10.0.2/24"]
 `, nsA, nsB), nsA, nsB)
 
 	// The kernel's view of ib0.
-	out, err := runCmd("ip", "-n", nsA, "-d", "link", "show", "ib0")
+	out, err := e2etest.RunCmd("ip", "-n", nsA, "-d", "link", "show", "ib0")
 	if err != nil || !strings.Contains(out, "link/infiniband") || !strings.Contains(out, "mtu 2044") {
 		t.Errorf("ip -n %s -d link show ib0: %v\n%s", nsA, err, out)
 	}
 
 	// IPv4 across the fabric: 20 pings, no loss.
-	if ok, out := pingNS(nsA, "10.10.0.2", 20); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.2", 20); !ok {
 		t.Errorf("ping 10.10.0.2:\n%s", out)
 	}
 
@@ -72,7 +73,7 @@ addresses = ["10.10.0.2/24"]
 	}
 
 	// IPv6 to B's link-local address (fe80:: + pib_1 port 1's GUID, U/L bit flipped).
-	out, err = runCmd("ip", "netns", "exec", nsA, "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", "fe80::202:c903:0:401%ib0")
+	out, err = e2etest.RunCmd("ip", "netns", "exec", nsA, "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", "fe80::202:c903:0:401%ib0")
 	if err != nil || !strings.Contains(out, " 0% packet loss") {
 		t.Errorf("ping6 fe80::202:c903:0:401%%ib0: %v\n%s", err, out)
 	}
@@ -81,18 +82,18 @@ addresses = ["10.10.0.2/24"]
 	for _, c := range [][]string{{"ib0", "10.20.0.1/24"}, {"ib1", "10.20.0.2/24"}} {
 		d.MustPibgw("child", "add", c[0], "0x8001", "--addr", c[1])
 	}
-	out, err = runCmd("ip", "-n", nsA, "-d", "link", "show", "ib0.8001")
+	out, err = e2etest.RunCmd("ip", "-n", nsA, "-d", "link", "show", "ib0.8001")
 	if err != nil || !strings.Contains(out, "link/infiniband") {
 		t.Errorf("ib0.8001 in %s: %v\n%s", nsA, err, out)
 	}
-	if ok, out := pingNS(nsA, "10.20.0.2", 5); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.20.0.2", 5); !ok {
 		t.Errorf("ping 10.20.0.2 over ib0.8001:\n%s", out)
 	}
 	d.MustPibgw("child", "del", "ib0", "8001")
-	if ok, out := unreachableNS(nsA, "10.20.0.2"); !ok {
+	if ok, out := e2etest.UnreachableNS(nsA, "10.20.0.2"); !ok {
 		t.Errorf("ping 10.20.0.2 after child del:\n%s", out)
 	}
-	if ok, out := pingNS(nsA, "10.10.0.2", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.2", 3); !ok {
 		t.Errorf("parent ping after child del:\n%s", out)
 	}
 

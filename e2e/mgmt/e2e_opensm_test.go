@@ -1,4 +1,4 @@
-package main
+package mgmt
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // osmEnv runs libibumad programs through libumad2sim against a test daemon's ibsim
@@ -28,7 +30,7 @@ func (e *osmEnv) cmd(ctx context.Context, host string, name string, args ...stri
 	c.Dir = e.dir
 	// opensm keeps its caches (guid2lid…) and dumps in OSM_CACHE_DIR and OSM_TMP_DIR:
 	// the test's directory, not /var/cache/opensm.
-	c.Env = append(os.Environ(), "LD_PRELOAD="+findUmad2sim(), "IBSIM_SOCKNAME="+e.sock,
+	c.Env = append(os.Environ(), "LD_PRELOAD="+e2etest.FindUmad2sim(), "IBSIM_SOCKNAME="+e.sock,
 		"OSM_CACHE_DIR="+e.dir, "OSM_TMP_DIR="+e.dir)
 	if host != "" {
 		c.Env = append(c.Env, "SIM_HOST="+host)
@@ -40,47 +42,11 @@ func (e *osmEnv) cmd(ctx context.Context, host string, name string, args ...stri
 // returns its output; it fails the test if the program fails.
 func (e *osmEnv) diag(host, name string, args ...string) string {
 	e.t.Helper()
-	out, err := umadRun(e.t, func(ctx context.Context) *exec.Cmd { return e.cmd(ctx, host, name, args...) })
+	out, err := e2etest.UmadRun(e.t, func(ctx context.Context) *exec.Cmd { return e.cmd(ctx, host, name, args...) })
 	if err != nil {
 		e.t.Fatalf("%s %s (SIM_HOST=%q): %v\n%s", name, strings.Join(args, " "), host, err, out)
 	}
 	return string(out)
-}
-
-// umadRun runs the program mk makes (attached through libumad2sim) with a 20 s limit and
-// returns its combined output. A program attached through libumad2sim used to die of
-// SIGSEGV now and then — its receive thread given a late response meant for the previous
-// client in its slot (the server drops those now: ibsim's TestLateResponseAfterSlotReuse)
-// — or, seen once in CI right after such a crash, hang once it had closed its socket to
-// the server; such a run is still repeated, twice at most, should libumad2sim (which also
-// reads 32 bytes past its receive buffer on every MAD) fail another way.
-func umadRun(t testing.TB, mk func(ctx context.Context) *exec.Cmd) ([]byte, error) {
-	t.Helper()
-	var out []byte
-	var err error
-	for range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		c := mk(ctx)
-		out, err = c.CombinedOutput()
-		hung := ctx.Err() != nil
-		cancel()
-		if err == nil || !strings.Contains(err.Error(), "segmentation fault") && !hung {
-			break
-		}
-		t.Logf("%s: %v (libumad2sim; hung: %v); running it again", strings.Join(c.Args, " "), err, hung)
-	}
-	return out, err
-}
-
-// diagField returns the first value after "name:" and the dots that infiniband-diags
-// print ("Lid:.......3"), after "name:" and blanks (ibstat's "Base lid: 3"), or after
-// "name" and dots (saquery's "dlid.......4").
-func diagField(out, name string) string {
-	re := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(name) + `(?::[.\s]*|\.{2,})(\S+)`)
-	if m := re.FindStringSubmatch(out); m != nil {
-		return m[1]
-	}
-	return ""
 }
 
 // TestE2EOpenSM is issue 16's acceptance point 1: the real opensm, through libumad2sim
@@ -91,11 +57,11 @@ func diagField(out, name string) string {
 // `pibgw stat`: ibnetdiscover, ibstat, smpquery, perfquery (counters move with
 // traffic), saquery, ibroute, sminfo.
 func TestE2EOpenSM(t *testing.T) {
-	requireE2E(t, "ping", "opensm", "ibnetdiscover", "ibstat", "smpquery", "perfquery", "saquery", "ibroute", "sminfo")
-	if findUmad2sim() == "" {
+	e2etest.Require(t, "ping", "opensm", "ibnetdiscover", "ibstat", "smpquery", "perfquery", "saquery", "ibroute", "sminfo")
+	if e2etest.FindUmad2sim() == "" {
 		t.Skip("needs libumad2sim.so (Debian libumad2sim0, with ibsim-utils) in /usr/lib/*/umad2sim/")
 	}
-	nsA, nsB, nsC := e2eNetNS("oa"), e2eNetNS("ob"), e2eNetNS("oc")
+	nsA, nsB, nsC := e2etest.NetNS("oa"), e2etest.NetNS("ob"), e2etest.NetNS("oc")
 	sock := fmt.Sprintf("pibgwe2e-%d", os.Getpid())
 	body := fmt.Sprintf(`
 [fabric]
@@ -108,10 +74,10 @@ mode = "external"
 enable = true
 socket_name = %q
 `, sock) +
-		interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + "[[interfaces]]\nparent = \"ib0\"\npkey = 0x8001\naddresses = [\"10.20.0.1/24\"]\n" +
-		interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24") + "[[interfaces]]\nparent = \"ib1\"\npkey = 0x8001\naddresses = [\"10.20.0.2/24\"]\n" +
-		interfaceTOML("ib2", "pib_2", nsC, "10.10.0.3/24") + "[[interfaces]]\nparent = \"ib2\"\npkey = 0x8001\naddresses = [\"10.20.0.3/24\"]\n"
-	d := startDaemon(t, "", body, nsA, nsB, nsC)
+		e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + "[[interfaces]]\nparent = \"ib0\"\npkey = 0x8001\naddresses = [\"10.20.0.1/24\"]\n" +
+		e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24") + "[[interfaces]]\nparent = \"ib1\"\npkey = 0x8001\naddresses = [\"10.20.0.2/24\"]\n" +
+		e2etest.InterfaceTOML("ib2", "pib_2", nsC, "10.10.0.3/24") + "[[interfaces]]\nparent = \"ib2\"\npkey = 0x8001\naddresses = [\"10.20.0.3/24\"]\n"
+	d := e2etest.StartDaemon(t, "", body, nsA, nsB, nsC)
 	e := &osmEnv{t: t, sock: sock, dir: t.TempDir()}
 
 	// opensm on pib_0 port 1 (the default node), with partition 0x8001 for A and B only.
@@ -122,7 +88,7 @@ socket_name = %q
 	}
 	osmLog := filepath.Join(e.dir, "opensm.log")
 	osm := e.cmd(context.Background(), "", "opensm", "-f", osmLog, "-P", parts)
-	osmOut := &syncBuffer{}
+	osmOut := &e2etest.SyncBuffer{}
 	osm.Stdout, osm.Stderr = osmOut, osmOut
 	start := time.Now()
 	if err := osm.Start(); err != nil {
@@ -165,7 +131,7 @@ socket_name = %q
 	ports := map[string]port{}
 	for _, h := range []string{"pib_0", "pib_1", "pib_2"} {
 		s := d.MustPibgw("stat", h)
-		ports[h] = port{lid: diagField(s, "Base lid"), smLID: diagField(s, "SM lid"), guid: diagField(s, "Port GUID")}
+		ports[h] = port{lid: e2etest.DiagField(s, "Base lid"), smLID: e2etest.DiagField(s, "SM lid"), guid: e2etest.DiagField(s, "Port GUID")}
 	}
 	smLID := ports["pib_0"].lid
 	if ports["pib_1"].smLID != smLID || ports["pib_2"].smLID != smLID {
@@ -189,27 +155,27 @@ socket_name = %q
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("interfaces up (joined through opensm's SA) %v after opensm started", time.Since(start).Round(time.Millisecond))
-	if ok, out := pingNS(nsA, "10.10.0.2", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.2", 3); !ok {
 		t.Errorf("A → B on ib0:\n%s", out)
 	}
-	if ok, out := pingNS(nsC, "10.10.0.1", 3); !ok {
+	if ok, out := e2etest.PingNS(nsC, "10.10.0.1", 3); !ok {
 		t.Errorf("C → A on ib2:\n%s", out)
 	}
 	// opensm's partition 0x8001 (A and B): the children of A and B talk, C's stays out.
-	if ok, out := pingNS(nsA, "10.20.0.2", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.20.0.2", 3); !ok {
 		t.Errorf("A → B on ib0.8001 (opensm's partition):\n%s", out)
 	}
 	if c := d.Show()["ib2.8001"]; c.Up || !strings.Contains(c.Reason, "0x8001") {
 		t.Errorf("ib2.8001 (C is no member of opensm's 0x8001) = %+v; want down for want of the P_Key", c)
 	}
-	if ok, out := unreachableNS(nsC, "10.20.0.1"); !ok {
+	if ok, out := e2etest.UnreachableNS(nsC, "10.20.0.1"); !ok {
 		t.Errorf("C reached A's child on 0x8001:\n%s", out)
 	}
 
 	// ibstat from each node agrees with pibgw stat.
 	for h, p := range ports {
 		s := e.diag(h, "ibstat")
-		if diagField(s, "Base lid") != p.lid || diagField(s, "SM lid") != p.smLID || diagField(s, "Port GUID") != p.guid || diagField(s, "State") != "Active" {
+		if e2etest.DiagField(s, "Base lid") != p.lid || e2etest.DiagField(s, "SM lid") != p.smLID || e2etest.DiagField(s, "Port GUID") != p.guid || e2etest.DiagField(s, "State") != "Active" {
 			t.Errorf("ibstat at %s:\n%s\nwant lid %s, SM lid %s, port GUID %s, Active", h, s, p.lid, p.smLID, p.guid)
 		}
 	}
@@ -247,17 +213,17 @@ socket_name = %q
 	// smpquery by LID and by directed route.
 	for h, p := range ports {
 		ni := e.diag("", "smpquery", "nodeinfo", p.lid)
-		if g := diagField(ni, "PortGuid"); !strings.EqualFold(strings.TrimPrefix(g, "0x"), strings.TrimPrefix(p.guid, "0x")) {
+		if g := e2etest.DiagField(ni, "PortGuid"); !strings.EqualFold(strings.TrimPrefix(g, "0x"), strings.TrimPrefix(p.guid, "0x")) {
 			t.Errorf("smpquery nodeinfo %s (%s): PortGuid %s, want %s\n%s", p.lid, h, g, p.guid, ni)
 		}
 		pi := e.diag("", "smpquery", "portinfo", p.lid)
-		if diagField(pi, "Lid") != p.lid || diagField(pi, "SMLid") != smLID || diagField(pi, "LinkState") != "Active" {
+		if e2etest.DiagField(pi, "Lid") != p.lid || e2etest.DiagField(pi, "SMLid") != smLID || e2etest.DiagField(pi, "LinkState") != "Active" {
 			t.Errorf("smpquery portinfo %s (%s):\n%s", p.lid, h, pi)
 		}
 	}
 	for port := 1; port <= 3; port++ {
 		// The switch's ports to the HCAs: Active; only port 0 of a switch has a LID.
-		if pi := e.diag("", "smpquery", "-D", "portinfo", "0,1", fmt.Sprint(port)); diagField(pi, "LinkState") != "Active" || diagField(pi, "Lid") != "0" {
+		if pi := e.diag("", "smpquery", "-D", "portinfo", "0,1", fmt.Sprint(port)); e2etest.DiagField(pi, "LinkState") != "Active" || e2etest.DiagField(pi, "Lid") != "0" {
 			t.Errorf("smpquery -D portinfo 0,1 %d:\n%s", port, pi)
 		}
 	}
@@ -265,12 +231,12 @@ socket_name = %q
 	// perfquery: pib_1's PortXmitPkts/PortRcvPkts move with a ping to it.
 	pc := func() (xmit, rcv int) {
 		out := e.diag("", "perfquery", ports["pib_1"].lid, "1")
-		xmit, _ = strconv.Atoi(diagField(out, "PortXmitPkts"))
-		rcv, _ = strconv.Atoi(diagField(out, "PortRcvPkts"))
+		xmit, _ = strconv.Atoi(e2etest.DiagField(out, "PortXmitPkts"))
+		rcv, _ = strconv.Atoi(e2etest.DiagField(out, "PortRcvPkts"))
 		return
 	}
 	x0, r0 := pc()
-	if ok, out := pingNS(nsA, "10.10.0.2", 5); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.2", 5); !ok {
 		t.Errorf("A → B on ib0:\n%s", out)
 	}
 	x1, r1 := pc()
@@ -292,20 +258,20 @@ socket_name = %q
 			}
 		}
 	}
-	if sw := e.diag("", "perfquery", swLID, "2"); diagField(sw, "PortXmitPkts") == "" {
+	if sw := e.diag("", "perfquery", swLID, "2"); e2etest.DiagField(sw, "PortXmitPkts") == "" {
 		t.Errorf("perfquery of the switch's port 2:\n%s", sw)
 	}
 
 	// saquery: opensm's SA answers for the fabric it manages.
-	if nr := e.diag("pib_2", "saquery", "NR", ports["pib_1"].lid); diagField(nr, "node_guid") != "0x0002c90300000400" ||
-		diagField(nr, "NodeDescription") != "pibgw" {
+	if nr := e.diag("pib_2", "saquery", "NR", ports["pib_1"].lid); e2etest.DiagField(nr, "node_guid") != "0x0002c90300000400" ||
+		e2etest.DiagField(nr, "NodeDescription") != "pibgw" {
 		t.Errorf("saquery NR %s (pib_1's NodeRecord):\n%s", ports["pib_1"].lid, nr)
 	}
 	pr := e.diag("pib_1", "saquery", "-p", "--slid", ports["pib_1"].lid, "--dlid", ports["pib_2"].lid)
-	if diagField(pr, "dlid") != ports["pib_2"].lid || diagField(pr, "slid") != ports["pib_1"].lid || diagField(pr, "pkey") != "0xFFFF" {
+	if e2etest.DiagField(pr, "dlid") != ports["pib_2"].lid || e2etest.DiagField(pr, "slid") != ports["pib_1"].lid || e2etest.DiagField(pr, "pkey") != "0xFFFF" {
 		t.Errorf("saquery -p --slid %s --dlid %s:\n%s", ports["pib_1"].lid, ports["pib_2"].lid, pr)
 	}
-	if sm := e.diag("", "saquery", "-s"); diagField(sm, "base_lid") != smLID {
+	if sm := e.diag("", "saquery", "-s"); e2etest.DiagField(sm, "base_lid") != smLID {
 		t.Errorf("saquery -s (IsSM ports):\n%s", sm)
 	}
 

@@ -1,7 +1,6 @@
-package main
+package ipoib
 
 import (
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -10,51 +9,8 @@ import (
 
 	"github.com/pibgw/pibgw/fabric/fabrictest"
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
-
-// iperfIn runs `iperf3 -c addr -t secs` from nsClient against a one-shot server in
-// nsServer; during, if set, runs while the client is at it.
-func iperfIn(t *testing.T, nsClient, nsServer, addr, port string, secs int, during func()) iperfResult {
-	t.Helper()
-	server := exec.Command("ip", "netns", "exec", nsServer, "iperf3", "-s", "-1", "-B", addr, "-p", port)
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	srvDone := make(chan error, 1)
-	go func() { srvDone <- server.Wait() }()
-	defer func() {
-		select {
-		case <-srvDone:
-		case <-time.After(5 * time.Second):
-			server.Process.Kill()
-			<-srvDone
-		}
-	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		out, _ := exec.Command("ip", "netns", "exec", nsServer, "ss", "-ltnH", "sport", "= :"+port).Output()
-		if len(strings.TrimSpace(string(out))) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("iperf3 server did not start in 10 s")
-		}
-	}
-	client := exec.Command("ip", "netns", "exec", nsClient, "iperf3", "-c", addr, "-p", port, "-t", fmt.Sprint(secs), "-J")
-	var out syncBuffer
-	client.Stdout = &out
-	if err := client.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if during != nil {
-		during()
-	}
-	err := client.Wait()
-	var res iperfResult
-	if jerr := json.Unmarshal([]byte(out.String()), &res); err != nil || jerr != nil || res.Error != "" {
-		t.Fatalf("iperf3 -c %s: %v %v %s\n%s", addr, err, jerr, res.Error, out.String())
-	}
-	return res
-}
 
 // TestE2EConnectedMode is issue 11's acceptance point 1, as root: ib0 and ib1 in
 // connected mode (one by `pibgw mode`, one by the config) have MTU 65520 in `ip link`;
@@ -65,31 +21,31 @@ func iperfIn(t *testing.T, nsClient, nsServer, addr, port string, secs int, duri
 // tshark with the CM's REQ/REP/RTU (IPoIB-CM private data) and RC data, nothing
 // malformed.
 func TestE2EConnectedMode(t *testing.T) {
-	requireE2E(t, "ping", "iperf3", "ss")
+	e2etest.Require(t, "ping", "iperf3", "ss")
 	if _, err := exec.LookPath("tshark"); err != nil {
 		t.Skip("tshark not installed: apt-get install tshark (scripts/test.sh does) to run this interop test")
 	}
-	nsA, nsB, nsC := e2eNetNS("ca"), e2eNetNS("cb"), e2eNetNS("cc")
+	nsA, nsB, nsC := e2etest.NetNS("ca"), e2etest.NetNS("cb"), e2etest.NetNS("cc")
 	body := "[fabric]\nhca_count = 3\n" +
-		interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") +
-		interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24") + "mode = \"connected\"\n" +
-		interfaceTOML("ib2", "pib_2", nsC, "10.10.0.3/24")
-	d := startDaemon(t, "", body, nsA, nsB, nsC)
+		e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") +
+		e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24") + "mode = \"connected\"\n" +
+		e2etest.InterfaceTOML("ib2", "pib_2", nsC, "10.10.0.3/24")
+	d := e2etest.StartDaemon(t, "", body, nsA, nsB, nsC)
 
 	const captureCount = 2000
-	capture := startCapture(t, d, "cm.pcap", captureCount)
+	capture := e2etest.StartCapture(t, d, "cm.pcap", captureCount)
 	pcap := capture.Path
 
 	if out := d.MustPibgw("mode", "ib0", "connected"); out != "ib0: connected mode, mtu 65520\n" {
 		t.Fatalf("pibgw mode ib0 connected: %q", out)
 	}
 	for ns, dev := range map[string]string{nsA: "ib0", nsB: "ib1"} {
-		out, err := runCmd("ip", "-n", ns, "link", "show", dev)
+		out, err := e2etest.RunCmd("ip", "-n", ns, "link", "show", dev)
 		if err != nil || !strings.Contains(out, "mtu 65520") {
 			t.Fatalf("ip link show %s: %v\n%s", dev, err, out)
 		}
 	}
-	if out, err := runCmd("ip", "-n", nsC, "link", "show", "ib2"); err != nil || !strings.Contains(out, "mtu 2044") {
+	if out, err := e2etest.RunCmd("ip", "-n", nsC, "link", "show", "ib2"); err != nil || !strings.Contains(out, "mtu 2044") {
 		t.Fatalf("ip link show ib2: %v\n%s", err, out)
 	}
 	if it := d.Show()["ib1"]; it.Mode != "connected" || it.MTU != 65520 {
@@ -100,7 +56,7 @@ func TestE2EConnectedMode(t *testing.T) {
 	checkOffloads(t, nsA, "ib0", "on", "off")
 
 	// ping -s 60000: whole 60,028-byte packets over the connection.
-	if out, err := runCmd("ip", "netns", "exec", nsA, "ping", "-c", "3", "-s", "60000", "-W", "2", "10.10.0.2"); err != nil ||
+	if out, err := e2etest.RunCmd("ip", "netns", "exec", nsA, "ping", "-c", "3", "-s", "60000", "-W", "2", "10.10.0.2"); err != nil ||
 		!strings.Contains(out, " 0% packet loss") {
 		t.Fatalf("ping -s 60000 10.10.0.2: %v\n%s", err, out)
 	}
@@ -117,17 +73,17 @@ func TestE2EConnectedMode(t *testing.T) {
 	}
 
 	// iperf3 10 s, then 64 MiB with SHA-256 on both ends.
-	res := iperfIn(t, nsA, nsB, "10.10.0.2", "5301", 10, nil)
+	res := e2etest.IperfIn(t, nsA, nsB, "10.10.0.2", "5301", 10, nil)
 	t.Logf("iperf3 connected mode A→B 10 s: %.2f Gbit/s, %d retransmits",
 		res.End.SumReceived.BitsPerSecond/1e9, res.End.SumSent.Retransmits)
 	if sent, recv := res.End.SumSent.Bytes, res.End.SumReceived.Bytes; recv <= 0 || recv > sent || sent-recv > 32<<20 {
 		t.Errorf("iperf3: sender sent %d bytes, receiver received %d", sent, recv)
 	}
-	_, sink := nsHelper(t, nsB, "tcp-sink", "10.10.0.2:5302")
+	_, sink := e2etest.NSHelper(t, nsB, "tcp-sink", "10.10.0.2:5302")
 	if !sink.Scan() || sink.Text() != "ready" {
 		t.Fatalf("tcp-sink did not start: %q", sink.Text())
 	}
-	_, source := nsHelper(t, nsA, "tcp-source", "10.10.0.2:5302", fmt.Sprint(64<<20))
+	_, source := e2etest.NSHelper(t, nsA, "tcp-source", "10.10.0.2:5302", fmt.Sprint(64<<20))
 	source.Scan()
 	sink.Scan()
 	sentLine, gotLine := strings.TrimPrefix(source.Text(), "sent "), strings.TrimPrefix(sink.Text(), "got ")
@@ -137,15 +93,15 @@ func TestE2EConnectedMode(t *testing.T) {
 
 	// ib2 is in datagram mode (no 0x80 flag): reached over UD; a 3000-byte ping first
 	// gets "Frag needed" from pibgw, then the kernel fragments at the learned MTU.
-	if ok, out := pingNS(nsA, "10.10.0.3", 2); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.3", 2); !ok {
 		t.Fatalf("ping 10.10.0.3:\n%s", out)
 	}
-	runCmd("ip", "netns", "exec", nsA, "ping", "-c", "1", "-s", "3000", "-W", "1", "10.10.0.3")
-	out, err := runCmd("ip", "-n", nsA, "route", "get", "10.10.0.3")
+	e2etest.RunCmd("ip", "netns", "exec", nsA, "ping", "-c", "1", "-s", "3000", "-W", "1", "10.10.0.3")
+	out, err := e2etest.RunCmd("ip", "-n", nsA, "route", "get", "10.10.0.3")
 	if err != nil || !strings.Contains(out, "mtu 2044") {
 		t.Fatalf("ip route get 10.10.0.3 has no cached MTU 2044: %v\n%s", err, out)
 	}
-	if out, err := runCmd("ip", "netns", "exec", nsA, "ping", "-c", "3", "-s", "3000", "-W", "2", "10.10.0.3"); err != nil ||
+	if out, err := e2etest.RunCmd("ip", "netns", "exec", nsA, "ping", "-c", "3", "-s", "3000", "-W", "2", "10.10.0.3"); err != nil ||
 		!strings.Contains(out, " 0% packet loss") {
 		t.Fatalf("ping -s 3000 10.10.0.3 after the PMTU was learned: %v\n%s", err, out)
 	}
@@ -154,7 +110,7 @@ func TestE2EConnectedMode(t *testing.T) {
 	}
 
 	// Back to datagram mode while iperf3 runs: the transfer completes.
-	res = iperfIn(t, nsA, nsB, "10.10.0.2", "5303", 6, func() {
+	res = e2etest.IperfIn(t, nsA, nsB, "10.10.0.2", "5303", 6, func() {
 		time.Sleep(2 * time.Second)
 		if out := d.MustPibgw("mode", "ib0", "datagram"); out != "ib0: datagram mode, mtu 2044\n" {
 			t.Errorf("pibgw mode ib0 datagram: %q", out)
@@ -164,7 +120,7 @@ func TestE2EConnectedMode(t *testing.T) {
 	if res.End.SumReceived.Bytes <= 0 {
 		t.Errorf("iperf3 across the mode switch received nothing")
 	}
-	if out, err := runCmd("ip", "-n", nsA, "link", "show", "ib0"); err != nil || !strings.Contains(out, "mtu 2044") {
+	if out, err := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0"); err != nil || !strings.Contains(out, "mtu 2044") {
 		t.Errorf("ip link show ib0 after datagram: %v\n%s", err, out)
 	}
 	checkOffloads(t, nsA, "ib0", "on", "on")
@@ -237,7 +193,7 @@ func checkOffloads(t *testing.T, ns, dev, csum, tso string) {
 		t.Logf("ethtool is not installed: not checking %s's offloads (scripts/test.sh installs it)", dev)
 		return
 	}
-	out, err := runCmd("ip", "netns", "exec", ns, "ethtool", "-k", dev)
+	out, err := e2etest.RunCmd("ip", "netns", "exec", ns, "ethtool", "-k", dev)
 	if err != nil {
 		t.Fatalf("ethtool -k %s: %v\n%s", dev, err, out)
 	}

@@ -1,4 +1,4 @@
-package main
+package mgmt
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2EUmadLibrary: pibgw's own libibumad.so.3 (scripts/build-libs.sh, umad/) under
@@ -19,18 +21,18 @@ import (
 // which joins its multicast group through libibumad under the verbs device's name,
 // runs (libumad2sim: "failed to open UMAD port").
 func TestE2EUmadLibrary(t *testing.T) {
-	requireE2E(t, "gcc", "saquery", "ibstat")
-	libDir := umadLibs(t)
+	e2etest.Require(t, "gcc", "saquery", "ibstat")
+	libDir := e2etest.UmadLibs(t)
 	sock := fmt.Sprintf("pibgwe2e-umad-%d", os.Getpid())
-	nsA, nsB := e2eNetNS("ua"), e2eNetNS("ub")
+	nsA, nsB := e2etest.NetNS("ua"), e2etest.NetNS("ub")
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0") // a free port for ibsim's UDP mode
 	if err != nil {
 		t.Fatal(err)
 	}
 	udpPort := pc.LocalAddr().(*net.UDPAddr).Port
 	pc.Close()
-	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\nudp = \"127.0.0.1:%d\"\n", sock, udpPort)+
-		interfaceTOML("ib0", "pib_0", nsA, "10.31.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.31.0.2/24"), nsA, nsB)
+	d := e2etest.StartDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\nudp = \"127.0.0.1:%d\"\n", sock, udpPort)+
+		e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.31.0.1/24")+e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.31.0.2/24"), nsA, nsB)
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
 		if time.Now().After(deadline) {
@@ -44,7 +46,7 @@ func TestE2EUmadLibrary(t *testing.T) {
 	// ibstat lists both HCAs as the verbs do, each Active at its LID.
 	st := out("--", "ibstat")
 	for _, dev := range []string{"pib_0", "pib_1"} {
-		want := diagField(d.MustPibgw("stat", dev), "Base lid")
+		want := e2etest.DiagField(d.MustPibgw("stat", dev), "Base lid")
 		if !strings.Contains(st, "CA '"+dev+"'") || !strings.Contains(st, "Base lid: "+want) {
 			t.Errorf("ibstat: want CA '%s' with base lid %s\n%s", dev, want, st)
 		}
@@ -88,8 +90,8 @@ func TestE2EUmadLibrary(t *testing.T) {
 		t.Errorf("saquery over ibsim's UDP mode: %v; want three NodeRecords\n%s", err, b)
 	}
 	// --node puts an HCA first: ibaddr there prints its LID.
-	lid1 := diagField(d.MustPibgw("stat", "pib_1"), "Base lid")
-	if a := out("--node", "pib_1", "--", "ibaddr"); !strings.Contains(a, "LID start "+hexLID(lid1)) {
+	lid1 := e2etest.DiagField(d.MustPibgw("stat", "pib_1"), "Base lid")
+	if a := out("--node", "pib_1", "--", "ibaddr"); !strings.Contains(a, "LID start "+e2etest.HexLID(lid1)) {
 		t.Errorf("ibaddr with --node pib_1: want pib_1's LID %s\n%s", lid1, a)
 	}
 
@@ -107,7 +109,7 @@ func umadPerftestMulticast(t *testing.T, run func(ctx context.Context, args ...s
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	srv := run(ctx, "--", "ib_send_bw", "-c", "UD", "-g", "-n", "200", "-d", "pib_1", "-p", port)
-	var srvOut syncBuffer
+	var srvOut e2etest.SyncBuffer
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -128,31 +130,24 @@ func umadPerftestMulticast(t *testing.T, run func(ctx context.Context, args ...s
 	}
 }
 
-// hexLID is a decimal LID as ibaddr prints it (0x3).
-func hexLID(lid string) string {
-	var n int
-	fmt.Sscan(lid, &n)
-	return fmt.Sprintf("%#x", n)
-}
-
 // TestE2EUmadLibraryOpenSM: the real opensm through pibgw's libibumad.so.3 is the
 // subnet manager (sm.mode = "external"): its SM agent makes its port the SM's, it brings
 // both ports up, and its SA's answers — GetTable responses sent in RMPP segments by the
 // library under opensm, reassembled by the one under saquery — are whole tables.
 func TestE2EUmadLibraryOpenSM(t *testing.T) {
-	requireE2E(t, "gcc", "opensm", "saquery", "sminfo")
-	libDir := umadLibs(t)
+	e2etest.Require(t, "gcc", "opensm", "saquery", "sminfo")
+	libDir := e2etest.UmadLibs(t)
 	sock := fmt.Sprintf("pibgwe2e-umadsm-%d", os.Getpid())
-	nsA, nsB := e2eNetNS("usa"), e2eNetNS("usb")
-	d := startDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[sm]\nmode = \"external\"\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock)+
-		interfaceTOML("ib0", "pib_0", nsA, "10.32.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.32.0.2/24"), nsA, nsB)
+	nsA, nsB := e2etest.NetNS("usa"), e2etest.NetNS("usb")
+	d := e2etest.StartDaemon(t, "", fmt.Sprintf("[fabric]\nhca_count = 2\n\n[sm]\nmode = \"external\"\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock)+
+		e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.32.0.1/24")+e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.32.0.2/24"), nsA, nsB)
 	dir := t.TempDir()
 	u := &umadRunner{t: t, d: d, libDir: libDir, dir: dir, env: []string{"OSM_CACHE_DIR=" + dir, "OSM_TMP_DIR=" + dir}}
 	run, out := u.cmd, u.out
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	osm := run(ctx, "--", "opensm", "-f", filepath.Join(dir, "opensm.log"))
-	var osmOut syncBuffer
+	var osmOut e2etest.SyncBuffer
 	osm.Stdout, osm.Stderr = &osmOut, &osmOut
 	if err := osm.Start(); err != nil {
 		t.Fatal(err)
@@ -176,7 +171,7 @@ func TestE2EUmadLibraryOpenSM(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	u.context = func() string { return "opensm:\n" + osmOut.String() }
-	lid0 := diagField(d.MustPibgw("stat", "pib_0"), "Base lid")
+	lid0 := e2etest.DiagField(d.MustPibgw("stat", "pib_0"), "Base lid")
 	if sm := out("--", "sminfo"); !strings.Contains(sm, "sm lid "+lid0+" ") || !strings.Contains(sm, "SMINFO_MASTER") {
 		t.Errorf("sminfo: want opensm MASTER at pib_0's LID %s\n%s", lid0, sm)
 	}
@@ -186,33 +181,16 @@ func TestE2EUmadLibraryOpenSM(t *testing.T) {
 	if pr := out("--", "saquery", "PR"); strings.Count(pr, "PathRecord dump") != 9 {
 		t.Errorf("saquery PR (opensm's SA): %d PathRecords, want 9\n%s", strings.Count(pr, "PathRecord dump"), pr)
 	}
-	if s := out("--", "saquery", "-s"); strings.Count(s, "PortInfoRecord dump") != 1 || diagField(s, "base_lid") != lid0 {
+	if s := out("--", "saquery", "-s"); strings.Count(s, "PortInfoRecord dump") != 1 || e2etest.DiagField(s, "base_lid") != lid0 {
 		t.Errorf("saquery -s (opensm's SA): want the one SM port, LID %s\n%s", lid0, s)
 	}
-}
-
-// umadLibs builds pibgw's C libraries into a temporary directory for a test of the
-// libibumad.so.3 among them, and skips the test without libibumad's header.
-func umadLibs(t *testing.T) string {
-	t.Helper()
-	if _, err := os.Stat("/usr/include/infiniband/umad.h"); err != nil {
-		t.Skip("libibumad's header is missing (libibumad-dev)")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", dir).CombinedOutput(); err != nil {
-		t.Fatalf("build-libs.sh: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "umad", "libibumad.so.3")); err != nil {
-		t.Fatalf("build-libs.sh built no umad/libibumad.so.3: %v", err)
-	}
-	return dir
 }
 
 // umadRunner runs programs with `pibgw exec --umad` against a test daemon, with the
 // libraries of libDir, in dir, with env added.
 type umadRunner struct {
 	t           *testing.T
-	d           *e2eDaemon
+	d           *e2etest.Daemon
 	libDir, dir string
 	env         []string
 	context     func() string // more to show when a program fails

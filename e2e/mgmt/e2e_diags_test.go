@@ -1,4 +1,4 @@
-package main
+package mgmt
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2EDiagsBuiltinSM: infiniband-diags, through libumad2sim and the ibsim server,
@@ -20,15 +22,15 @@ import (
 // Linux host, instead of after its timeout; and `ibping` gets its pongs from an
 // `ibping -S` attached at the other HCA.
 func TestE2EDiagsBuiltinSM(t *testing.T) {
-	requireE2E(t, "saquery", "iblinkinfo", "vendstat", "ibping")
-	if findUmad2sim() == "" {
+	e2etest.Require(t, "saquery", "iblinkinfo", "vendstat", "ibping")
+	if e2etest.FindUmad2sim() == "" {
 		t.Skip("needs libumad2sim.so (Debian libumad2sim0, with ibsim-utils) in /usr/lib/*/umad2sim/")
 	}
-	nsA, nsB := e2eNetNS("da"), e2eNetNS("db")
+	nsA, nsB := e2etest.NetNS("da"), e2etest.NetNS("db")
 	sock := fmt.Sprintf("pibgwe2e-diag-%d", os.Getpid())
 	body := fmt.Sprintf("[fabric]\nhca_count = 2\n\n[ibsim]\nenable = true\nsocket_name = %q\n", sock) +
-		interfaceTOML("ib0", "pib_0", nsA, "10.30.0.1/24") + interfaceTOML("ib1", "pib_1", nsB, "10.30.0.2/24")
-	d := startDaemon(t, "", body, nsA, nsB)
+		e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.30.0.1/24") + e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.30.0.2/24")
+	d := e2etest.StartDaemon(t, "", body, nsA, nsB)
 	e := &osmEnv{t: t, sock: sock, dir: t.TempDir()}
 
 	deadline := time.Now().Add(20 * time.Second)
@@ -46,24 +48,24 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s0, s1 := d.MustPibgw("stat", "pib_0"), d.MustPibgw("stat", "pib_1")
-	lid0, lid1, guid1 := diagField(s0, "Base lid"), diagField(s1, "Base lid"), diagField(s1, "Port GUID")
+	lid0, lid1, guid1 := e2etest.DiagField(s0, "Base lid"), e2etest.DiagField(s1, "Base lid"), e2etest.DiagField(s1, "Port GUID")
 
 	// The SM's port: saquery -s asks for the ports with IsSM among their capabilities.
-	if sm := e.diag("", "saquery", "-s"); diagField(sm, "base_lid") != lid0 {
+	if sm := e.diag("", "saquery", "-s"); e2etest.DiagField(sm, "base_lid") != lid0 {
 		t.Errorf("saquery -s (IsSM ports): want pib_0's LID %s first\n%s", lid0, sm)
 	}
 	// The SM itself: MASTER, at pib_0's LID.
-	if smir := e.diag("", "saquery", "SMIR"); diagField(smir, "LID") != lid0 || diagField(smir, "SMState") != "3" {
+	if smir := e.diag("", "saquery", "SMIR"); e2etest.DiagField(smir, "LID") != lid0 || e2etest.DiagField(smir, "SMState") != "3" {
 		t.Errorf("saquery SMIR: want the SM at LID %s, SMState 3 (MASTER)\n%s", lid0, smir)
 	}
 	// The switch's LID from its SwitchInfoRecord; pib_1's link goes to it.
 	swir := e.diag("", "saquery", "SWIR")
-	swLID := diagField(swir, "LID")
-	if swLID == "" || swLID == "0" || diagField(swir, "LinearFDBTop") == "" {
+	swLID := e2etest.DiagField(swir, "LID")
+	if swLID == "" || swLID == "0" || e2etest.DiagField(swir, "LinearFDBTop") == "" {
 		t.Fatalf("saquery SWIR:\n%s", swir)
 	}
-	if lr := e.diag("", "saquery", "-x", lid1); diagField(lr, "FromLID") != lid1 || diagField(lr, "FromPort") != "1" ||
-		diagField(lr, "ToLID") != swLID {
+	if lr := e.diag("", "saquery", "-x", lid1); e2etest.DiagField(lr, "FromLID") != lid1 || e2etest.DiagField(lr, "FromPort") != "1" ||
+		e2etest.DiagField(lr, "ToLID") != swLID {
 		t.Errorf("saquery -x %s: want pib_1 port 1 → the switch (LID %s)\n%s", lid1, swLID, lr)
 	}
 	// The switch's LFT sends each HCA's LID out of the port its cable is in (pib_n on n+1).
@@ -78,10 +80,10 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 	if mft := e.diag("", "saquery", "MFTR", swLID); !regexp.MustCompile(`(?m)^\s*0xc000\s+0x0006\s*$`).MatchString(mft) {
 		t.Errorf("saquery MFTR %s: want MLID 0xc000 on ports 1 and 2 (0x0006)\n%s", swLID, mft)
 	}
-	if pk := e.diag("", "saquery", "PKTR", lid1); diagField(pk, "LID") != lid1 || !strings.Contains(pk, "0xffff") {
+	if pk := e.diag("", "saquery", "PKTR", lid1); e2etest.DiagField(pk, "LID") != lid1 || !strings.Contains(pk, "0xffff") {
 		t.Errorf("saquery PKTR %s: want pib_1's table with the default P_Key\n%s", lid1, pk)
 	}
-	if gir := e.diag("", "saquery", "GIR", lid1); diagField(gir, "GUID 0") != guid1 {
+	if gir := e.diag("", "saquery", "GIR", lid1); e2etest.DiagField(gir, "GUID 0") != guid1 {
 		t.Errorf("saquery GIR %s: GUID 0 want pib_1's port GUID %s\n%s", lid1, guid1, gir)
 	}
 	if ll := e.diag("", "iblinkinfo"); strings.Count(ll, "Active/  LinkUp") != 4 {
@@ -91,7 +93,7 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 	// pibgw exec --umad sets the program up from the daemon's own settings (pibgw's
 	// libibumad.so.3 where the libraries are built, else libumad2sim): ibaddr, attached
 	// at pib_1, prints pib_1's LID.
-	out, err := umadRun(t, func(ctx context.Context) *exec.Cmd {
+	out, err := e2etest.UmadRun(t, func(ctx context.Context) *exec.Cmd {
 		c := exec.CommandContext(ctx, d.Bin, "exec", "--control", d.Sock, "--umad", "--node", "pib_1", "--", "ibaddr")
 		c.Dir = e.dir // libumad2sim, if it is the one, writes ./sys-PID
 		return c
@@ -120,12 +122,12 @@ func TestE2EDiagsBuiltinSM(t *testing.T) {
 
 // ibpingPongs runs `ibping -S` attached at pib_1 and `ibping -c 2 LID` from the default
 // node, and reports whether both pings were answered. A program attached through
-// libumad2sim may still fail in a way of its own (umadRun), so the pair gets three tries.
+// libumad2sim may still fail in a way of its own (e2etest.UmadRun), so the pair gets three tries.
 func ibpingPongs(t *testing.T, e *osmEnv, lid string) bool {
 	for try := 0; try < 3; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		srv := e.cmd(ctx, "pib_1", "ibping", "-S")
-		var srvOut syncBuffer
+		var srvOut e2etest.SyncBuffer
 		srv.Stdout, srv.Stderr = &srvOut, &srvOut
 		if err := srv.Start(); err != nil {
 			cancel()

@@ -1,4 +1,4 @@
-package main
+package verbs
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/pibgw/pibgw/attach"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/e2etest"
 	"github.com/pibgw/pibgw/trace"
 )
 
@@ -26,7 +27,7 @@ type traceCollector struct {
 }
 
 // startTrace starts a trace stream and waits until it runs (a bookmark comes through).
-func startTrace(t *testing.T, d *e2eDaemon, req control.Request) *traceCollector {
+func startTrace(t *testing.T, d *e2etest.Daemon, req control.Request) *traceCollector {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	tc := &traceCollector{stop: cancel, done: make(chan error, 1)}
@@ -118,43 +119,43 @@ func wcStep(opcode string) traceStep {
 // trace shows the retries; inspect lists the processes' QPs and inject puts one in error,
 // which the program sees.
 func TestE2EDebug(t *testing.T) {
-	requireE2E(t)
+	e2etest.Require(t)
 	binDir := t.TempDir()
 	if out, err := exec.Command("go", "build", "-o", binDir+"/", "github.com/pibgw/pibgw/examples/rping").CombinedOutput(); err != nil {
 		t.Fatalf("go build rping: %v\n%s", err, out)
 	}
 	rping := filepath.Join(binDir, "rping")
-	nsA, nsB := e2eNetNS("dba"), e2eNetNS("dbb")
-	body := interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24")
-	d := startDaemon(t, "", body, nsA, nsB)
+	nsA, nsB := e2etest.NetNS("dba"), e2etest.NetNS("dbb")
+	body := e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24")
+	d := e2etest.StartDaemon(t, "", body, nsA, nsB)
 	sock := filepath.Join(filepath.Dir(d.Sock), "attach.sock")
-	pair := func(t *testing.T, count string) (srv, cli *attachProc) {
-		srv = startAttached(t, sock, exec.Command(rping, "-s", "-a", "10.10.0.2", "-C", count, "-V"))
-		waitPS(t, d, srv, "the rping server listening", func(ss []attach.SessionInfo) bool {
-			s := sessionOf(ss, srv.cmd.Process.Pid)
+	pair := func(t *testing.T, count string) (srv, cli *e2etest.AttachProc) {
+		srv = e2etest.StartAttached(t, sock, exec.Command(rping, "-s", "-a", "10.10.0.2", "-C", count, "-V"))
+		e2etest.WaitPS(t, d, srv, "the rping server listening", func(ss []attach.SessionInfo) bool {
+			s := e2etest.SessionOf(ss, srv.Cmd.Process.Pid)
 			return s != nil && s.Listens == 1
 		})
-		cli = startAttached(t, sock, exec.Command(rping, "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", count, "-V"))
+		cli = e2etest.StartAttached(t, sock, exec.Command(rping, "-c", "-a", "10.10.0.2", "-I", "10.10.0.1", "-C", count, "-V"))
 		return srv, cli
 	}
 
 	// gone kills the processes and waits until the daemon has let go of them (their
 	// listens), so that the next pair can listen on rping's port.
-	gone := func(t *testing.T, ps ...*attachProc) {
+	gone := func(t *testing.T, ps ...*e2etest.AttachProc) {
 		for _, p := range ps {
-			p.cmd.Process.Kill()
-			<-p.done
+			p.Cmd.Process.Kill()
+			<-p.Done
 		}
-		waitPS(t, d, nil, "no session", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
+		e2etest.WaitPS(t, d, nil, "no session", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
 	}
 
 	t.Run("trace-rping", func(t *testing.T) {
 		tc := startTrace(t, d, control.Request{})
 		srv, cli := pair(t, "5")
-		cli.mustSucceed(t, time.Minute)
-		srv.mustSucceed(t, 30*time.Second)
+		cli.MustSucceed(t, time.Minute)
+		srv.MustSucceed(t, 30*time.Second)
 		defer gone(t)
-		sp, cp := strconv.Itoa(srv.cmd.Process.Pid), strconv.Itoa(cli.cmd.Process.Pid)
+		sp, cp := strconv.Itoa(srv.Cmd.Process.Pid), strconv.Itoa(cli.Cmd.Process.Pid)
 		// The processes sent their records as they closed their sessions; the daemon
 		// passes them on as they come.
 		for deadline := time.Now().Add(10 * time.Second); !tc.has(func(r trace.Record) bool {
@@ -200,14 +201,14 @@ func TestE2EDebug(t *testing.T) {
 		// this shows RC's retries, not the CM's.
 		tc := startTrace(t, d, control.Request{Kinds: "retry,mark"})
 		srv, cli := pair(t, "0")
-		waitPS(t, d, cli, "the rping client with its QP", func(ss []attach.SessionInfo) bool {
-			s := sessionOf(ss, cli.cmd.Process.Pid)
+		e2etest.WaitPS(t, d, cli, "the rping client with its QP", func(ss []attach.SessionInfo) bool {
+			s := e2etest.SessionOf(ss, cli.Cmd.Process.Pid)
 			return s != nil && len(s.QPs) > 0
 		})
 		d.MustPibgw("fault", "pib_1/1", "--loss", "1%", "--seed", "3")
 		for deadline := time.Now().Add(time.Minute); !tc.has(func(r trace.Record) bool { return r.Kind == "retry" }); time.Sleep(50 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("no retry in the trace of rping over a 1%% lossy cable\nclient: %s\nserver: %s", cli.stderr.String(), srv.stderr.String())
+				t.Fatalf("no retry in the trace of rping over a 1%% lossy cable\nclient: %s\nserver: %s", cli.Stderr.String(), srv.Stderr.String())
 			}
 		}
 		var cables []control.Cable
@@ -230,19 +231,19 @@ func TestE2EDebug(t *testing.T) {
 			t.Errorf("the cable with the fault: %+v", cables[0])
 		}
 		t.Logf("%d retries by then; %d packets lost on pib_1/1", n, cables[0].Counters["fault_lost"])
-		if cli.exited() || srv.exited() {
+		if cli.Exited() || srv.Exited() {
 			// The example's rping wants its SEND's completion before the next RECV's; a
 			// lost ACK delays the first behind the second, which IBA allows.
-			t.Logf("rping ended over the lossy cable\nclient: %s\nserver: %s", cli.stderr.String(), srv.stderr.String())
+			t.Logf("rping ended over the lossy cable\nclient: %s\nserver: %s", cli.Stderr.String(), srv.Stderr.String())
 		}
 		gone(t, cli, srv)
 	})
 
 	t.Run("inspect-inject", func(t *testing.T) {
 		srv, cli := pair(t, "0")
-		pid := cli.cmd.Process.Pid
-		waitPS(t, d, cli, "the rping client with its QP", func(ss []attach.SessionInfo) bool {
-			s := sessionOf(ss, pid)
+		pid := cli.Cmd.Process.Pid
+		e2etest.WaitPS(t, d, cli, "the rping client with its QP", func(ss []attach.SessionInfo) bool {
+			s := e2etest.SessionOf(ss, pid)
 			return s != nil && len(s.QPs) > 0
 		})
 		var qp *hca.ObjectInfo
@@ -269,15 +270,15 @@ func TestE2EDebug(t *testing.T) {
 		}
 		t.Logf("pibgw inspect --pid %d:\n%s", pid, out)
 		if _, errs, err := d.Pibgw("inject", "qp", fmt.Sprintf("%#x", qp.ID), "--dev", qp.Device); err != nil {
-			t.Fatalf("pibgw inject: %v %s\nrping client: exited %v\n%s\nrping server:\n%s", err, errs, cli.exited(), cli.stderr.String(), srv.stderr.String())
+			t.Fatalf("pibgw inject: %v %s\nrping client: exited %v\n%s\nrping server:\n%s", err, errs, cli.Exited(), cli.Stderr.String(), srv.Stderr.String())
 		}
-		if err := cli.wait(t, 30*time.Second); err == nil {
-			t.Fatalf("the rping client went on after its QP was put in error:\n%s", cli.stderr.String())
+		if err := cli.Wait(t, 30*time.Second); err == nil {
+			t.Fatalf("the rping client went on after its QP was put in error:\n%s", cli.Stderr.String())
 		}
-		if !strings.Contains(cli.stderr.String(), "WR_FLUSH_ERR") && !strings.Contains(cli.stderr.String(), "QP_FATAL") {
-			t.Errorf("the rping client's error:\n%s", cli.stderr.String())
+		if !strings.Contains(cli.Stderr.String(), "WR_FLUSH_ERR") && !strings.Contains(cli.Stderr.String(), "QP_FATAL") {
+			t.Errorf("the rping client's error:\n%s", cli.Stderr.String())
 		}
-		t.Logf("rping client after inject: %s", strings.TrimSpace(cli.stderr.String()))
+		t.Logf("rping client after inject: %s", strings.TrimSpace(cli.Stderr.String()))
 		gone(t, cli, srv)
 	})
 }

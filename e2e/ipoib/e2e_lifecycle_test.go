@@ -1,4 +1,4 @@
-package main
+package ipoib
 
 import (
 	"encoding/json"
@@ -10,23 +10,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/internal/e2etest"
 	"github.com/pibgw/pibgw/internal/lifecycle"
 )
 
 // lifecycleConfig is one interface in a namespace of the test's.
-func lifecycleConfig(ns string) string { return interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24") }
+func lifecycleConfig(ns string) string {
+	return e2etest.InterfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24")
+}
 
 // TestLifecycleKill9: a daemon killed with SIGKILL leaves its namespace, socket and
 // state file; the next `pibgw up` recognises them as its own (the state file's record)
 // and, at its SIGTERM, leaves nothing: no namespace, TUN device, socket or state file.
 func TestLifecycleKill9(t *testing.T) {
-	requireE2E(t)
-	ns := e2eNetNS("k9")
-	d := startDaemon(t, "", lifecycleConfig(ns), ns)
-	oldPID := d.cmd.Process.Pid
-	d.cmd.Process.Kill()
-	<-d.exited
-	if out, _ := runCmd("ip", "netns", "list"); !strings.Contains(out, ns) {
+	e2etest.Require(t)
+	ns := e2etest.NetNS("k9")
+	d := e2etest.StartDaemon(t, "", lifecycleConfig(ns), ns)
+	oldPID := d.Cmd.Process.Pid
+	d.Cmd.Process.Kill()
+	<-d.Exited
+	if out, _ := e2etest.RunCmd("ip", "netns", "list"); !strings.Contains(out, ns) {
 		t.Fatalf("SIGKILL: the namespace went with the daemon?\n%s", out)
 	}
 	b, err := os.ReadFile(lifecycle.PathFor(d.Sock))
@@ -35,8 +38,8 @@ func TestLifecycleKill9(t *testing.T) {
 		t.Fatalf("state file after SIGKILL: %v\n%s", err, b)
 	}
 
-	d.launch()
-	d.waitAlive()
+	d.Launch()
+	d.WaitAlive()
 	if !strings.Contains(d.Logs(), "adopting namespace a killed daemon left") {
 		t.Errorf("the new daemon did not adopt %s:\n%s", ns, d.Logs())
 	}
@@ -51,12 +54,12 @@ func TestLifecycleKill9(t *testing.T) {
 // `pibgw show` with its interface in its namespace. Each old daemon exits within 0.3 s
 // of its SIGTERM.
 func TestLifecycleTermThenUp(t *testing.T) {
-	requireE2E(t)
-	ns := e2eNetNS("tu")
-	d := startDaemon(t, "", lifecycleConfig(ns), ns)
+	e2etest.Require(t)
+	ns := e2etest.NetNS("tu")
+	d := e2etest.StartDaemon(t, "", lifecycleConfig(ns), ns)
 	var exits []time.Duration
 	for i := 0; i < 20; i++ {
-		old, oldExited := d.cmd, d.exited
+		old, oldExited := d.Cmd, d.Exited
 		errc := make(chan error, 1)
 		var took time.Duration
 		start := time.Now()
@@ -66,8 +69,8 @@ func TestLifecycleTermThenUp(t *testing.T) {
 			took = time.Since(start)
 			errc <- err
 		}()
-		d.launch()
-		d.waitAlive()
+		d.Launch()
+		d.WaitAlive()
 		if err := <-errc; err != nil {
 			t.Fatalf("round %d: the old daemon exited with %v", i, err)
 		}
@@ -76,7 +79,7 @@ func TestLifecycleTermThenUp(t *testing.T) {
 		if ib0, ok := show["ib0"]; !ok || ib0.NetNS != ns {
 			t.Fatalf("round %d: show %+v", i, show)
 		}
-		if out, err := runCmd("ip", "-n", ns, "link", "show", "ib0"); err != nil {
+		if out, err := e2etest.RunCmd("ip", "-n", ns, "link", "show", "ib0"); err != nil {
 			t.Fatalf("round %d: ib0 missing from %s: %v\n%s", i, ns, err, out)
 		}
 	}

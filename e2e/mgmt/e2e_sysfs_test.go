@@ -1,4 +1,4 @@
-package main
+package mgmt
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2ESysfsView: `pibgw exec` gives its command the daemon's HCAs in
@@ -25,22 +27,22 @@ import (
 // in a user namespace, one who cannot one line saying so, and the command runs; the
 // host's mounts and /sys/class are as before.
 func TestE2ESysfsView(t *testing.T) {
-	requireE2E(t, "gcc", "ibstatus", "ibstat", "ibv_devinfo", "sh")
+	e2etest.Require(t, "gcc", "ibstatus", "ibstat", "ibv_devinfo", "sh")
 	libDir := os.Getenv("PIBGW_E2E_LIBDIR") // libraries built already (scripts/build-libs.sh)
 	if libDir == "" {
-		libDir = umadLibs(t)
-		openToAll(t, libDir)
+		libDir = e2etest.UmadLibs(t)
+		e2etest.OpenToAll(t, libDir)
 	}
 	mountsBefore := hostMounts(t)
 	classBefore := sysClass(t)
 
-	nsA, nsB := e2eNetNS("sfa"), e2eNetNS("sfb")
+	nsA, nsB := e2etest.NetNS("sfa"), e2etest.NetNS("sfb")
 	ifA, ifB := fmt.Sprintf("sv%da", os.Getpid()), fmt.Sprintf("sv%db", os.Getpid())
 	simSock := fmt.Sprintf("pibgwe2e-sysfs-%d", os.Getpid())
-	d := startDaemon(t, "", fmt.Sprintf("[ibsim]\nenable = true\nsocket_name = %q\n", simSock)+
-		interfaceTOML(ifA, "pib_0", nsA, "10.32.0.1/24")+interfaceTOML(ifB, "pib_1", nsB, "10.32.0.2/24"), nsA, nsB)
-	openToAll(t, filepath.Dir(d.Bin))
-	openToAll(t, filepath.Dir(d.Sock))
+	d := e2etest.StartDaemon(t, "", fmt.Sprintf("[ibsim]\nenable = true\nsocket_name = %q\n", simSock)+
+		e2etest.InterfaceTOML(ifA, "pib_0", nsA, "10.32.0.1/24")+e2etest.InterfaceTOML(ifB, "pib_1", nsB, "10.32.0.2/24"), nsA, nsB)
+	e2etest.OpenToAll(t, filepath.Dir(d.Bin))
+	e2etest.OpenToAll(t, filepath.Dir(d.Sock))
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(d.MustPibgw("stat", "pib_1"), "State: Active") {
 		if time.Now().After(deadline) {
@@ -84,8 +86,8 @@ func TestE2ESysfsView(t *testing.T) {
 	if n := strings.Count(st, "phys state:\t 5: LinkUp\n"); n != 2 {
 		t.Errorf("ibstatus: %d ports 5: LinkUp, want 2\n%s", n, st)
 	}
-	if lid := diagField(d.MustPibgw("stat", "pib_1"), "Base lid"); !strings.Contains(st, "base lid:\t "+hexLID(lid)+"\n") {
-		t.Errorf("ibstatus: want pib_1's base lid %s\n%s", hexLID(lid), st)
+	if lid := e2etest.DiagField(d.MustPibgw("stat", "pib_1"), "Base lid"); !strings.Contains(st, "base lid:\t "+e2etest.HexLID(lid)+"\n") {
+		t.Errorf("ibstatus: want pib_1's base lid %s\n%s", e2etest.HexLID(lid), st)
 	}
 
 	// ibstat (libibumad's umad_get_ca reads sysfs): a CA type; --umad (pibgw's
@@ -127,7 +129,7 @@ func TestE2ESysfsView(t *testing.T) {
 	// Live: a command running sees pib_1's port go down.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var watch syncBuffer
+	var watch e2etest.SyncBuffer
 	w := pexec(ctx, "--", "sh", "-c", `f=/sys/class/infiniband/pib_1/ports/1/state; cat $f; `+
 		`i=0; while ! grep -q DOWN $f; do sleep 0.1; i=$((i+1)); [ $i -gt 150 ] && exit 3; done; cat $f`)
 	w.Stdout, w.Stderr = &watch, &watch

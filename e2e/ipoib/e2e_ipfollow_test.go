@@ -1,10 +1,12 @@
-package main
+package ipoib
 
 import (
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2EIPFollowing is issue 9's acceptance point 1: `ip` on the interfaces does what it
@@ -15,18 +17,18 @@ import (
 // peer; a child deleted with `ip link del` and re-created is reachable within 2 s; a
 // send to an unjoined multicast group goes out, and no interface counts drop_no_group.
 func TestE2EIPFollowing(t *testing.T) {
-	requireE2E(t, "ping")
+	e2etest.Require(t, "ping")
 	start := time.Now()
-	nsA, nsB, nsD := e2eNetNS("fa"), e2eNetNS("fb"), e2eNetNS("fd")
-	d := startDaemon(t, "", `
+	nsA, nsB, nsD := e2etest.NetNS("fa"), e2etest.NetNS("fb"), e2etest.NetNS("fd")
+	d := e2etest.StartDaemon(t, "", `
 [[sm.partitions]]
 name = "p1"
 pkey = 0x8001
 members = ["pib_0", "pib_1"]
-`+interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24")+interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24"), nsA, nsB)
+`+e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24")+e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24"), nsA, nsB)
 	ip := func(args ...string) {
 		t.Helper()
-		if out, err := runCmd("ip", args...); err != nil {
+		if out, err := e2etest.RunCmd("ip", args...); err != nil {
 			t.Fatalf("ip %v: %v\n%s", args, err, out)
 		}
 	}
@@ -35,17 +37,17 @@ members = ["pib_0", "pib_1"]
 	ip("-n", nsB, "addr", "add", "10.10.0.22/24", "dev", "ib1")
 	ip("-n", nsA, "-6", "addr", "add", "fd00::1/64", "dev", "ib0", "nodad")
 	ip("-n", nsB, "-6", "addr", "add", "fd00::22/64", "dev", "ib1", "nodad")
-	if ok, out := pingNS(nsA, "10.10.0.22", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.22", 3); !ok {
 		t.Errorf("ping 10.10.0.22 after ip addr add:\n%s", out)
 	}
-	if ok, out := pingNS(nsA, "fd00::22", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "fd00::22", 3); !ok {
 		t.Errorf("ping fd00::22 after ip -6 addr add:\n%s", out)
 	}
 	if ib1 := d.Show()["ib1"]; !strings.Contains(strings.Join(ib1.Addrs, " "), "10.10.0.22/24") {
 		t.Errorf("pibgw show ib1 lacks 10.10.0.22/24: %v", ib1.Addrs)
 	}
 	ip("-n", nsB, "addr", "del", "10.10.0.22/24", "dev", "ib1")
-	if ok, out := unreachableNS(nsA, "10.10.0.22"); !ok {
+	if ok, out := e2etest.UnreachableNS(nsA, "10.10.0.22"); !ok {
 		t.Errorf("10.10.0.22 still answers after ip addr del:\n%s", out)
 	}
 
@@ -57,21 +59,21 @@ members = ["pib_0", "pib_1"]
 	})
 	ip("-n", nsB, "link", "set", "ib1", "up")
 	waitE2E(t, "ib1 up in pibgw show", func() bool { return d.Show()["ib1"].Up })
-	if out, err := runCmd("ip", "-n", nsB, "-6", "addr", "show", "dev", "ib1"); err != nil || !strings.Contains(out, "fe80::202:c903:0:401/64") {
+	if out, err := e2etest.RunCmd("ip", "-n", nsB, "-6", "addr", "show", "dev", "ib1"); err != nil || !strings.Contains(out, "fe80::202:c903:0:401/64") {
 		t.Errorf("link-local address after down/up: %v\n%s", err, out)
 	}
-	if ok, out := pingNS(nsA, "fe80::202:c903:0:401%ib0", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "fe80::202:c903:0:401%ib0", 3); !ok {
 		t.Errorf("ping6 to ib1's link-local address after down/up:\n%s", out)
 	}
 
 	// ip link set mtu above the maximum: put back, with a warning.
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "4092")
 	waitE2E(t, "the MTU put back", func() bool {
-		out, _ := runCmd("ip", "-n", nsA, "link", "show", "ib0")
+		out, _ := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0")
 		return strings.Contains(out, "mtu 2044") && strings.Contains(d.Logs(), "MTU above the mode's maximum")
 	})
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "1500") // below the maximum: accepted
-	if out, _ := runCmd("ip", "-n", nsA, "link", "show", "ib0"); !strings.Contains(out, "mtu 1500") {
+	if out, _ := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0"); !strings.Contains(out, "mtu 1500") {
 		t.Errorf("mtu 1500 not kept:\n%s", out)
 	}
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "2044")
@@ -79,10 +81,10 @@ members = ["pib_0", "pib_1"]
 	// A child whose P_Key is not in the port's table: NO-CARRIER, sends fail at once.
 	d.MustPibgw("child", "add", "ib0", "0x8005", "--addr", "10.50.0.1/24")
 	waitE2E(t, "NO-CARRIER on ib0.8005", func() bool {
-		out, _ := runCmd("ip", "-n", nsA, "link", "show", "ib0.8005")
+		out, _ := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0.8005")
 		return strings.Contains(out, "NO-CARRIER") && strings.Contains(out, "state DOWN")
 	})
-	if out, err := runCmd("ip", "netns", "exec", nsA, "ping", "-c", "1", "-W", "1", "10.50.0.2"); err == nil || !strings.Contains(out, "Network is unreachable") {
+	if out, err := e2etest.RunCmd("ip", "netns", "exec", nsA, "ping", "-c", "1", "-W", "1", "10.50.0.2"); err == nil || !strings.Contains(out, "Network is unreachable") {
 		t.Errorf("ping over a child without carrier: %v\n%s", err, out)
 	}
 	if strings.Contains(d.Logs(), `msg="interface up" ipoib=ib0.8005`) {
@@ -98,11 +100,11 @@ members = ["pib_0", "pib_1"]
 	ip("-n", nsD, "addr", "add", "10.30.0.7/24", "dev", "vd")
 	ip("-n", nsD, "link", "set", "vd", "up")
 	ip("-n", nsD, "route", "add", "default", "via", "10.30.0.1")
-	if out, err := runCmd("ip", "netns", "exec", nsB, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
+	if out, err := e2etest.RunCmd("ip", "netns", "exec", nsB, "sysctl", "-qw", "net.ipv4.ip_forward=1"); err != nil {
 		t.Fatalf("ip_forward in %s: %v\n%s", nsB, err, out)
 	}
 	ip("-n", nsA, "route", "add", "10.30.0.0/24", "via", "10.10.0.2", "dev", "ib0")
-	if ok, out := pingNS(nsA, "10.30.0.7", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.30.0.7", 3); !ok {
 		t.Errorf("ping 10.30.0.7 through the gateway 10.10.0.2:\n%s", out)
 	}
 
@@ -110,7 +112,7 @@ members = ["pib_0", "pib_1"]
 	// is reachable within 2 s (it announces itself).
 	d.MustPibgw("child", "add", "ib0", "0x8001", "--addr", "10.20.0.1/24")
 	d.MustPibgw("child", "add", "ib1", "0x8001", "--addr", "10.20.0.2/24")
-	if ok, out := pingNS(nsA, "10.20.0.2", 2); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.20.0.2", 2); !ok {
 		t.Fatalf("ping 10.20.0.2 over the children:\n%s", out)
 	}
 	oldQPN := d.Show()["ib1.8001"].QPN
@@ -122,7 +124,7 @@ members = ["pib_0", "pib_1"]
 	}
 	t0 := time.Now()
 	for {
-		out, err := runCmd("ip", "netns", "exec", nsA, "ping", "-c", "1", "-W", "1", "10.20.0.2")
+		out, err := e2etest.RunCmd("ip", "netns", "exec", nsA, "ping", "-c", "1", "-W", "1", "10.20.0.2")
 		if err == nil {
 			t.Logf("re-created child reachable after %v", time.Since(t0).Round(time.Millisecond))
 			break
@@ -136,7 +138,7 @@ members = ["pib_0", "pib_1"]
 	// A send to a multicast group nobody joined goes out (a send-only join).
 	ip("-n", nsA, "route", "add", "239.0.0.0/8", "dev", "ib0")
 	before := d.Show()["ib0"].Counters["tx_multicast"]
-	runCmd("ip", "netns", "exec", nsA, "ping", "-c", "2", "-i", "0.2", "-W", "1", "-t", "1", "239.1.2.3")
+	e2etest.RunCmd("ip", "netns", "exec", nsA, "ping", "-c", "2", "-i", "0.2", "-W", "1", "-t", "1", "239.1.2.3")
 	waitE2E(t, "the multicast send", func() bool { return d.Show()["ib0"].Counters["tx_multicast"] >= before+2 })
 
 	// No interface counted drop_no_group, idle for at least 30 s since start.

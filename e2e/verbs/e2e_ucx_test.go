@@ -1,8 +1,9 @@
-package main
+package verbs
 
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2EUCX runs UCX (Debian's ucx-utils, unmodified) on the daemon's HCAs through
@@ -109,6 +112,10 @@ func hasTransport(out, tl, dev string) bool {
 // bytes to 1 MiB go back and forth over UCX's rc_verbs, every byte checked, and an
 // allreduce sums the ranks.
 func TestE2EMPI(t *testing.T) {
+	e2etest.Require(t, "gcc", "mpicc", "mpirun")
+	if err := mpiHeader("mpicc"); err != nil {
+		t.Skipf("%v: install Open MPI's headers (Debian's libopenmpi-dev)", err)
+	}
 	d, libDir := startUCXDaemon(t, "mpi", "mpicc", "mpirun")
 	prog := filepath.Join(t.TempDir(), "mpi_pingpong")
 	if out, err := exec.Command("mpicc", "-O2", "-o", prog, "testdata/mpi_pingpong.c").CombinedOutput(); err != nil {
@@ -137,25 +144,70 @@ func TestE2EMPI(t *testing.T) {
 	t.Logf("%s", out)
 }
 
+// mpiHeader checks that the MPI compiler wrapper finds mpi.h: openmpi-bin gives mpicc
+// without it (libopenmpi-dev has it, under /usr/lib/x86_64-linux-gnu/openmpi/include as
+// `mpicc --showme:compile` says).
+func mpiHeader(mpicc string) error {
+	cmd := exec.Command(mpicc, "-E", "-x", "c", "-o", "/dev/null", "-")
+	cmd.Stdin = strings.NewReader("#include <mpi.h>\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		msg, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return fmt.Errorf("%s finds no mpi.h (%v: %s)", mpicc, err, msg)
+	}
+	return nil
+}
+
+// TestMPIHeaderCheck: TestE2EMPI skips, saying so, where mpicc is there without mpi.h
+// (openmpi-bin without libopenmpi-dev: it failed with "mpi.h: No such file or
+// directory"), and finds the header where it is.
+func TestMPIHeaderCheck(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("needs gcc")
+	}
+	dir := t.TempDir()
+	inc := filepath.Join(dir, "include")
+	if err := os.Mkdir(inc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// mpicc as Open MPI's wrapper: gcc with the include directory of its headers.
+	fake := func(name, incDir string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\nexec gcc -I"+incDir+" \"$@\"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	without := fake("mpicc-without", inc)
+	if err := mpiHeader(without); err == nil || !strings.Contains(err.Error(), "mpi.h") {
+		t.Errorf("mpicc without mpi.h: %v; want an error naming mpi.h", err)
+	}
+	if err := os.WriteFile(filepath.Join(inc, "mpi.h"), []byte("int MPI_Init(int *, char ***);\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := mpiHeader(without); err != nil {
+		t.Errorf("mpicc with mpi.h: %v", err)
+	}
+}
+
 // startUCXDaemon skips unless UCX (and tools) can run, builds pibgw's libraries into a
 // temporary directory and starts `pibgw up` with one interface in namespace
 // pibgwe2e-PID-name, with /dev/infiniband/uverbsN for UCX (made by `pibgw devnodes` and
 // removed when the test ends, unless they were there).
-func startUCXDaemon(t *testing.T, name string, tools ...string) (*e2eDaemon, string) {
+func startUCXDaemon(t *testing.T, name string, tools ...string) (*e2etest.Daemon, string) {
 	t.Helper()
-	requireE2E(t, append([]string{"gcc", "ucx_info"}, tools...)...)
+	e2etest.Require(t, append([]string{"gcc", "ucx_info"}, tools...)...)
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
 		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
 	}
-	if _, err := os.Stat(kernelVerbsDir); err == nil {
-		t.Skipf("the kernel has uverbs devices (%s): UCX would see those", kernelVerbsDir)
+	if _, err := os.Stat(e2etest.KernelVerbsDir); err == nil {
+		t.Skipf("the kernel has uverbs devices (%s): UCX would see those", e2etest.KernelVerbsDir)
 	}
 	libDir := t.TempDir()
 	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
 		t.Fatalf("build-libs.sh: %v\n%s", err, out)
 	}
-	ns := e2eNetNS(name)
-	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24"), ns)
+	ns := e2etest.NetNS(name)
+	d := e2etest.StartDaemon(t, "", e2etest.InterfaceTOML("ib0", "pib_0", ns, "10.10.0.1/24"), ns)
 	if _, err := os.Stat("/dev/infiniband/uverbs1"); err != nil {
 		d.MustPibgw("devnodes")
 		t.Cleanup(func() { d.Pibgw("devnodes", "--remove") })

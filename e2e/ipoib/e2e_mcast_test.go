@@ -1,4 +1,4 @@
-package main
+package ipoib
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2EMulticast is issue 5's acceptance point 3, as root: three hosts; an IPv4
@@ -15,9 +17,9 @@ import (
 // and never one to 239.1.2.3. Joins take a moment (IGMP report → pibgw joins the MGID
 // through the SA), so the sender repeats.
 func TestE2EMulticast(t *testing.T) {
-	requireE2E(t)
-	nsA, nsB, nsC := e2eNetNS("ma"), e2eNetNS("mb"), e2eNetNS("mc")
-	d := startDaemon(t, "", fmt.Sprintf(`
+	e2etest.Require(t)
+	nsA, nsB, nsC := e2etest.NetNS("ma"), e2etest.NetNS("mb"), e2etest.NetNS("mc")
+	d := e2etest.StartDaemon(t, "", fmt.Sprintf(`
 [fabric]
 hca_count = 3
 
@@ -46,7 +48,7 @@ addresses = ["10.10.0.3/24"]
 		err   error
 	}
 	listen := func(ns, iface, group string) chan result {
-		_, sc := nsHelper(t, ns, "mcast-listen", iface, "5000", strconv.Itoa(want), "15s", group)
+		_, sc := e2etest.NSHelper(t, ns, "mcast-listen", iface, "5000", strconv.Itoa(want), "15s", group)
 		if !sc.Scan() || sc.Text() != "ready" {
 			t.Fatalf("listener in %s did not start: %q %v", ns, sc.Text(), sc.Err())
 		}
@@ -63,7 +65,7 @@ addresses = ["10.10.0.3/24"]
 	}
 	gotB := listen(nsB, "ib1", "239.1.2.3")
 	gotC := listen(nsC, "ib2", "239.1.2.4")
-	sender, _ := nsHelper(t, nsA, "mcast-send", "ib0", "5000", "150", "50ms", "239.1.2.3", "239.1.2.4")
+	sender, _ := e2etest.NSHelper(t, nsA, "mcast-send", "ib0", "5000", "150", "50ms", "239.1.2.3", "239.1.2.4")
 
 	check := func(host string, ch chan result, group, other string) {
 		t.Helper()

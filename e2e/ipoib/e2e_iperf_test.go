@@ -1,4 +1,4 @@
-package main
+package ipoib
 
 import (
 	"bufio"
@@ -10,23 +10,8 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/fabric/fabrictest"
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
-
-// iperfResult is the part of `iperf3 -J` the test reads.
-type iperfResult struct {
-	Error string `json:"error"`
-	End   struct {
-		SumSent struct {
-			Bytes         int64   `json:"bytes"`
-			BitsPerSecond float64 `json:"bits_per_second"`
-			Retransmits   int64   `json:"retransmits"`
-		} `json:"sum_sent"`
-		SumReceived struct {
-			Bytes         int64   `json:"bytes"`
-			BitsPerSecond float64 `json:"bits_per_second"`
-		} `json:"sum_received"`
-	} `json:"end"`
-}
 
 // TestE2EIperfCapture is issue 5's acceptance point 4, as root: iperf3 TCP from A to B
 // for 10 s over IPoIB completes with every byte the sender sent received, while
@@ -34,13 +19,13 @@ type iperfResult struct {
 // in tshark with ARP over IB (hardware type 32), IPoIB-encapsulated IPv4 TCP, and no
 // malformed packet or expert warning.
 func TestE2EIperfCapture(t *testing.T) {
-	requireE2E(t, "ping", "iperf3")
+	e2etest.Require(t, "ping", "iperf3")
 	if _, err := exec.LookPath("tshark"); err != nil {
 		t.Skip("tshark not installed: apt-get install tshark (scripts/test.sh does) to run this interop test")
 	}
 	const captureCount = 10000
-	nsA, nsB := e2eNetNS("ia"), e2eNetNS("ib")
-	d := startDaemon(t, "", fmt.Sprintf(`
+	nsA, nsB := e2etest.NetNS("ia"), e2etest.NetNS("ib")
+	d := e2etest.StartDaemon(t, "", fmt.Sprintf(`
 [[interfaces]]
 name = "ib0"
 hca = "pib_0"
@@ -55,10 +40,10 @@ addresses = ["10.10.0.2/24"]
 `, nsA, nsB), nsA, nsB)
 
 	// The capture first, so that it sees A resolve B.
-	capture := startCapture(t, d, "iperf.pcap", captureCount)
+	capture := e2etest.StartCapture(t, d, "iperf.pcap", captureCount)
 	pcap := capture.Path
 
-	if ok, out := pingNS(nsA, "10.10.0.2", 2); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.2", 2); !ok {
 		t.Fatalf("ping 10.10.0.2:\n%s", out)
 	}
 
@@ -104,7 +89,7 @@ addresses = ["10.10.0.2/24"]
 		t.Fatal("iperf3 server did not start in 10 s")
 	}
 	out, err := exec.Command("ip", "netns", "exec", nsA, "iperf3", "-c", "10.10.0.2", "-p", "5201", "-t", "10", "-J").Output()
-	var res iperfResult
+	var res e2etest.IperfResult
 	if jerr := json.Unmarshal(out, &res); err != nil || jerr != nil || res.Error != "" {
 		t.Fatalf("iperf3 -c: %v %v %s\n%s", err, jerr, res.Error, out)
 	}
@@ -128,11 +113,11 @@ addresses = ["10.10.0.2/24"]
 	}
 
 	// Data intact, byte for byte: 64 MiB of TCP from A to B with SHA-256 on both ends.
-	_, sink := nsHelper(t, nsB, "tcp-sink", "10.10.0.2:5202")
+	_, sink := e2etest.NSHelper(t, nsB, "tcp-sink", "10.10.0.2:5202")
 	if !sink.Scan() || sink.Text() != "ready" {
 		t.Fatalf("tcp-sink did not start: %q", sink.Text())
 	}
-	_, source := nsHelper(t, nsA, "tcp-source", "10.10.0.2:5202", fmt.Sprint(64<<20))
+	_, source := e2etest.NSHelper(t, nsA, "tcp-source", "10.10.0.2:5202", fmt.Sprint(64<<20))
 	source.Scan()
 	sink.Scan()
 	sentLine, gotLine := strings.TrimPrefix(source.Text(), "sent "), strings.TrimPrefix(sink.Text(), "got ")

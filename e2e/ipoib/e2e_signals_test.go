@@ -1,4 +1,4 @@
-package main
+package ipoib
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/e2etest"
 	"github.com/pibgw/pibgw/internal/lifecycle"
 )
 
@@ -36,7 +37,7 @@ func waitExit(t *testing.T, exited chan error, what string) {
 // checkNoNetNS fails if ns is still there.
 func checkNoNetNS(t *testing.T, ns, what string) {
 	t.Helper()
-	if out, _ := runCmd("ip", "netns", "list"); strings.Contains(out, ns) {
+	if out, _ := e2etest.RunCmd("ip", "netns", "list"); strings.Contains(out, ns) {
 		t.Errorf("namespace %s left after %s:\n%s", ns, what, out)
 	}
 }
@@ -53,11 +54,11 @@ func checkNoSocket(t *testing.T, sock, what string) {
 }
 
 func TestE2EUpSIGHUP(t *testing.T) {
-	requireE2E(t)
-	ns := e2eNetNS("hup")
-	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", ns, "10.91.0.1/24"), ns)
-	d.cmd.Process.Signal(syscall.SIGHUP)
-	waitExit(t, d.exited, "SIGHUP")
+	e2etest.Require(t)
+	ns := e2etest.NetNS("hup")
+	d := e2etest.StartDaemon(t, "", e2etest.InterfaceTOML("ib0", "pib_0", ns, "10.91.0.1/24"), ns)
+	d.Cmd.Process.Signal(syscall.SIGHUP)
+	waitExit(t, d.Exited, "SIGHUP")
 	checkNoNetNS(t, ns, "SIGHUP")
 	checkNoSocket(t, d.Sock, "SIGHUP")
 	if !strings.Contains(d.Logs(), "pibgw down") {
@@ -69,13 +70,13 @@ func TestE2EUpSIGHUP(t *testing.T) {
 // reader exits after the first line. The daemon keeps running, counts the log lines it
 // could not write (status), and still cleans up at SIGTERM.
 func TestE2EUpStderrClosed(t *testing.T) {
-	requireE2E(t)
-	bin := buildPibgw(t)
+	e2etest.Require(t)
+	bin := e2etest.BuildPibgw(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "pibgw.sock")
-	ns := e2eNetNS("pipe")
+	ns := e2etest.NetNS("pipe")
 	cfgPath := filepath.Join(dir, "e2e.toml")
-	cfg := fmt.Sprintf("[daemon]\ncontrol = %q\nlog_level = \"debug\"\n%s", sock, interfaceTOML("ib0", "pib_0", ns, "10.91.1.1/24"))
+	cfg := fmt.Sprintf("[daemon]\ncontrol = %q\nlog_level = \"debug\"\n%s", sock, e2etest.InterfaceTOML("ib0", "pib_0", ns, "10.91.1.1/24"))
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestE2EUpStderrClosed(t *testing.T) {
 	if st.LogWriteErrors == 0 {
 		t.Errorf("status log_write_errors = 0 with stderr's reader gone")
 	}
-	if out, err := runCmd("ip", "netns", "list"); err != nil || !strings.Contains(out, ns) {
+	if out, err := e2etest.RunCmd("ip", "netns", "list"); err != nil || !strings.Contains(out, ns) {
 		t.Errorf("namespace %s missing while the daemon runs: %v\n%s", ns, err, out)
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -153,10 +154,10 @@ func TestE2EUpStderrClosed(t *testing.T) {
 
 // TestSwitchSIGHUP: `pibgw switch` (no root needed) stops cleanly on SIGHUP too.
 func TestSwitchSIGHUP(t *testing.T) {
-	bin := buildPibgw(t)
+	bin := e2etest.BuildPibgw(t)
 	sock := filepath.Join(t.TempDir(), "switch.sock")
 	cmd := exec.Command(bin, "switch", "--control", sock, "--listen", "127.0.0.1:0")
-	var logs syncBuffer
+	var logs e2etest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

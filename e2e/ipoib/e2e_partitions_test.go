@@ -1,4 +1,4 @@
-package main
+package ipoib
 
 import (
 	"os"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestE2EPartitions is issue 5's acceptance point 2, as root, on configs/partitions.toml
@@ -16,8 +17,8 @@ import (
 // 0x8001 only. It also checks, on the running daemon, that bad CLI input names the
 // offending value (point 6).
 func TestE2EPartitions(t *testing.T) {
-	requireE2E(t, "ping")
-	nsA, nsB, nsC := e2eNetNS("pa"), e2eNetNS("pb"), e2eNetNS("pc")
+	e2etest.Require(t, "ping")
+	nsA, nsB, nsC := e2etest.NetNS("pa"), e2etest.NetNS("pb"), e2etest.NetNS("pc")
 	example, err := os.ReadFile("../../configs/partitions.toml")
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +27,7 @@ func TestE2EPartitions(t *testing.T) {
 	if strings.Count(body, `"pibgwe2e-`) != 3 {
 		t.Fatalf("configs/partitions.toml no longer names netns hosta, hostb and hostc:\n%s", example)
 	}
-	d := startDaemon(t, "", body, nsA, nsB, nsC)
+	d := e2etest.StartDaemon(t, "", body, nsA, nsB, nsC)
 
 	show := d.Show()
 	for _, name := range []string{"ib0", "ib1", "ib2", "ib0.8001", "ib1.8001", "ib2.8001"} {
@@ -45,10 +46,10 @@ func TestE2EPartitions(t *testing.T) {
 
 	// A↔B over partition 0x8001, both ways; C's counters do not move.
 	before := d.Show()
-	if ok, out := pingNS(nsA, "10.20.0.2", 5); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.20.0.2", 5); !ok {
 		t.Errorf("A → B on ib0.8001:\n%s", out)
 	}
-	if ok, out := pingNS(nsB, "10.20.0.1", 3); !ok {
+	if ok, out := e2etest.PingNS(nsB, "10.20.0.1", 3); !ok {
 		t.Errorf("B → A on ib1.8001:\n%s", out)
 	}
 	after := d.Show()
@@ -68,7 +69,7 @@ func TestE2EPartitions(t *testing.T) {
 
 	// C cannot reach the partition: its child is down, and 10.20.0.x is not routed anywhere else.
 	for _, addr := range []string{"10.20.0.1", "10.20.0.2"} {
-		if ok, out := unreachableNS(nsC, addr); !ok {
+		if ok, out := e2etest.UnreachableNS(nsC, addr); !ok {
 			t.Errorf("C reached %s:\n%s", addr, out)
 		}
 	}
@@ -78,7 +79,7 @@ func TestE2EPartitions(t *testing.T) {
 
 	// The parents keep working, every pair.
 	for _, p := range [][2]string{{nsA, "10.10.0.3"}, {nsB, "10.10.0.3"}, {nsA, "10.10.0.2"}, {nsC, "10.10.0.1"}} {
-		if ok, out := pingNS(p[0], p[1], 3); !ok {
+		if ok, out := e2etest.PingNS(p[0], p[1], 3); !ok {
 			t.Errorf("%s → %s on the parents:\n%s", p[0], p[1], out)
 		}
 	}
@@ -113,7 +114,7 @@ func TestE2EPartitions(t *testing.T) {
 	if out := d.MustPibgw("child", "del", "ib0", "0x8001"); out != "ib0.8001 deleted\n" {
 		t.Errorf("child del ib0 0x8001: %q", out)
 	}
-	if out, err := runCmd("ip", "-n", nsA, "link", "show", "ib0.8001"); err == nil {
+	if out, err := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0.8001"); err == nil {
 		t.Errorf("ib0.8001 still in %s after child del:\n%s", nsA, out)
 	}
 	show = d.Show()
@@ -123,14 +124,14 @@ func TestE2EPartitions(t *testing.T) {
 	if !show["ib0"].Up || !show["ib1.8001"].Up {
 		t.Errorf("after child del: ib0 %+v, ib1.8001 %+v", show["ib0"], show["ib1.8001"])
 	}
-	if ok, out := unreachableNS(nsA, "10.20.0.2"); !ok {
+	if ok, out := e2etest.UnreachableNS(nsA, "10.20.0.2"); !ok {
 		t.Errorf("A reached 10.20.0.2 after child del:\n%s", out)
 	}
-	if ok, out := unreachableNS(nsB, "10.20.0.1"); !ok {
+	if ok, out := e2etest.UnreachableNS(nsB, "10.20.0.1"); !ok {
 		t.Errorf("B reached 10.20.0.1 after A's child del:\n%s", out)
 	}
 	for _, p := range [][2]string{{nsA, "10.10.0.2"}, {nsB, "10.10.0.1"}, {nsA, "10.10.0.3"}} {
-		if ok, out := pingNS(p[0], p[1], 3); !ok {
+		if ok, out := e2etest.PingNS(p[0], p[1], 3); !ok {
 			t.Errorf("%s → %s on the parents after child del:\n%s", p[0], p[1], out)
 		}
 	}

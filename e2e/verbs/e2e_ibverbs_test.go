@@ -1,4 +1,4 @@
-package main
+package verbs
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/attach"
+	"github.com/pibgw/pibgw/internal/e2etest"
 	"github.com/pibgw/pibgw/internal/proctest"
 )
 
@@ -23,7 +24,7 @@ import (
 // ibv_rc_pingpong, ib_write_bw and ib_send_lat run server (root) and client (user
 // nobody) as two processes; none is left attached afterwards.
 func TestE2EIbverbs(t *testing.T) {
-	requireE2E(t, "gcc", "ibv_devinfo", "ibv_rc_pingpong", "ib_write_bw", "ib_send_lat")
+	e2etest.Require(t, "gcc", "ibv_devinfo", "ibv_rc_pingpong", "ib_write_bw", "ib_send_lat")
 	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
 		t.Skip("rdma-core's headers are missing (libibverbs-dev)")
 	}
@@ -35,15 +36,15 @@ func TestE2EIbverbs(t *testing.T) {
 	gid, _ := strconv.Atoi(nobody.Gid)
 
 	libDir := t.TempDir()
-	openToAll(t, libDir)
+	e2etest.OpenToAll(t, libDir)
 	if out, err := exec.Command("bash", "../../scripts/build-libs.sh", libDir).CombinedOutput(); err != nil {
 		t.Fatalf("build-libs.sh: %v\n%s", err, out)
 	}
-	nsA, nsB := e2eNetNS("iva"), e2eNetNS("ivb")
-	body := interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24")
-	d := startDaemon(t, "", body, nsA, nsB)
-	openToAll(t, filepath.Dir(d.Bin))
-	openToAll(t, filepath.Dir(d.Sock))
+	nsA, nsB := e2etest.NetNS("iva"), e2etest.NetNS("ivb")
+	body := e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/24") + e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/24")
+	d := e2etest.StartDaemon(t, "", body, nsA, nsB)
+	e2etest.OpenToAll(t, filepath.Dir(d.Bin))
+	e2etest.OpenToAll(t, filepath.Dir(d.Sock))
 
 	pexec := func(asNobody bool, args ...string) *exec.Cmd {
 		cmd := exec.Command(d.Bin, append([]string{"exec", "--control", d.Sock, "--"}, args...)...)
@@ -109,7 +110,7 @@ func TestE2EIbverbs(t *testing.T) {
 			for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 				var ss []attach.SessionInfo
 				d.JSON(&ss, "ps")
-				if x := sessionOf(ss, s.Process.Pid); x != nil && x.Listens > 0 || proctest.TCPListening(s.Process.Pid) {
+				if x := e2etest.SessionOf(ss, s.Process.Pid); x != nil && x.Listens > 0 || proctest.TCPListening(s.Process.Pid) {
 					break
 				}
 			}
@@ -255,7 +256,7 @@ func TestE2EIbverbs(t *testing.T) {
 			}
 		}
 	}
-	waitPS(t, d, nil, "no attached process", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
+	e2etest.WaitPS(t, d, nil, "no attached process", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
 }
 
 // notListening says whether a client's output shows it came before its server listened:

@@ -1,4 +1,8 @@
-package main
+// Package e2etest holds what pibgw's end-to-end tests (the packages under e2e/) share: the
+// pibgw binary, built once per test binary; a running `pibgw up` with the test's own
+// namespaces and control socket; the programs the test binary doubles as inside a
+// namespace; and the attach, iperf3 and libumad helpers.
+package e2etest
 
 import (
 	"bytes"
@@ -24,9 +28,9 @@ import (
 // cleanup that runs whatever happened, stop it and delete the namespaces it may have
 // left.
 
-// requireE2E skips the test, saying why, unless it runs as root with /dev/net/tun and
+// Require skips the test, saying why, unless it runs as root with /dev/net/tun and
 // the tools it needs (ip always).
-func requireE2E(t *testing.T, tools ...string) {
+func Require(t *testing.T, tools ...string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("end-to-end test needs root (TUN devices and network namespaces); run with sudo")
@@ -41,60 +45,126 @@ func requireE2E(t *testing.T, tools ...string) {
 	}
 }
 
-// e2eNetNS returns a namespace name unique to this process and test: pibgwe2e-PID-x.
-func e2eNetNS(x string) string { return fmt.Sprintf("pibgwe2e-%d-%s", os.Getpid(), x) }
+// NetNS returns a namespace name unique to this process and test: pibgwe2e-PID-x.
+func NetNS(x string) string { return fmt.Sprintf("pibgwe2e-%d-%s", os.Getpid(), x) }
 
-// buildPibgw builds the binary into a temporary directory of t.
-func buildPibgw(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "pibgw")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+var build struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+	out  []byte
 }
 
-// syncBuffer is a bytes.Buffer the daemon's output goroutine and the test share.
-type syncBuffer struct {
+// BuildPibgw builds the pibgw binary, once per test binary, into a temporary directory
+// that Main removes; -ldflags stamp it with the source tree's version as
+// scripts/build.sh does.
+func BuildPibgw(t *testing.T) string {
+	t.Helper()
+	build.once.Do(func() {
+		build.dir, build.err = os.MkdirTemp("", "pibgw-e2e-bin")
+		if build.err != nil {
+			return
+		}
+		build.bin = filepath.Join(build.dir, "pibgw")
+		build.out, build.err = exec.Command("go", "build", "-o", build.bin, "github.com/pibgw/pibgw/cmd/pibgw").CombinedOutput()
+	})
+	if build.err != nil {
+		t.Fatalf("go build: %v\n%s", build.err, build.out)
+	}
+	return build.bin
+}
+
+// Main runs the tests of an end-to-end package (its TestMain) and removes the binary
+// BuildPibgw built.
+func Main(m *testing.M) {
+	code := m.Run()
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+	os.Exit(code)
+}
+
+// Root is the source tree's top directory (the one holding go.mod), found upwards from
+// the working directory: the test's package directory.
+func Root(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			t.Fatalf("no go.mod above %s", dir)
+		}
+	}
+}
+
+// KernelVerbsDir is where the kernel lists its uverbs devices when it has any.
+const KernelVerbsDir = "/sys/class/infiniband_verbs"
+
+// FindUmad2sim is libumad2sim.so: $PIBGW_UMAD2SIM, else where Debian's and other
+// distributions' packages put it; "" if none is there (as pibgw exec looks for it).
+func FindUmad2sim() string {
+	cands := []string{os.Getenv("PIBGW_UMAD2SIM")}
+	m, _ := filepath.Glob("/usr/lib/*/umad2sim/libumad2sim.so")
+	cands = append(cands, m...)
+	cands = append(cands, "/usr/lib64/umad2sim/libumad2sim.so", "/usr/lib/umad2sim/libumad2sim.so", "/usr/local/lib/umad2sim/libumad2sim.so")
+	for _, p := range cands {
+		if p == "" {
+			continue
+		}
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
+}
+
+// SyncBuffer is a bytes.Buffer the daemon's output goroutine and the test share.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
+func (s *SyncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
-func (s *syncBuffer) String() string {
+func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
 }
 
-// e2eDaemon is a running `pibgw up`.
-type e2eDaemon struct {
+// Daemon is a running `pibgw up`.
+type Daemon struct {
 	t      *testing.T
 	Bin    string // the pibgw binary
 	Sock   string // its control socket
 	Config string // its configuration file
 	NetNS  []string
-	cmd    *exec.Cmd
-	exited chan error // the exit status, once; put back by whoever takes it
-	logs   *syncBuffer
+	Cmd    *exec.Cmd
+	Exited chan error // the exit status, once; put back by whoever takes it
+	logs   *SyncBuffer
 }
 
-// startDaemon builds pibgw and runs `pibgw up` with a configuration made of a [daemon]
+// StartDaemon builds pibgw and runs `pibgw up` with a configuration made of a [daemon]
 // table (the test's control socket, debug logging, and the daemon lines given) and body,
 // and waits until it answers on its socket. netns lists the namespaces the
 // configuration names, which the cleanup deletes if the daemon left them.
-func startDaemon(t *testing.T, daemonLines, body string, netns ...string) *e2eDaemon {
+func StartDaemon(t *testing.T, daemonLines, body string, netns ...string) *Daemon {
 	t.Helper()
-	bin := buildPibgw(t)
+	bin := BuildPibgw(t)
 	dir := t.TempDir()
-	d := &e2eDaemon{
+	d := &Daemon{
 		t: t, Bin: bin, Sock: filepath.Join(dir, "run", "pibgw.sock"), Config: filepath.Join(dir, "e2e.toml"),
-		NetNS: netns, exited: make(chan error, 1), logs: &syncBuffer{},
+		NetNS: netns, Exited: make(chan error, 1), logs: &SyncBuffer{},
 	}
 	for _, ns := range netns {
 		if exec.Command("ip", "netns", "pids", ns).Run() == nil {
@@ -105,19 +175,19 @@ func startDaemon(t *testing.T, daemonLines, body string, netns ...string) *e2eDa
 	if err := os.WriteFile(d.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d.launch()
+	d.Launch()
 	t.Cleanup(func() {
 		// Whatever happened: stop the daemon and remove what it may have left.
 		select {
-		case err := <-d.exited:
-			d.exited <- err
+		case err := <-d.Exited:
+			d.Exited <- err
 		default:
-			d.cmd.Process.Signal(syscall.SIGTERM)
+			d.Cmd.Process.Signal(syscall.SIGTERM)
 			select {
-			case err := <-d.exited:
-				d.exited <- err
+			case err := <-d.Exited:
+				d.Exited <- err
 			case <-time.After(10 * time.Second):
-				d.cmd.Process.Kill()
+				d.Cmd.Process.Kill()
 			}
 		}
 		for _, ns := range d.NetNS {
@@ -129,45 +199,45 @@ func startDaemon(t *testing.T, daemonLines, body string, netns ...string) *e2eDa
 			t.Logf("daemon log (%s):\n%s", d.Config, d.logs.String())
 		}
 	})
-	d.waitAlive()
+	d.WaitAlive()
 	return d
 }
 
-// launch starts `pibgw up` with d's configuration as d's process.
-func (d *e2eDaemon) launch() {
+// Launch starts `pibgw up` with d's configuration as d's process.
+func (d *Daemon) Launch() {
 	d.t.Helper()
-	d.cmd = exec.Command(d.Bin, "up", "--config", d.Config)
-	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs
+	d.Cmd = exec.Command(d.Bin, "up", "--config", d.Config)
+	d.Cmd.Stdout, d.Cmd.Stderr = d.logs, d.logs
 	// TestMain's PIBGW_CONTROL would override the file's daemon.control.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PIBGW_CONTROL=") {
-			d.cmd.Env = append(d.cmd.Env, kv)
+			d.Cmd.Env = append(d.Cmd.Env, kv)
 		}
 	}
-	if err := d.cmd.Start(); err != nil {
+	if err := d.Cmd.Start(); err != nil {
 		d.t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	d.exited = exited
-	cmd := d.cmd
+	d.Exited = exited
+	cmd := d.Cmd
 	go func() { exited <- cmd.Wait() }()
 }
 
-// waitAlive waits until d's process (not a previous daemon still stopping) answers on
+// WaitAlive waits until d's process (not a previous daemon still stopping) answers on
 // its control socket.
-func (d *e2eDaemon) waitAlive() {
+func (d *Daemon) WaitAlive() {
 	d.t.Helper()
 	t := d.t
 	deadline := time.Now().Add(30 * time.Second)
 	alive := func() bool {
 		var st control.Status
 		err := control.NewClient(d.Sock).Do(context.Background(), control.Request{Verb: control.VerbStatus}, &st)
-		return err == nil && st.PID == d.cmd.Process.Pid
+		return err == nil && st.PID == d.Cmd.Process.Pid
 	}
 	for !alive() {
 		select {
-		case err := <-d.exited:
-			d.exited <- err
+		case err := <-d.Exited:
+			d.Exited <- err
 			t.Fatalf("pibgw up exited: %v\n%s", err, d.logs.String())
 		default:
 		}
@@ -179,16 +249,16 @@ func (d *e2eDaemon) waitAlive() {
 }
 
 // Logs returns what the daemon wrote so far.
-func (d *e2eDaemon) Logs() string { return d.logs.String() }
+func (d *Daemon) Logs() string { return d.logs.String() }
 
 // run runs a command and returns its combined output.
-func runCmd(name string, args ...string) (string, error) {
+func RunCmd(name string, args ...string) (string, error) {
 	out, err := exec.Command(name, args...).CombinedOutput()
 	return string(out), err
 }
 
 // Pibgw runs a CLI verb against the daemon: stdout, stderr and the error.
-func (d *e2eDaemon) Pibgw(args ...string) (string, string, error) {
+func (d *Daemon) Pibgw(args ...string) (string, string, error) {
 	cmd := exec.Command(d.Bin, append(args, "--control", d.Sock)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -197,7 +267,7 @@ func (d *e2eDaemon) Pibgw(args ...string) (string, string, error) {
 }
 
 // MustPibgw runs a CLI verb that must succeed and returns its stdout.
-func (d *e2eDaemon) MustPibgw(args ...string) string {
+func (d *Daemon) MustPibgw(args ...string) string {
 	d.t.Helper()
 	out, errs, err := d.Pibgw(args...)
 	if err != nil {
@@ -207,7 +277,7 @@ func (d *e2eDaemon) MustPibgw(args ...string) string {
 }
 
 // JSON runs a verb with --json and decodes its output into v.
-func (d *e2eDaemon) JSON(v any, args ...string) {
+func (d *Daemon) JSON(v any, args ...string) {
 	d.t.Helper()
 	out := d.MustPibgw(append(args, "--json")...)
 	if err := json.Unmarshal([]byte(out), v); err != nil {
@@ -216,7 +286,7 @@ func (d *e2eDaemon) JSON(v any, args ...string) {
 }
 
 // Show returns `pibgw show --json` by interface name.
-func (d *e2eDaemon) Show() map[string]control.Interface {
+func (d *Daemon) Show() map[string]control.Interface {
 	d.t.Helper()
 	var ifs []control.Interface
 	d.JSON(&ifs, "show")
@@ -227,27 +297,27 @@ func (d *e2eDaemon) Show() map[string]control.Interface {
 	return m
 }
 
-// pingNS pings addr from namespace ns count times (0.2 s apart, 2 s to wait for each
+// PingNS pings addr from namespace ns count times (0.2 s apart, 2 s to wait for each
 // reply) and reports whether there was no loss, with ping's output.
-func pingNS(ns, addr string, count int) (bool, string) {
-	out, err := runCmd("ip", "netns", "exec", ns, "ping", "-c", fmt.Sprint(count), "-i", "0.2", "-W", "2", addr)
+func PingNS(ns, addr string, count int) (bool, string) {
+	out, err := RunCmd("ip", "netns", "exec", ns, "ping", "-c", fmt.Sprint(count), "-i", "0.2", "-W", "2", addr)
 	return err == nil && strings.Contains(out, " 0% packet loss"), out
 }
 
-// unreachableNS reports whether no echo of two (one second to wait for each) comes back
+// UnreachableNS reports whether no echo of two (one second to wait for each) comes back
 // from addr, pinged from ns.
-func unreachableNS(ns, addr string) (bool, string) {
-	out, err := runCmd("ip", "netns", "exec", ns, "ping", "-c", "2", "-i", "0.2", "-W", "1", addr)
+func UnreachableNS(ns, addr string) (bool, string) {
+	out, err := RunCmd("ip", "netns", "exec", ns, "ping", "-c", "2", "-i", "0.2", "-W", "1", addr)
 	return err != nil && !strings.Contains(out, "bytes from"), out
 }
 
 // Stop sends SIGTERM and waits for the daemon to exit, which it must do with status 0.
-func (d *e2eDaemon) Stop() {
+func (d *Daemon) Stop() {
 	d.t.Helper()
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-d.exited:
-		d.exited <- err
+	case err := <-d.Exited:
+		d.Exited <- err
 		if err != nil {
 			d.t.Errorf("pibgw up after SIGTERM: %v", err)
 		}
@@ -259,33 +329,33 @@ func (d *e2eDaemon) Stop() {
 // StopAndCheckClean checks that the daemon's interfaces (name → namespace) exist in
 // their namespaces, stops the daemon with SIGTERM, and checks that it left no
 // namespace, no TUN device of those names and no control socket behind.
-func (d *e2eDaemon) StopAndCheckClean(ifaces map[string]string) {
+func (d *Daemon) StopAndCheckClean(ifaces map[string]string) {
 	d.t.Helper()
-	out, _ := runCmd("ip", "netns", "list")
+	out, _ := RunCmd("ip", "netns", "list")
 	for _, ns := range d.NetNS {
 		if !strings.Contains(out, ns) {
 			d.t.Errorf("namespace %s missing while the daemon runs:\n%s", ns, out)
 		}
 	}
 	for name, ns := range ifaces {
-		if out, err := runCmd("ip", "-n", ns, "-d", "link", "show", name); err != nil || !strings.Contains(out, "link/infiniband") {
+		if out, err := RunCmd("ip", "-n", ns, "-d", "link", "show", name); err != nil || !strings.Contains(out, "link/infiniband") {
 			d.t.Errorf("ip -n %s link show %s while the daemon runs: %v\n%s", ns, name, err, out)
 		}
 	}
 	d.Stop()
-	out, _ = runCmd("ip", "netns", "list")
+	out, _ = RunCmd("ip", "netns", "list")
 	for _, ns := range d.NetNS {
 		if strings.Contains(out, ns) {
 			d.t.Errorf("namespace %s left after SIGTERM:\n%s", ns, out)
 		}
 	}
 	for name, ns := range ifaces {
-		if out, err := runCmd("ip", "-n", ns, "link", "show", name); err == nil {
+		if out, err := RunCmd("ip", "-n", ns, "link", "show", name); err == nil {
 			d.t.Errorf("%s still in namespace %s after SIGTERM:\n%s", name, ns, out)
 		}
 	}
 	// Nor did a device fall back into this namespace when its namespace went.
-	out, _ = runCmd("ip", "-o", "link", "show")
+	out, _ = RunCmd("ip", "-o", "link", "show")
 	for _, line := range strings.Split(out, "\n") {
 		if !strings.Contains(line, "link/infiniband") {
 			continue
@@ -304,9 +374,9 @@ func (d *e2eDaemon) StopAndCheckClean(ifaces map[string]string) {
 	}
 }
 
-// interfaceTOML is an [[interfaces]] table: name on hca's port 1 in namespace netns with
+// InterfaceTOML is an [[interfaces]] table: name on hca's port 1 in namespace netns with
 // the addresses given.
-func interfaceTOML(name, hca, netns string, addrs ...string) string {
+func InterfaceTOML(name, hca, netns string, addrs ...string) string {
 	q := make([]string, len(addrs))
 	for k, a := range addrs {
 		q[k] = fmt.Sprintf("%q", a)
@@ -315,20 +385,20 @@ func interfaceTOML(name, hca, netns string, addrs ...string) string {
 		name, hca, netns, strings.Join(q, ", "))
 }
 
-// e2eCapture is a running `pibgw capture -w Path -c N` against a test daemon.
-type e2eCapture struct {
+// Capture is a running `pibgw capture -w Path -c N` against a test daemon.
+type Capture struct {
 	Path string
-	Err  syncBuffer // its stderr
+	Err  SyncBuffer // its stderr
 	done chan error
 }
 
-// startCapture starts `pibgw capture` of count packets into name in a temporary
+// StartCapture starts `pibgw capture` of count packets into name in a temporary
 // directory (PIBGW_KEEP_CAPTURE names a file to keep instead) and waits until the
 // daemon has written the pcap header, which it does once the capture is on the cables.
 // The cleanup kills a capture still running.
-func startCapture(t *testing.T, d *e2eDaemon, name string, count int) *e2eCapture {
+func StartCapture(t *testing.T, d *Daemon, name string, count int) *Capture {
 	t.Helper()
-	c := &e2eCapture{Path: filepath.Join(t.TempDir(), name), done: make(chan error, 1)}
+	c := &Capture{Path: filepath.Join(t.TempDir(), name), done: make(chan error, 1)}
 	if p := os.Getenv("PIBGW_KEEP_CAPTURE"); p != "" {
 		c.Path = p // to look at it afterwards
 	}
@@ -357,7 +427,7 @@ func startCapture(t *testing.T, d *e2eDaemon, name string, count int) *e2eCaptur
 }
 
 // Wait waits up to timeout for the capture to end; ended is false if it did not.
-func (c *e2eCapture) Wait(timeout time.Duration) (err error, ended bool) {
+func (c *Capture) Wait(timeout time.Duration) (err error, ended bool) {
 	select {
 	case err := <-c.done:
 		c.done <- err

@@ -1,4 +1,4 @@
-package main
+package ipoib
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/internal/control"
+	"github.com/pibgw/pibgw/internal/e2etest"
 )
 
 // TestFloodHelper is TestE2EBoundedState's sender, run inside a namespace of the test's
@@ -61,19 +62,19 @@ func vmRSS(t *testing.T, pid int) int64 {
 // daemon's RSS stays within 20 MB of idle, pings to a real peer are unaffected during
 // and after, and the overflow counter says how many were refused.
 func TestE2EBoundedState(t *testing.T) {
-	requireE2E(t, "ping")
-	nsA, nsB := e2eNetNS("ba"), e2eNetNS("bb")
-	d := startDaemon(t, "", interfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/16")+
-		interfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/16"), nsA, nsB)
-	if ok, out := pingNS(nsA, "10.10.0.2", 3); !ok {
+	e2etest.Require(t, "ping")
+	nsA, nsB := e2etest.NetNS("ba"), e2etest.NetNS("bb")
+	d := e2etest.StartDaemon(t, "", e2etest.InterfaceTOML("ib0", "pib_0", nsA, "10.10.0.1/16")+
+		e2etest.InterfaceTOML("ib1", "pib_1", nsB, "10.10.0.2/16"), nsA, nsB)
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.2", 3); !ok {
 		t.Fatalf("ping before:\n%s", out)
 	}
 	time.Sleep(500 * time.Millisecond)
-	idle := vmRSS(t, d.cmd.Process.Pid)
+	idle := vmRSS(t, d.Cmd.Process.Pid)
 
 	// A real peer, pinged all through the scan.
 	pinger := exec.Command("ip", "netns", "exec", nsA, "ping", "-c", "50", "-i", "0.2", "-W", "2", "10.10.0.2")
-	var pingOut syncBuffer
+	var pingOut e2etest.SyncBuffer
 	pinger.Stdout, pinger.Stderr = &pingOut, &pingOut
 	if err := pinger.Start(); err != nil {
 		t.Fatal(err)
@@ -94,7 +95,7 @@ func TestE2EBoundedState(t *testing.T) {
 		var ns []control.Neighbor
 		d.JSON(&ns, "neigh", "ib0")
 		most = max(most, len(ns))
-		peak = max(peak, vmRSS(t, d.cmd.Process.Pid))
+		peak = max(peak, vmRSS(t, d.Cmd.Process.Pid))
 	}
 	for waiting := true; waiting; {
 		select {
@@ -126,7 +127,7 @@ func TestE2EBoundedState(t *testing.T) {
 	if peak-idle > 20<<20 {
 		t.Errorf("RSS grew by %d MB (idle %d MB, peak %d MB), want at most 20", (peak-idle)>>20, idle>>20, peak>>20)
 	}
-	if ok, out := pingNS(nsA, "10.10.0.2", 3); !ok {
+	if ok, out := e2etest.PingNS(nsA, "10.10.0.2", 3); !ok {
 		t.Errorf("ping after the scan:\n%s", out)
 	}
 	d.StopAndCheckClean(map[string]string{"ib0": nsA, "ib1": nsB})
