@@ -3,10 +3,14 @@ package fabric_test
 import (
 	"fmt"
 	"io"
+	"runtime"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/fabric/fabrictest"
+	"github.com/pibgw/pibgw/wire"
 )
 
 // benchPkt returns a UD packet of exactly size bytes (LRH through ICRC).
@@ -121,4 +125,59 @@ func TestForwardNoAllocs(t *testing.T) {
 	if d2.Packets.Load() == 0 || d3.Packets.Load() == 0 {
 		t.Fatal("nothing forwarded")
 	}
+}
+
+// BenchmarkSMPDirected sends a directed-route SubnGet(NodeInfo) from a port through a
+// chain of switches to the last one, whose SMA answers back along the return path: the
+// SM's sweep on an in-process fabric, one SMI per hop each way. One op is one SMP and its
+// response; ns/hop divides by the switches traversed (twice the chain's length but one).
+func BenchmarkSMPDirected(b *testing.B) {
+	for _, hops := range []int{1, 5} {
+		b.Run(fmt.Sprintf("hops=%d", hops), func(b *testing.B) {
+			src := &fabrictest.Sink{}
+			sws := make([]*fabric.Switch, hops)
+			path := []uint8{1}
+			for i := range sws {
+				sws[i] = fabric.NewSwitch(fabric.SwitchConfig{Ports: 4})
+				if i == 0 {
+					fabric.NewCable(src, sws[0].Port(1))
+				} else {
+					fabric.NewCable(sws[i-1].Port(2), sws[i].Port(1))
+					path = append(path, 2)
+				}
+			}
+			// ICRC pending, as the SM's HCA sends it in process (no CRC computed per hop).
+			smp := fabrictest.DRSMP(1, wire.AttrNodeInfo, path...)
+			wire.SetICRCPending(smp)
+			pkts := [][]byte{smp}
+			link := src.Link()
+			// The CPU time of the benchmark's thread, beside the wall time: on a machine
+			// shared with other work the two differ, and the CPU time is what a change
+			// to the path changes.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := threadCPU()
+			for range b.N {
+				link.Send(pkts)
+			}
+			cpu := threadCPU() - cpu0
+			b.StopTimer()
+			if got := src.Packets.Load(); got != uint64(b.N) {
+				b.Fatalf("%d responses to %d SMPs", got, b.N)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(2*hops-1), "ns/hop")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(2*hops-1), "cpu-ns/hop")
+		})
+	}
+}
+
+// threadCPU is the CPU time the calling OS thread has used (RUSAGE_THREAD).
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(1 /* RUSAGE_THREAD */, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -41,7 +41,9 @@ type Config struct {
 	Window int
 	// SendGoroutines is how many goroutines may carry one batch of at least 16 SMPs into
 	// an in-process fabric (each send runs the SMP through the switches and back);
-	// default GOMAXPROCS. 1 sends everything from the driver's goroutine.
+	// default GOMAXPROCS. 1 sends everything from the driver's goroutine. With more, the
+	// SM times large batches sent both ways and sends the way that is faster on the
+	// machine it runs on (sendTuner).
 	SendGoroutines int
 	// Partitions configures the P_Key tables (partitions.conf). Empty means the default
 	// partition 0x7fff with every port a full member.
@@ -112,10 +114,11 @@ type SM struct {
 	bufs      []*[wire.MADLen]byte // one per goroutine of a parallel batch
 	workers   int                  // goroutines a batch may use (GOMAXPROCS at New)
 	seq       uint64
-	reorder   bool   // the last batch was sent in parallel
-	inside    bool   // every response of the last parallel batch arrived inside its send
-	sent      []int  // per part of a parallel batch: how many it sent
-	unsent    []*txn // scratch: what the parts of a batch left
+	reorder   bool      // the last batch was sent in parallel
+	inside    bool      // every response of the last parallel batch arrived inside its send
+	tune      sendTuner // whether large in-process batches go out on one goroutine or several
+	sent      []int     // per part of a parallel batch: how many it sent
+	unsent    []*txn    // scratch: what the parts of a batch left
 	sw        *sweep
 	curWait   []chan struct{}
 

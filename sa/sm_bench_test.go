@@ -53,8 +53,9 @@ func BenchmarkSMFatTree648(b *testing.B) {
 // brings every port of the three-level fat tree of 36-port switches Active in at most
 // 2 s, on the real clock; it reports the SMPs and the memory per HCA (the heap the whole
 // fabric holds, over its HCAs). Runs alternate with a baseline, the SM sending every SMP
-// from one goroutine (SendGoroutines 1, the SM before batches went out in parallel), and
-// the medians of both are compared.
+// from one goroutine (SendGoroutines 1), and the medians of both are compared: the
+// default (GOMAXPROCS goroutines, of which the SM uses one or all, whichever its batches
+// time faster) must not be slower than the baseline by more than 10 %.
 func TestSMFatTree11664(t *testing.T) {
 	if os.Getenv("PIBGW_SCALE") == "" {
 		t.Skip("set PIBGW_SCALE=1 to bring up the 11,664-HCA fat tree (about 2 GB and a minute to build)")
@@ -124,6 +125,10 @@ func TestSMFatTree11664(t *testing.T) {
 		pw.Round(time.Millisecond), med(par, cpu).Round(time.Millisecond), pw.Seconds()/bw.Seconds())
 	if pw > 2*time.Second {
 		t.Errorf("every port Active after %v (median), want ≤ 2 s", pw)
+	}
+	if pw > bw*11/10 {
+		t.Errorf("the default (%d send goroutines) took %v, one goroutine %v: want the default the faster, or within 10 %%",
+			runtime.GOMAXPROCS(0), pw, bw)
 	}
 }
 

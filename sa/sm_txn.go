@@ -166,6 +166,22 @@ func (sm *SM) sendBatch(now time.Time) {
 	}
 	batch := sm.queue[sm.qhead : sm.qhead+n]
 	k := min(sm.workers, len(batch)/(parallelMin/2))
+	mode := -1
+	if k >= 2 && len(batch) >= parallelMin && sm.inside {
+		// In process, every SMP crosses the SM's port and its first switch, whose
+		// counters and the SM's own state all goroutines share: whether more goroutines
+		// are faster depends on the machine and its load, so the SM times both.
+		mode = sm.tune.pick()
+		if mode == 0 {
+			k = 1
+		}
+	}
+	if mode >= 0 {
+		start := time.Now()
+		sm.sendParts(batch, k, now)
+		sm.tune.record(mode, time.Since(start), len(batch))
+		return
+	}
 	if len(batch) < parallelMin || k < 2 {
 		for _, t := range batch {
 			sm.send(t, now)
@@ -174,6 +190,13 @@ func (sm *SM) sendBatch(now time.Time) {
 		sm.qhead += n
 		return
 	}
+	sm.sendParts(batch, k, now)
+}
+
+// sendParts sends batch, the next len(batch) queued requests, in k parts, part 0 on the
+// driver's goroutine and the others on one goroutine each (see sendBatch).
+func (sm *SM) sendParts(batch []*txn, k int, now time.Time) {
+	n := len(batch)
 	for _, t := range batch {
 		sm.seq++
 		t.seq = sm.seq
@@ -416,4 +439,55 @@ func (sm *SM) complete(t *txn) {
 			sm.sw.complete(t)
 		}
 	}
+}
+
+// sendTuner chooses, batch by batch, between sending a large in-process batch from the
+// driver's goroutine alone (mode 0) and splitting it over SendGoroutines (mode 1), by the
+// wall time per SMP each took in its last tuneSamples batches (the median: a batch the
+// scheduler preempted is slow, none is ever fast by chance). Both modes are tried first;
+// then the faster runs, and every reprobeEvery-th batch the other one is timed again, so
+// that a change in the machine's load is followed. On the 2-core machine issue 42 was
+// measured on, one goroutine was 1.29× faster: every SMP crosses the SM's port and the
+// first switch, whose counters, and the SM's TID table, all the goroutines then share;
+// on a machine busy with other work, two goroutines may get more of the CPU than one.
+type sendTuner struct {
+	nsPerSMP [2][tuneSamples]float64 // the last samples of each mode, a ring
+	samples  [2]int
+	batches  int
+}
+
+const (
+	tuneSamples  = 5
+	reprobeEvery = 16
+)
+
+func (st *sendTuner) pick() int {
+	st.batches++
+	for m := range 2 {
+		if st.samples[m] < tuneSamples {
+			return m
+		}
+	}
+	best := 0
+	if st.median(1) < st.median(0) {
+		best = 1
+	}
+	if st.batches%reprobeEvery == 0 {
+		return 1 - best
+	}
+	return best
+}
+
+func (st *sendTuner) median(mode int) float64 {
+	v := st.nsPerSMP[mode]
+	slices.Sort(v[:])
+	return v[tuneSamples/2]
+}
+
+func (st *sendTuner) record(mode int, d time.Duration, smps int) {
+	if smps == 0 {
+		return
+	}
+	st.nsPerSMP[mode][st.samples[mode]%tuneSamples] = float64(d.Nanoseconds()) / float64(smps)
+	st.samples[mode]++
 }
