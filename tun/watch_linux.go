@@ -149,7 +149,9 @@ func (k *Kernel) Watch(ctx context.Context, f func(LinkState)) error {
 		} else if !concerns {
 			continue
 		}
+		stateReads <- struct{}{}
 		st, err := k.State()
+		<-stateReads
 		if err != nil {
 			if k.closed.Load() {
 				return nil
@@ -164,8 +166,8 @@ func (k *Kernel) Watch(ctx context.Context, f func(LinkState)) error {
 	return nil
 }
 
-// concerns reports whether any of msgs is about this device: its link or addresses, or
-// a route (route messages are few; the next State filters them).
+// concerns reports whether any of msgs is about this device: its link, its addresses or
+// a route out of it.
 func (k *Kernel) concerns(msgs []syscall.NetlinkMessage) bool {
 	for _, m := range msgs {
 		switch m.Header.Type {
@@ -180,7 +182,12 @@ func (k *Kernel) concerns(msgs []syscall.NetlinkMessage) bool {
 				return true
 			}
 		case unix.RTM_NEWROUTE, unix.RTM_DELROUTE:
-			return true
+			// Only a route out of this device (RTA_OIF), or one that does not say
+			// (multipath): every device of a namespace hears of every route, and
+			// each State is three netlink round trips.
+			if oif, ok := routeOIF(m); !ok || oif == k.index {
+				return true
+			}
 		}
 	}
 	return false
@@ -201,3 +208,23 @@ func (k *Kernel) AddAddr(p netip.Prefix) error {
 	}
 	return nil
 }
+
+// routeOIF is the output interface (RTA_OIF) of a route message.
+func routeOIF(m syscall.NetlinkMessage) (int, bool) {
+	attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+	if err != nil {
+		return 0, false
+	}
+	for _, a := range attrs {
+		if a.Attr.Type == unix.RTA_OIF && len(a.Value) >= 4 {
+			return int(binary.NativeEndian.Uint32(a.Value)), true
+		}
+	}
+	return 0, false
+}
+
+// stateReads bounds the State reads under way at once across devices: each is netlink
+// round trips on a blocking socket, and every goroutine blocked in one holds an OS
+// thread, which the Go runtime keeps for good once made (a change that concerns many
+// devices at once, such as their namespace going away, would make one per device).
+var stateReads = make(chan struct{}, 2)

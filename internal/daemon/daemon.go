@@ -408,12 +408,28 @@ func (d *Daemon) AddChild(parent string, pkey uint16, addrs []netip.Prefix) (str
 	if d.lookup(name) != nil {
 		return "", fmt.Errorf("child %s already exists", name)
 	}
+	if n, limit := d.children(), d.cfg.Daemon.MaxChildren; n >= limit {
+		return "", fmt.Errorf("child %s not added: the daemon runs %d P_Key children, as many as daemon.max_children (%d) allows; delete one, or raise the limit in the configuration", name, n, limit)
+	}
 	ic := p.cfg
 	ic.Name, ic.Parent, ic.PKey, ic.Addrs, ic.MTU = name, parent, pkey, addrs, 0
 	if err := d.addInterface(ic); err != nil {
 		return "", err
 	}
 	return name, nil
+}
+
+// children is how many P_Key children run.
+func (d *Daemon) children() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, x := range d.ifaces {
+		if x.cfg.Parent != "" {
+			n++
+		}
+	}
+	return n
 }
 
 // DelChild removes parent's child for pkey; the parent is untouched.
