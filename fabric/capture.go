@@ -58,6 +58,14 @@ type CaptureOptions struct {
 	Limit uint64
 	// BufferSize is the write buffer size; 0 means 64 KiB.
 	BufferSize int
+	// Backlog, when > 0, makes recording never wait for the writer: records are kept in
+	// memory, at most Backlog bytes, until Flush writes them out on its caller's
+	// goroutine, and a record that does not fit is dropped and counted
+	// (CaptureStats.Dropped, and the ERF loss counter of the next record). A capture
+	// streamed to a reader that may be slow or gone uses it, so that the packet path
+	// never blocks on it. 0 writes through a buffer of BufferSize bytes, calling the
+	// writer on the recording goroutine whenever the buffer fills.
+	Backlog int
 }
 
 // CaptureStats counts what a CaptureWriter saw.
@@ -65,6 +73,7 @@ type CaptureStats struct {
 	Packets uint64 // recorded
 	Bytes   uint64 // recorded packet bytes, VCRC included
 	Skipped uint64 // not recorded: over Limit, or after Close or an error
+	Dropped uint64 // not recorded: the Backlog was full (the writer is slower than the fabric)
 }
 
 // ErrCaptureClosed is returned by Flush after Close.
@@ -82,7 +91,18 @@ type CaptureWriter struct {
 	err    error
 	closed bool
 	stats  CaptureStats
-	hdr    [pcapRecordLen + ERFHeaderLen + wire.VCRCLen]byte
+	// With a Backlog, records are appended to pend (as out); Flush swaps it for spare
+	// and writes it to w without holding mu. flushMu orders the Flushes.
+	backlog int
+	w       io.Writer
+	out     io.Writer
+	pend    *backlogBuf
+	spare   *backlogBuf
+	flushMu sync.Mutex
+	full    chan struct{}
+	// unreported counts drops not yet noted in a record's ERF loss counter.
+	unreported uint64
+	hdr        [pcapRecordLen + ERFHeaderLen + wire.VCRCLen]byte
 	// scratch holds a copy of a packet whose deferred ICRC is finalized for the file.
 	scratch []byte
 }
@@ -94,7 +114,15 @@ func NewCaptureWriter(w io.Writer, opts CaptureOptions) *CaptureWriter {
 	if size <= 0 {
 		size = 64 << 10
 	}
-	cw := &CaptureWriter{clk: opts.Clock, snaplen: opts.Snaplen, limit: opts.Limit, bw: bufio.NewWriterSize(w, size)}
+	cw := &CaptureWriter{clk: opts.Clock, snaplen: opts.Snaplen, limit: opts.Limit, full: make(chan struct{}, 1)}
+	if opts.Backlog > 0 {
+		cw.backlog, cw.w = opts.Backlog, w
+		cw.pend, cw.spare = &backlogBuf{}, &backlogBuf{}
+		cw.out = cw.pend
+	} else {
+		cw.bw = bufio.NewWriterSize(w, size)
+		cw.out = cw.bw
+	}
 	if cw.clk == nil {
 		cw.clk = clock.Real{}
 	}
@@ -107,8 +135,16 @@ func NewCaptureWriter(w io.Writer, opts CaptureOptions) *CaptureWriter {
 	binary.LittleEndian.PutUint16(h[6:], 4)
 	binary.LittleEndian.PutUint32(h[16:], uint32(ERFHeaderLen+cw.snaplen))
 	binary.LittleEndian.PutUint32(h[20:], LinkTypeERF)
-	_, cw.err = cw.bw.Write(h[:])
+	_, cw.err = cw.out.Write(h[:])
 	return cw
+}
+
+// backlogBuf is the memory a CaptureWriter with a Backlog records into.
+type backlogBuf struct{ b []byte }
+
+func (b *backlogBuf) Write(p []byte) (int, error) {
+	b.b = append(b.b, p...)
+	return len(p), nil
 }
 
 // WritePackets records pkts (each LRH through ICRC) on capture interface 0.
@@ -134,6 +170,21 @@ func (cw *CaptureWriter) WritePacketsOn(iface uint8, pkts [][]byte) {
 			cw.stats.Skipped++
 			continue
 		}
+		if cw.backlog > 0 {
+			n := len(cw.pend.b) + pcapRecordLen + ERFHeaderLen + min(len(p)+wire.VCRCLen, cw.snaplen)
+			if n > cw.backlog {
+				cw.stats.Dropped++
+				cw.unreported++
+				continue
+			}
+			if n > cw.backlog/2 {
+				// Wake the flusher before records have to be dropped.
+				select {
+				case cw.full <- struct{}{}:
+				default:
+				}
+			}
+		}
 		cw.writeRecord(iface, ts, sec, nsec, p)
 	}
 }
@@ -151,9 +202,12 @@ func (cw *CaptureWriter) writeRecord(iface uint8, ts, sec, nsec uint64, p []byte
 	e[8] = ERFTypeInfiniBand
 	e[9] = iface&erfFlagIfaceMask | erfFlagVarLen
 	binary.BigEndian.PutUint16(e[10:], uint16(ERFHeaderLen+capLen))
-	binary.BigEndian.PutUint16(e[12:], 0)
+	// The loss counter: records dropped since the previous one (the rest, past 16 bits,
+	// is carried to the next), so the file itself tells where a slow reader lost some.
+	lctr := min(cw.unreported, 0xFFFF)
+	binary.BigEndian.PutUint16(e[12:], uint16(lctr))
 	binary.BigEndian.PutUint16(e[14:], uint16(min(wlen, maxERFRecord)))
-	if _, err := cw.bw.Write(h[:pcapRecordLen+ERFHeaderLen]); err != nil {
+	if _, err := cw.out.Write(h[:pcapRecordLen+ERFHeaderLen]); err != nil {
 		cw.err = err
 		return
 	}
@@ -165,7 +219,7 @@ func (cw *CaptureWriter) writeRecord(iface uint8, ts, sec, nsec uint64, p []byte
 		wire.Finalize(p)
 	}
 	body := p[:min(len(p), capLen)]
-	if _, err := cw.bw.Write(body); err != nil {
+	if _, err := cw.out.Write(body); err != nil {
 		cw.err = err
 		return
 	}
@@ -174,44 +228,73 @@ func (cw *CaptureWriter) writeRecord(iface uint8, ts, sec, nsec uint64, p []byte
 		// this hop would have put on the wire, in wire.AppendVCRC's byte order.
 		v := h[pcapRecordLen+ERFHeaderLen:]
 		binary.LittleEndian.PutUint16(v, wire.VCRC(p))
-		if _, err := cw.bw.Write(v[:n]); err != nil {
+		if _, err := cw.out.Write(v[:n]); err != nil {
 			cw.err = err
 			return
 		}
 	}
+	cw.unreported -= lctr
 	cw.stats.Packets++
 	cw.stats.Bytes += uint64(capLen)
 }
 
-// Flush writes buffered records to the underlying writer.
+// Flush writes buffered records to the underlying writer. With a Backlog, recording
+// goes on while Flush waits for the writer.
 func (cw *CaptureWriter) Flush() error {
+	cw.flushMu.Lock()
+	defer cw.flushMu.Unlock()
 	cw.mu.Lock()
-	defer cw.mu.Unlock()
 	if cw.closed {
+		cw.mu.Unlock()
 		return ErrCaptureClosed
 	}
-	return cw.flush()
+	return cw.flushLocked()
 }
 
-func (cw *CaptureWriter) flush() error {
+// flushLocked flushes with flushMu and mu held; it returns with mu released.
+func (cw *CaptureWriter) flushLocked() error {
 	if cw.err != nil {
+		cw.mu.Unlock()
 		return cw.err
 	}
-	cw.err = cw.bw.Flush()
-	return cw.err
+	if cw.backlog == 0 {
+		cw.err = cw.bw.Flush()
+		cw.mu.Unlock()
+		return cw.err
+	}
+	buf := cw.pend
+	cw.pend, cw.spare = cw.spare, nil
+	cw.out = cw.pend
+	cw.mu.Unlock()
+	_, err := cw.w.Write(buf.b)
+	buf.b = buf.b[:0]
+	cw.mu.Lock()
+	cw.spare = buf
+	if err != nil && cw.err == nil {
+		cw.err = err
+	}
+	err = cw.err
+	cw.mu.Unlock()
+	return err
 }
 
+// Full receives when more than half the Backlog waits to be flushed: a flusher that
+// wakes on it as well as on a timer writes before records have to be dropped. It never
+// receives without a Backlog.
+func (cw *CaptureWriter) Full() <-chan struct{} { return cw.full }
+
 // Close flushes the capture and stops recording; later packets are skipped. It does not
-// close the underlying writer.
+// close the underlying writer. With a Backlog it first waits for a Flush in progress.
 func (cw *CaptureWriter) Close() error {
+	cw.flushMu.Lock()
+	defer cw.flushMu.Unlock()
 	cw.mu.Lock()
-	defer cw.mu.Unlock()
 	if cw.closed {
+		cw.mu.Unlock()
 		return nil
 	}
-	err := cw.flush()
 	cw.closed = true
-	return err
+	return cw.flushLocked()
 }
 
 // Stats returns what the writer recorded and skipped so far.
@@ -259,6 +342,7 @@ type CaptureRecord struct {
 	Flags     uint8     // ERF flags
 	Interface int       // ERF capture interface, flags bits 0-1
 	WireLen   int       // wlen: the packet's length on the wire, VCRC included
+	Loss      int       // lctr: records the writer dropped just before this one
 	Data      []byte    // captured bytes after the ERF header: packet and VCRC, maybe cut by a snaplen
 }
 
@@ -325,6 +409,7 @@ func ReadCapture(r io.Reader) ([]CaptureRecord, error) {
 			Type:    buf[8],
 			Flags:   buf[9],
 			WireLen: int(binary.BigEndian.Uint16(buf[14:])),
+			Loss:    int(binary.BigEndian.Uint16(buf[12:])),
 			Data:    buf[ERFHeaderLen:rlen],
 		}
 		rec.Interface = int(rec.Flags & erfFlagIfaceMask)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pibgw/pibgw/fabric"
@@ -66,6 +67,8 @@ type Fabric struct {
 	capMu    sync.Mutex // guards captures and faults, and the cables' wrappers
 	captures []*capture
 	faults   map[*fabric.Cable]*cableFault // pibgw fault (debug.go)
+	// capDropped counts what ended captures dropped for a slow writer (capture.go).
+	capDropped atomic.Uint64
 
 	// OnObserved, if set, is called after Observed's answer may have changed (the attach
 	// server's Invalidate). Set it before the fabric is used.

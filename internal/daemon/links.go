@@ -76,6 +76,9 @@ func (f *Fabric) LinkCounters() control.LinkCounters {
 	if f.Listener != nil {
 		add(f.Listener.Counters().Map())
 	}
+	if n := f.captureDropped(); n > 0 {
+		out["capture_dropped"] = n
+	}
 	for i, sw := range f.Switches {
 		for n := 0; n <= sw.NumPorts(); n++ {
 			c := sw.Counters(n)
