@@ -3,6 +3,9 @@ package sa
 import (
 	"encoding/binary"
 	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/wire"
@@ -27,6 +30,84 @@ const mcCreateMask = wire.MCRCompMGID | wire.MCRCompPortGID | wire.MCRCompJoinSt
 
 // mcJoinMask is what every join and leave must specify.
 const mcJoinMask = wire.MCRCompMGID | wire.MCRCompPortGID | wire.MCRCompJoinState
+
+// DefaultMaxSendOnlyGroups is AgentConfig.MaxSendOnlyGroups's default: three quarters
+// of the 1024 MLIDs a switch's MFT covers (fabric.DefaultMFTCap), so that a flood of
+// send-only joins — IPoIB's for the solicited-node group of every address it is asked to
+// resolve — leaves a quarter for groups that receive.
+const DefaultMaxSendOnlyGroups = 768
+
+// mcStats counts what the SA refused for want of multicast LIDs, and limits its logging.
+type mcStats struct {
+	mlidExhausted   atomic.Uint64
+	sendOnlyRefused atomic.Uint64
+
+	logMLID, logSendOnly logLimit
+}
+
+// logLimit lets one kind of warning through at most once every 10 s.
+type logLimit struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed uint64
+}
+
+// MulticastStats are the SA's multicast counters (control status, metrics).
+type MulticastStats struct {
+	Groups         int // groups now, persistent ones included
+	SendOnlyGroups int // groups none of whose members receives
+	// MLIDExhausted counts joins refused (NO_RESOURCES) because the SM had no free
+	// multicast LID; SendOnlyRefused counts send-only joins refused because
+	// MaxSendOnlyGroups groups without receivers exist.
+	MLIDExhausted   uint64
+	SendOnlyRefused uint64
+}
+
+// MulticastStats returns the SA's multicast counters.
+func (a *Agent) MulticastStats() MulticastStats {
+	a.mu.Lock()
+	st := MulticastStats{Groups: len(a.groups), SendOnlyGroups: a.sendOnlyGroupsLocked()}
+	a.mu.Unlock()
+	st.MLIDExhausted = a.mc.mlidExhausted.Load()
+	st.SendOnlyRefused = a.mc.sendOnlyRefused.Load()
+	return st
+}
+
+// sendOnlyGroupsLocked counts the non-persistent groups no member receives from.
+func (a *Agent) sendOnlyGroupsLocked() int {
+	n := 0
+	for _, g := range a.groups {
+		if !g.persistent && !g.receivesLocked() {
+			n++
+		}
+	}
+	return n
+}
+
+func (g *mcGroup) receivesLocked() bool {
+	for _, m := range g.members {
+		if m.state&(JoinFull|JoinNonMember) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// warnMcast logs a refusal at most once every 10 s for its kind, with how many went
+// unlogged since: a flood of joins must not become a flood of log lines.
+func (a *Agent) warnMcast(l *logLimit, msg string, args ...any) {
+	l.mu.Lock()
+	now := a.clk.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < 10*time.Second {
+		l.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppressed
+	l.last, l.suppressed = now, 0
+	l.mu.Unlock()
+	a.log.Warn(msg, append(args, "not_logged_since", n)...)
+}
 
 type mcGroup struct {
 	mgid       wire.GID
@@ -88,7 +169,8 @@ func (a *Agent) createBroadcastGroup(p Partition) {
 	a.mu.Unlock()
 	mlid, err := a.allocMLID()
 	if err != nil {
-		a.log.Warn("no MLID for the IPoIB broadcast group", "pkey", pkey, "err", err)
+		a.mc.mlidExhausted.Add(1)
+		a.warnMcast(&a.mc.logMLID, "no free multicast LID for the IPoIB broadcast group", "pkey", pkey, "err", err)
 		return
 	}
 	g := &mcGroup{
@@ -114,6 +196,26 @@ func (a *Agent) createBroadcastGroup(p Partition) {
 	a.groups[mgid] = g
 	a.byMLID[mlid] = g
 	a.mu.Unlock()
+}
+
+// maxSendOnly is AgentConfig.MaxSendOnlyGroups with its default.
+func (a *Agent) maxSendOnly() int {
+	if n := a.cfg.MaxSendOnlyGroups; n != 0 {
+		return n
+	}
+	return DefaultMaxSendOnlyGroups
+}
+
+// sendOnlyFull reports whether a send-only join may not create another group: groups
+// that only send-only members hold would take the MLIDs of groups that receive.
+func (a *Agent) sendOnlyFull() bool {
+	max := a.maxSendOnly()
+	if max < 0 {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.sendOnlyGroupsLocked() >= max
 }
 
 func (a *Agent) allocMLID() (uint16, error) {
@@ -390,8 +492,18 @@ func (a *Agent) mcJoin(m *hca.MAD, t *Topology) {
 			a.replyError(m, st)
 			return
 		}
+		if state&(JoinFull|JoinNonMember) == 0 && a.sendOnlyFull() {
+			a.mc.sendOnlyRefused.Add(1)
+			a.warnMcast(&a.mc.logSendOnly, "send-only multicast join refused: too many groups without receivers",
+				"mgid", ng.mgid, "port", p.GUID, "max", a.maxSendOnly(), "refused", a.mc.sendOnlyRefused.Load())
+			a.replyError(m, wire.SAStatusNoResources)
+			return
+		}
 		mlid, err := a.allocMLID()
 		if err != nil {
+			a.mc.mlidExhausted.Add(1)
+			a.warnMcast(&a.mc.logMLID, "multicast join refused: no free multicast LID", "mgid", ng.mgid, "port", p.GUID,
+				"groups", len(a.Groups()), "refused", a.mc.mlidExhausted.Load(), "err", err)
 			a.replyError(m, wire.SAStatusNoResources)
 			return
 		}

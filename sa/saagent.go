@@ -59,6 +59,9 @@ type AgentConfig struct {
 	// MFTs, when set, returns the multicast forwarding entries programmed, by switch GUID
 	// and MLID (SM.MFTs), for MulticastForwardingTableRecords; StartSA sets it.
 	MFTs func() map[uint64]map[uint16][4]uint64
+	// MaxSendOnlyGroups bounds the groups without a receiving member (mcast.go); default
+	// DefaultMaxSendOnlyGroups, negative: no bound.
+	MaxSendOnlyGroups int
 }
 
 // Agent is the subnet administrator.
@@ -79,6 +82,7 @@ type Agent struct {
 	bcastSet bool
 	services []*serviceEntry
 	sends    map[rmppKey]*rmppSend
+	mc       mcStats // mcast.go
 
 	bufs sync.Pool // *saBuf
 }

@@ -413,6 +413,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`(?m)^pibgw_port_drop_icrc_total\{ca="pib_1",port="1"\} 0$`,
 		`(?m)^pibgw_ipoib_tx_packets_total\{iface="ib0"\} \d+$`,
 		`(?m)^pibgw_pitfalls_total\{ca="pib_0",check="psn_width"\} 0$`,
+		`(?m)^pibgw_sa_mlid_exhausted_total\{sm="pib_0"\} 0$`,
 	} {
 		m := regexp.MustCompile(want).FindStringSubmatch(out)
 		if m == nil {

@@ -93,6 +93,11 @@ func (d *Daemon) writeMetrics(w io.Writer) {
 				add("pibgw_pitfalls_total", "pitfall checks that fired (pibgw manner)", label("ca", dev.Name())+","+label("check", name), v)
 			}
 		}
+		if f.SA != nil && f.SM != nil {
+			st, sm := f.SA.MulticastStats(), label("sm", f.SM.Port().Device().Name())
+			add("pibgw_sa_mlid_exhausted_total", "multicast joins the SA refused: no free multicast LID", sm, st.MLIDExhausted)
+			add("pibgw_sa_sendonly_refused_total", "send-only joins the SA refused: sa.DefaultMaxSendOnlyGroups groups without receivers", sm, st.SendOnlyRefused)
+		}
 	}
 	for _, n := range d.interfaces() {
 		for name, v := range n.describe().Counters {
