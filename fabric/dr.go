@@ -36,6 +36,31 @@ type mgmtBuf struct {
 
 var mgmtBufPool = sync.Pool{New: func() any { return new(mgmtBuf) }}
 
+// getMgmtBuf returns a buffer from the switch's own few (mbCache), else from the pool.
+// A directed-route SMP holds one at every switch it crosses until its response has come
+// back through (each hop's send runs the next), so a switch on the path of an SM's
+// sweep holds at most two at a time, one for the request and one for the response; its
+// own slots take that without the pool's per-P bookkeeping.
+func (sw *Switch) getMgmtBuf() *mgmtBuf {
+	for i := range sw.mbCache {
+		if c := &sw.mbCache[i]; c.Load() != nil {
+			if mb := c.Swap(nil); mb != nil {
+				return mb
+			}
+		}
+	}
+	return mgmtBufPool.Get().(*mgmtBuf)
+}
+
+func (sw *Switch) putMgmtBuf(mb *mgmtBuf) {
+	for i := range sw.mbCache {
+		if c := &sw.mbCache[i]; c.Load() == nil && c.CompareAndSwap(nil, mb) {
+			return
+		}
+	}
+	mgmtBufPool.Put(mb)
+}
+
 // manage handles one packet addressed to the switch that arrived at external port in.
 func (sw *Switch) manage(in int, b []byte) {
 	ip := &sw.ports[in]
@@ -221,8 +246,8 @@ func (sw *Switch) smiDirected(in int, b []byte, madOff int) {
 		sw.ports[in].drops[DropManagement].Add(1)
 		return
 	}
-	mb := mgmtBufPool.Get().(*mgmtBuf)
-	defer mgmtBufPool.Put(mb)
+	mb := sw.getMgmtBuf()
+	defer sw.putMgmtBuf(mb)
 	out := mb.b[:len(b)]
 	copy(out, b)
 	s := wire.SMP(out[madOff : madOff+wire.MADLen])

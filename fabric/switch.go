@@ -171,8 +171,9 @@ type Switch struct {
 	mftCap   int
 	mftWords int
 
-	mgmt atomic.Pointer[mgmtBox]
-	ext  atomic.Pointer[externalBox] // the external management client on port 0 (external.go)
+	mgmt    atomic.Pointer[mgmtBox]
+	mbCache [2]atomic.Pointer[mgmtBuf]  // buffers of the SMI (getMgmtBuf)
+	ext     atomic.Pointer[externalBox] // the external management client on port 0 (external.go)
 
 	// Management state (sma.go): identity is fixed at creation, the rest changes under mmu.
 	guid, sysGUID uint64
