@@ -128,6 +128,10 @@ func TestIPv6NeighborDiscovery(t *testing.T) {
 		}
 		waitFor(t, "group "+mgid.String(), func() bool { return tf.hasGroup(mgid) })
 	}
+	// The SA answers a join before the SM has programmed the group's MFT entries, and
+	// the fake clock holds the NS retransmission back: the first NS must find them in
+	// place. A heavy sweep's end means every group's forwarding is.
+	<-tf.sm.Resweep()
 	for k := 0; k < 5; k++ {
 		p := echo6("fd00::1", "fd00::2", uint16(k), []byte("ping6 global"))
 		ta.Inject(p)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"net/netip"
+	"slices"
+	"sync/atomic"
 	"time"
 
+	"github.com/pibgw/pibgw/clock"
 	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/wire"
@@ -15,6 +18,15 @@ import (
 // partition; the groups the IP stack subscribes to (IGMP/MLD reports through the TUN
 // device) and the IPv6 all-nodes and solicited-node groups of our addresses are joined
 // as full members with the QP attached; a group we only send to is joined send-only.
+//
+// Send-only memberships are the resolution's: every unresolved IPv6 neighbour's
+// solicitation goes to its solicited-node group, so a scan of addresses joins a group
+// each. Each takes one of the fabric's multicast LIDs (1024 on a switch), so they are
+// given back as Linux's ipoib does (its neighbour reaper, __ipoib_reap_neigh, leaves the
+// send-only group of a neighbour unused for its aging time:
+// ipoib_check_and_add_mcast_sendonly): a send-only group not sent to for NeighborTimeout
+// is left, and an interface holds at most maxSendOnlyGroups of them, the least recently
+// used left first. Full memberships are never left for them.
 
 const (
 	igmpv1Report = 0x12
@@ -37,6 +49,11 @@ const (
 
 	// joinRetry is how long a failed send-only join waits before the next try.
 	joinRetry = time.Second
+
+	// maxSendOnlyGroups bounds an interface's send-only memberships: six interfaces
+	// flooding at once stay under the SA's bound on groups without receivers
+	// (sa.DefaultMaxSendOnlyGroups, 768).
+	maxSendOnlyGroups = 128
 )
 
 // group is one multicast group of the interface.
@@ -55,9 +72,25 @@ type group struct {
 	busy     bool // a join is queued
 	failedAt time.Time
 	queue    []queued
+
+	// used is set by each send to the group (the transmit path, under the read lock);
+	// the expiry moves it into lastUse, when the group was last seen in use.
+	used    atomic.Bool
+	lastUse time.Time
 }
 
 func (g *group) wantFull() bool { return g.report || g.own }
+
+// sendOnly reports whether g is held only as a send-only member (groupTable.mu).
+func (g *group) sendOnly() bool {
+	return g.joined == wire.JoinSendOnlyFullMember && !g.wantFull()
+}
+
+// sendOnlyAging is the timer that leaves idle send-only groups (groupTable.mu).
+type sendOnlyAging struct {
+	timer clock.Timer
+	armed bool
+}
 
 // groupAHFor returns the AH of a group to send pkt to, or queues pkt and joins the
 // group send-only.
@@ -77,6 +110,7 @@ func (i *Interface) groupAHFor(mgid wire.GID, addr netip.Addr, etype uint16, pkt
 	}
 	if g.ah != nil {
 		ah := g.ah
+		g.used.Store(true)
 		i.mc.mu.Unlock()
 		return ah, true
 	}
@@ -108,6 +142,9 @@ func (t *groupTable) ah(mgid wire.GID) *hca.AH {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if g := t.m[mgid]; g != nil {
+		if g.ah != nil && !g.used.Load() {
+			g.used.Store(true)
+		}
 		return g.ah
 	}
 	return nil
@@ -230,10 +267,108 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 		}
 	}
 	ah = g.ah
+	var expire []wire.GID
+	if err == nil && g.sendOnly() {
+		g.used.Store(false)
+		g.lastUse = i.clk.Now()
+		expire = i.boundSendOnlyLocked(g)
+		i.armSendOnlyLocked()
+	}
 	i.mc.mu.Unlock()
 	for _, q := range flush {
 		i.cnt.inc(cTxMulticast)
 		i.txp.snd.send(ah, MulticastQPN, ls.qkey, q.etype, q.pkt)
+	}
+	i.leaveGroups(expire)
+}
+
+// boundSendOnlyLocked (under mc.mu) picks the send-only groups beyond
+// maxSendOnlyGroups to leave, the least recently used first, never keep (the group just
+// joined for a packet); they are marked busy, their leave is the caller's.
+func (i *Interface) boundSendOnlyLocked(keep *group) []wire.GID {
+	var so []*group
+	for _, g := range i.mc.m {
+		if g.sendOnly() && !g.busy && g != keep {
+			so = append(so, g)
+		}
+	}
+	excess := len(so) + 1 - maxSendOnlyGroups
+	if excess <= 0 {
+		return nil
+	}
+	now := i.clk.Now()
+	for _, g := range so {
+		if g.used.Swap(false) {
+			g.lastUse = now
+		}
+	}
+	slices.SortFunc(so, func(a, b *group) int { return a.lastUse.Compare(b.lastUse) })
+	out := make([]wire.GID, 0, excess)
+	for _, g := range so[:excess] {
+		g.busy = true
+		out = append(out, g.mgid)
+	}
+	return out
+}
+
+// armSendOnlyLocked (under mc.mu) arms the expiry of idle send-only groups: it looks
+// every half NeighborTimeout, so a group is left between one and one and a half
+// NeighborTimeout after its last packet.
+func (i *Interface) armSendOnlyLocked() {
+	a := &i.mc.so
+	if a.armed {
+		return
+	}
+	a.armed = true
+	d := max(i.cfg.NeighborTimeout/2, time.Second)
+	if a.timer == nil {
+		a.timer = i.clk.AfterFunc(d, i.expireSendOnly)
+	} else {
+		a.timer.Reset(d)
+	}
+}
+
+// expireSendOnly leaves the send-only groups nobody sent to for NeighborTimeout.
+func (i *Interface) expireSendOnly() {
+	if !i.enterCallback() {
+		return
+	}
+	defer i.wg.Done()
+	now := i.clk.Now()
+	var expire []wire.GID
+	i.mc.mu.Lock()
+	i.mc.so.armed = false
+	left := 0
+	for mgid, g := range i.mc.m {
+		if !g.sendOnly() || g.busy {
+			continue
+		}
+		if g.used.Swap(false) {
+			g.lastUse = now
+		}
+		if now.Sub(g.lastUse) >= i.cfg.NeighborTimeout {
+			g.busy = true
+			expire = append(expire, mgid)
+		} else {
+			left++
+		}
+	}
+	if left > 0 {
+		i.armSendOnlyLocked()
+	}
+	i.mc.mu.Unlock()
+	i.leaveGroups(expire)
+}
+
+// leaveGroups queues the leave of groups marked busy for it: joinGroup finds nothing
+// wanted of them (no full membership, no packet waiting) and leaves.
+func (i *Interface) leaveGroups(mgids []wire.GID) {
+	for _, m := range mgids {
+		i.ctl.jobs.push(func() {
+			i.ctl.mu.Lock()
+			defer i.ctl.mu.Unlock()
+			i.joinGroup(m)
+		})
 	}
 }
 

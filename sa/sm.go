@@ -107,7 +107,6 @@ type SM struct {
 	queue     []*txn
 	qhead     int
 	free      []*txn
-	slab      []txn // txns not yet used (newTxn)
 	nInflight int
 	onDrain   func()
 	busy      bool // a sweep or MFT job is in progress
