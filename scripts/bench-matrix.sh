@@ -10,9 +10,15 @@
 # (event and polling mode), perftest's latency tests, ib_atomic_bw, ib_write_bw, the loss of
 # ib_send_bw -c UD, ucx_perftest (UCP and UCT over rc_verbs), Open MPI over UCX (a small
 # program compiled here with mpicc) and fi_pingpong -p verbs -e msg. The baselines: the
-# same UCX, MPI and libfabric tests over shared memory (UCX's posix transport, libfabric's
-# shm provider) for the UCX, MPI and streaming rows, ib_send_lat of the same run for the
-# latency rows.
+# same UCX, MPI and libfabric tests over shared memory (UCX's posix transport, with cma
+# for MPI's large messages; libfabric's shm provider) for the UCX, MPI and streaming
+# rows, ib_send_lat of the same run for the latency rows. When the machine's 1-minute load
+# average at the start is above LOAD_MAX it prints it and exits 2 without measuring.
+#
+# The rows (ids for ROWS=, `--list` prints them): rc_pp rc_pp_e rc_pp_64k qperf_ev
+# qperf_poll send_lat write_lat read_lat atomic_lat atomic_bw write_bw ud_loss ucp_tag_lat
+# ucp_put_bw uct_am_lat uct_put_bw mpi_lat mpi_bw fi_pp, and the baselines posix_tag_lat
+# posix_put_bw posix_am_lat posix_uct_put_bw posix_ucp_add mpi_posix_lat mpi_posix_bw fi_shm.
 #
 # The daemon is the attach tests' daemon helper (an in-process fabric serving an attach
 # socket in a temporary directory, as in scripts/bench-perftest.sh); servers run on pib_1,
@@ -94,8 +100,8 @@ BASE_SPECS=(
 	"posix_am_lat|UCX posix: UCT \`am_lat\`|µs"
 	"posix_uct_put_bw|UCX posix: UCT \`put_bw\` 8 B|M msg/s"
 	"posix_ucp_add|UCX posix: UCP \`ucp_add\` (atomic add rate)|M ops/s"
-	"mpi_posix_lat|Open MPI over UCX posix: 8 B round trip|µs"
-	"mpi_posix_bw|Open MPI over UCX posix: 1 MiB bandwidth|GB/s"
+	"mpi_posix_lat|Open MPI over UCX posix+cma: 8 B round trip|µs"
+	"mpi_posix_bw|Open MPI over UCX posix+cma: 1 MiB bandwidth|GB/s"
 	"fi_shm|\`fi_pingpong -p shm -e rdm\` 1 MiB|GB/s"
 )
 all_ids=()
@@ -399,7 +405,7 @@ mpi() {
 		reason=$mpi_reason
 		return 1
 	fi
-	local envs=(-x UCX_TLS=posix,self)
+	local envs=(-x UCX_TLS=posix,cma,self) # cma: UCX's rendezvous for large messages
 	if [[ $1 == rc_verbs ]]; then
 		if [[ -n $nodes_reason ]]; then
 			reason=$nodes_reason
@@ -408,7 +414,9 @@ mpi() {
 		envs=(-x UCX_TLS=rc_verbs,ud_verbs,self -x LD_LIBRARY_PATH=$lib -x PIBGW_ATTACH=$sock)
 	fi
 	# rank 0 on pib_0, rank 1 on pib_1
-	timeout -k 5 "$tmo" mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ucx --mca btl '^openib' "${envs[@]}" \
+	# pml_ucx_tls/devices any: Open MPI's UCX layer otherwise declines shared memory alone
+	timeout -k 5 "$tmo" mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ucx --mca pml_ucx_tls any \
+		--mca pml_ucx_devices any --mca btl '^openib' "${envs[@]}" \
 		sh -c 'UCX_NET_DEVICES=pib_${OMPI_COMM_WORLD_RANK}:1 exec "$@"' sh "$work/mpi_bench" $mpi_args >"$work/c.out" 2>&1
 	local rc=$?
 	if ((rc != 0)); then
@@ -420,14 +428,14 @@ mpi() {
 fi_pingpong_1m() { # provider endpoint
 	if [[ $1 == verbs ]]; then
 		pib_env
-		S=(fi_pingpong -p verbs -e msg -d pib_1 -B $port -S 1m -I $fi_iters) C=(fi_pingpong -p verbs -e msg -d pib_0 -P $port -S 1m -I $fi_iters 127.0.0.1)
+		S=(fi_pingpong -p verbs -e msg -d pib_1 -B $port -S 1048576 -I $fi_iters) C=(fi_pingpong -p verbs -e msg -d pib_0 -P $port -S 1048576 -I $fi_iters 127.0.0.1)
 	else
 		SE=() CE=()
-		S=(fi_pingpong -p "$1" -e "$2" -B $port -S 1m -I $fi_iters) C=(fi_pingpong -p "$1" -e "$2" -P $port -S 1m -I $fi_iters 127.0.0.1)
+		S=(fi_pingpong -p "$1" -e "$2" -B $port -S 1048576 -I $fi_iters) C=(fi_pingpong -p "$1" -e "$2" -P $port -S 1048576 -I $fi_iters 127.0.0.1)
 	fi
 	pair || return 1
-	# "bytes iters total time MB/sec usec/xfer Mxfers/sec": MB/sec in GB/s
-	got "$(awk '$1 == "1m" {print $5 / 1000}' "$work/c.out")"
+	# "bytes #sent #ack total time MB/sec …" (the columns vary): MB/sec in GB/s
+	got "$(awk '$1 == "bytes" {for (i = 1; i <= NF; i++) if ($i == "MB/sec") c = i} $1 == "1m" && c {print $c / 1000}' "$work/c.out")"
 }
 # ud_linger PID: ib_send_bw's server waits for every datagram; two SIGALRMs make it print
 # "Total Received=N" and end, as its own 60 s watchdog (check_alive) would after 120 s.
@@ -542,14 +550,14 @@ cmp() { awk -v a="$1" -v b="$3" -v op="$2" 'BEGIN {exit !(op == "<=" ? a <= b : 
 
 table=$work/table.md
 {
-	echo "| program | figure: median (min–max) | unit | baseline (same run) | ratio | target | result |"
+	echo "| program | figure: median (min–max, rounds) | unit | baseline (same run) | ratio | target | result |"
 	echo "|---|---|---|---|---|---|---|"
 	for spec in "${ROW_SPECS[@]}"; do
 		IFS='|' read -r id label unit base conds ttext <<<"$spec"
 		[[ " ${run_ids[*]} " == *" $id "* ]] || continue
 		s=$(stats "$id")
 		if [[ $s == failed* ]]; then
-			echo "| $label | failed: ${s#failed } | $unit | | | $ttext | FAIL |"
+			echo "| $label | failed: ${s#failed } | $unit | | | $ttext | $([[ -n $conds ]] && echo FAIL || echo —) |"
 			continue
 		fi
 		read -r med lo hi n <<<"$s"
@@ -626,19 +634,20 @@ if [[ $write == 1 ]]; then
 		echo "<!-- Generated by scripts/bench-matrix.sh --write; do not edit by hand: run it again. -->"
 		echo
 		if [[ $quick == 1 ]]; then
-			echo "**Quick run (QUICK=1: one round, short iteration counts) on a busy machine, not for"
-			echo "comparison.** Regenerate it on a quiet machine with \`bash scripts/bench-matrix.sh --write\`."
+			echo "**Quick run, not for comparison** (QUICK=1: one round, short iteration counts, whatever"
+			echo "the load). Regenerate it on a quiet machine with \`bash scripts/bench-matrix.sh --write\`."
 			echo
 		fi
 		echo "Issue 42's matrix: each program between two processes attached to one pibgw daemon"
 		echo "(server on \`pib_1\`, client on \`pib_0\`, pibgw's \`libibverbs.so.1\` from"
 		echo "\`scripts/build-libs.sh\`), beside baselines taken in the same run: UCX's posix shared-memory"
-		echo "transport, Open MPI over it and libfabric's shm provider for the UCX, MPI and streaming rows,"
-		echo "\`ib_send_lat\` for the latency rows. Each figure is the median of $rounds round(s), each"
-		echo "against a fresh daemon, with the spread (min–max, rounds); the target is issue 42's."
+		echo "transport (Open MPI: over it with UCX's cma for large messages) and libfabric's shm provider"
+		echo "for the UCX, MPI and streaming rows, \`ib_send_lat\` for the latency rows. Each figure is the"
+		echo "median of $rounds round(s), each against a fresh daemon, with the spread (min–max, rounds);"
+		echo "the target is issue 42's."
 		echo
-		echo "Machine: $ncpu CPUs ($cpu), $(uname -sr); pibgw $commit$dirty; 1-minute load average $load"
-		echo "at the start (the script refuses above $load_max)."
+		echo "Machine: $ncpu CPUs ($cpu), $(uname -sr); pibgw $commit$dirty${BENCH_BUILD:+ (libraries built beforehand: BENCH_BUILD)};"
+		echo "1-minute load average $load at the start (the script refuses above $load_max)."
 		echo
 		cat "$table"
 		echo
@@ -655,8 +664,8 @@ if [[ $write == 1 ]]; then
 		echo "| perftest | \`ib_send_lat -s 2\`, \`ib_write_lat\`, \`ib_read_lat\`, \`ib_atomic_lat\`, \`ib_atomic_bw\`, \`ib_write_bw -s 65536 --report_gbits\` | t_typical; MsgRate; BW average |"
 		echo "| \`ib_send_bw -c UD\` | defaults (1000 datagrams of 4 KiB, TX depth 128) | the client's sent count against the server's received count (its \`Total Received\`, printed on SIGALRM) |"
 		echo "| ucx_perftest | \`UCX_TLS=rc_verbs,ud_verbs,self ucx_perftest 127.0.0.1 -t tag_lat -n $n_lat\`; \`-t ucp_put_bw -s 65536 -n $n_bw64k\`; UCT \`-t am_lat -x rc_verbs -d pib_0:1 -n $n_lat\`, \`-t put_bw -x rc_verbs -d pib_0:1 -s 8 -n $n_rate\`; baselines \`UCX_TLS=posix,self\`, UCT \`-x posix -d memory\`, \`-t ucp_add -n $n_rate\` | Final: 50th percentile latency; overall bandwidth (MiB/s, shown in GB/s); overall message rate |"
-		echo "| Open MPI | \`mpirun -np 2 --mca pml ucx -x UCX_TLS=rc_verbs,ud_verbs,self\` (posix: \`UCX_TLS=posix,self\`), rank N on \`pib_N\`, a program compiled by the script: $(cut -d' ' -f1 <<<"$mpi_args") 8-byte round trips; $(cut -d' ' -f2 <<<"$mpi_args") windows of 16 × 1 MiB sends, each acknowledged | round trip; bytes per second |"
-		echo "| fi_pingpong | \`fi_pingpong -p verbs -e msg -d pib_0 -S 1m -I $fi_iters 127.0.0.1\`; baseline \`-p shm -e rdm\` | MB/sec |"
+		echo "| Open MPI | \`mpirun -np 2 --mca pml ucx -x UCX_TLS=rc_verbs,ud_verbs,self\` (baseline: \`UCX_TLS=posix,cma,self\`), rank N on \`pib_N\`, a program compiled by the script: $(cut -d' ' -f1 <<<"$mpi_args") 8-byte round trips; $(cut -d' ' -f2 <<<"$mpi_args") windows of 16 × 1 MiB sends, each acknowledged | round trip; bytes per second |"
+		echo "| fi_pingpong | \`fi_pingpong -p verbs -e msg -d pib_0 -S 1048576 -I $fi_iters 127.0.0.1\`; baseline \`-p shm -e rdm\` | MB/sec |"
 	} >"$root/docs/performance.md"
 	echo "wrote $root/docs/performance.md" >&2
 fi
