@@ -107,6 +107,7 @@ type SM struct {
 	queue     []*txn
 	qhead     int
 	free      []*txn
+	slab      []txn // txns not yet used (newTxn)
 	nInflight int
 	onDrain   func()
 	busy      bool // a sweep or MFT job is in progress

@@ -255,14 +255,21 @@ func (sm *SM) programLFT(n *Node) {
 			continue
 		}
 		t := sm.newTxn(opLFTSet, n, 0, uint32(b), n.DRPath)
-		for i := range t.data {
-			t.data[i] = 0xFF
-		}
+		t.data = lftBlockDrop
 		copy(t.data[:], n.LFT[lo:hi])
 		sm.enqueue(t)
 	}
 	sm.lfts[n.GUID] = n.LFT // never modified once computed
 }
+
+// lftBlockDrop is an LFT block of 0xFF (drop) entries, the SMP data of a last block's
+// LIDs beyond the table.
+var lftBlockDrop = func() (b [wire.SMPDataLen]byte) {
+	for i := range b {
+		b[i] = 0xFF
+	}
+	return b
+}()
 
 // programPKeys sends p's P_Key table if it differs from what the SM programmed before.
 func (sm *SM) programPKeys(p *Port) {

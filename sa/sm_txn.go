@@ -73,15 +73,23 @@ func (sm *SM) enqueue(t *txn) { sm.queue = append(sm.queue, t) }
 func (sm *SM) newTxn(o op, n *Node, port uint8, mod uint32, path []uint8) *txn {
 	var t *txn
 	if k := len(sm.free); k > 0 {
-		t = sm.free[k-1]
+		t = sm.free[k-1] // zeroed by release
 		sm.free = sm.free[:k-1]
-		*t = txn{}
 	} else {
-		t = new(txn)
+		// New txns come from slabs: the first sweep of a large fabric queues hundreds of
+		// thousands at once (the LFT blocks of every switch), one allocation each before.
+		if len(sm.slab) == 0 {
+			sm.slab = make([]txn, txnSlab)
+		}
+		t = &sm.slab[0]
+		sm.slab = sm.slab[1:]
 	}
 	t.op, t.node, t.port, t.mod, t.path = o, n, port, mod, path
 	return t
 }
+
+// txnSlab is how many txns newTxn allocates at once.
+const txnSlab = 512
 
 func (sm *SM) release(t *txn) {
 	*t = txn{}
@@ -262,8 +270,7 @@ func (sm *SM) handleResponse(m *hca.MAD) {
 	}
 	copy(t.data[:], wire.SMP(m.Data).SMPData())
 	sm.done = append(sm.done, t)
-	sm.mu.Unlock()
-	sm.kick()
+	sm.kickLocked()
 }
 
 func (sm *SM) timeoutFired() {
@@ -278,6 +285,12 @@ func (sm *SM) timeoutFired() {
 // runs it again before it stops.
 func (sm *SM) kick() {
 	sm.mu.Lock()
+	sm.kickLocked()
+}
+
+// kickLocked is kick with sm.mu held, which it releases (a response, recorded under the
+// lock, takes it once instead of twice).
+func (sm *SM) kickLocked() {
 	if sm.running {
 		sm.again = true
 		sm.mu.Unlock()

@@ -241,3 +241,18 @@ func parseDocChecks(path, root string) ([]docCheck, []docFile, error) {
 	}
 	return checks, files, nil
 }
+
+// TestREADMEShort: the README says what pibgw is, the quick start, one example per use, the
+// status and links, in at most 300 lines; the rest belongs in docs/ (issue 44).
+func TestREADMEShort(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(b, []byte("\n")); n > 300 {
+		t.Errorf("README.md has %d lines, want at most 300: move the details into a guide under docs/", n)
+	}
+	if !bytes.Contains(b, []byte("bash scripts/test.sh")) {
+		t.Errorf("README.md does not name the test command, bash scripts/test.sh")
+	}
+}

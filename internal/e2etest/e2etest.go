@@ -142,12 +142,13 @@ func (s *SyncBuffer) String() string {
 	return s.b.String()
 }
 
-// Daemon is a running `pibgw up`.
+// Daemon is a running `pibgw up` (or `pibgw switch`: Verb).
 type Daemon struct {
 	t      *testing.T
 	Bin    string // the pibgw binary
 	Sock   string // its control socket
 	Config string // its configuration file
+	Verb   string // "up" (the default) or "switch"
 	NetNS  []string
 	Cmd    *exec.Cmd
 	Exited chan error // the exit status, once; put back by whoever takes it
@@ -175,6 +176,33 @@ func StartDaemon(t *testing.T, daemonLines, body string, netns ...string) *Daemo
 	if err := os.WriteFile(d.Config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	d.start()
+	return d
+}
+
+// StartConfig runs `pibgw VERB --config config` (verb "up" or "switch") with a
+// configuration file as it is, whose control socket is sock and whose namespaces are
+// netns (the cleanup deletes those the process left), and waits until it answers on
+// sock.
+func StartConfig(t *testing.T, verb, config, sock string, netns ...string) *Daemon {
+	t.Helper()
+	d := &Daemon{
+		t: t, Bin: BuildPibgw(t), Sock: sock, Config: config, Verb: verb,
+		NetNS: netns, Exited: make(chan error, 1), logs: &SyncBuffer{},
+	}
+	for _, ns := range netns {
+		if exec.Command("ip", "netns", "pids", ns).Run() == nil {
+			t.Fatalf("namespace %s exists already", ns)
+		}
+	}
+	d.start()
+	return d
+}
+
+// start launches d, arranges its cleanup and waits until it answers.
+func (d *Daemon) start() {
+	t := d.t
+	t.Helper()
 	d.Launch()
 	t.Cleanup(func() {
 		// Whatever happened: stop the daemon and remove what it may have left.
@@ -200,13 +228,16 @@ func StartDaemon(t *testing.T, daemonLines, body string, netns ...string) *Daemo
 		}
 	})
 	d.WaitAlive()
-	return d
 }
 
 // Launch starts `pibgw up` with d's configuration as d's process.
 func (d *Daemon) Launch() {
 	d.t.Helper()
-	d.Cmd = exec.Command(d.Bin, "up", "--config", d.Config)
+	verb := d.Verb
+	if verb == "" {
+		verb = "up"
+	}
+	d.Cmd = exec.Command(d.Bin, verb, "--config", d.Config)
 	d.Cmd.Stdout, d.Cmd.Stderr = d.logs, d.logs
 	// TestMain's PIBGW_CONTROL would override the file's daemon.control.
 	for _, kv := range os.Environ() {
