@@ -29,6 +29,20 @@ func (i *Interface) SetAdminUp(up bool) {
 	i.bringUp(true)
 }
 
+// Detach takes the interface down for good, with reason, as Linux's ipoib does when its
+// netdev goes away under it: the IP side is gone (the network namespace its TUN device
+// was in was deleted), so nothing could reach the interface from there. It leaves its
+// groups at the SA and stays down whatever the port or SetAdminUp do.
+func (i *Interface) Detach(reason string) {
+	i.ctl.mu.Lock()
+	defer i.ctl.mu.Unlock()
+	if i.closed.Load() || i.ctl.detached != "" {
+		return
+	}
+	i.ctl.detached = reason
+	i.takeDown(reason, true)
+}
+
 // AdminUp reports the administrative state SetAdminUp last set (up at creation).
 func (i *Interface) AdminUp() bool { return !i.ctl.adminDown.Load() }
 

@@ -636,6 +636,10 @@ func (i *Interface) findPKey() int {
 // a new join even if the interface is up (the SA may have lost its state).
 func (i *Interface) bringUp(rejoin bool) {
 	ls := i.link.Load()
+	if i.ctl.detached != "" {
+		i.takeDown(i.ctl.detached, false)
+		return
+	}
 	if i.ctl.adminDown.Load() {
 		i.takeDown(reasonAdminDown, false)
 		return
@@ -820,6 +824,7 @@ type control struct {
 	retry     clock.Timer
 	backoff   time.Duration
 	adminDown atomic.Bool // the IP side is set down (SetAdminUp)
+	detached  string      // why the IP side is gone for good (Detach); "" while it is there
 	jobs      jobQueue
 	rx        chan ctrlPacket // received ARP/ND for controlReceiver (ctrlrx.go)
 }
@@ -843,5 +848,4 @@ type neighTable struct {
 type groupTable struct {
 	mu sync.RWMutex
 	m  map[wire.GID]*group
-	so sendOnlyAging // the send-only groups' expiry (mcast.go)
 }

@@ -18,10 +18,26 @@ type Backend interface {
 	// CreateNetNS creates the named network namespace; DeleteNetNS removes it.
 	CreateNetNS(name string) error
 	DeleteNetNS(name string) error
+	// LockNetNS takes the daemon's hold on a named namespace (tun.NetNSLock), before
+	// it looks at, creates or uses it: daemons sharing a namespace do not delete it
+	// from under each other.
+	LockNetNS(name string) (NetNSLock, error)
+	// WatchNetNSRemoved calls removed with each named namespace deleted (ip netns del),
+	// until ctx is done.
+	WatchNetNSRemoved(ctx context.Context, removed func(name string)) error
 	// OpenDevice creates an interface's IP side.
 	OpenDevice(spec DeviceSpec) (tun.Device, error)
 	// NewInterface creates an IPoIB interface on cfg.Device.
 	NewInterface(cfg ipoib.Config) (IPoIB, error)
+}
+
+// NetNSLock is a daemon's hold on a named namespace: *tun.NetNSLock.
+type NetNSLock interface {
+	// MarkCreated records that pibgw created the namespace (or adopted it from a killed
+	// daemon): the last daemon to let go of it deletes it.
+	MarkCreated() error
+	// Release lets go; with del, the last user of a namespace pibgw created deletes it.
+	Release(del bool) (tun.NetNSRelease, error)
 }
 
 // DeviceSpec describes an interface's IP side.

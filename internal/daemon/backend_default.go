@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+
 	"github.com/pibgw/pibgw/internal/config"
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/tun"
@@ -16,6 +18,13 @@ type defaultBackend struct{}
 func (defaultBackend) NetNSExists(name string) (bool, error) { return tun.NetNSExists(name), nil }
 func (defaultBackend) CreateNetNS(name string) error         { return tun.CreateNetNS(name) }
 func (defaultBackend) DeleteNetNS(name string) error         { return tun.DeleteNetNS(name) }
+func (defaultBackend) WatchNetNSRemoved(ctx context.Context, removed func(string)) error {
+	return tun.WatchNetNSRemoved(ctx, removed)
+}
+
+func (defaultBackend) LockNetNS(name string) (NetNSLock, error) {
+	return tun.LockNetNS(tun.NetNSLockDir, name)
+}
 
 func (defaultBackend) OpenDevice(spec DeviceSpec) (tun.Device, error) {
 	if spec.Stack == config.StackUserspace {

@@ -54,7 +54,17 @@ type Daemon struct {
 	closed    bool
 	clients   map[*hca.Port]*sa.Client
 	ifaces    []*netif // in creation order: parents before their children
-	createdNS []string // namespaces this daemon created, removed at Close
+	createdNS []string // namespaces this daemon created (or adopted), for the state file
+	nsHeld    []heldNS // the namespaces the daemon uses, in the order it took them
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
+}
+
+// heldNS is a namespace the daemon uses, and its hold on it.
+type heldNS struct {
+	name string
+	lock NetNSLock
+	gone bool // deleted from under the daemon (ip netns del): interfaces taken down
 }
 
 // netif is one running interface.
@@ -89,6 +99,7 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.Fabric, err = BuildFabric(ctx, d.cfg, d.log); err != nil {
 		return nil, err
 	}
+	d.watchNetNS()
 	for _, ic := range d.cfg.Interfaces {
 		if err := d.addInterface(ic); err != nil {
 			return nil, err
@@ -123,7 +134,13 @@ func (d *Daemon) Close() error {
 	d.clients = nil
 	created := d.createdNS
 	d.createdNS = nil
+	held := d.nsHeld
+	d.nsHeld = nil
 	d.mu.Unlock()
+	if d.stopWatch != nil {
+		d.stopWatch() // before the namespaces go: the daemon's own deletes are no news
+		<-d.watchDone
+	}
 
 	var errs []error
 	if d.Metrics != nil {
@@ -140,19 +157,25 @@ func (d *Daemon) Close() error {
 	if d.Fabric != nil {
 		d.Fabric.Close()
 	}
+	// The namespaces go last, and only those pibgw created that no other daemon uses
+	// (tun.NetNSLock): the last daemon to let go of one deletes it.
 	var left []string
-	for i := len(created) - 1; i >= 0; i-- {
-		ns := created[i]
-		if ok, err := d.backend.NetNSExists(ns); err == nil && !ok {
+	for i := len(held) - 1; i >= 0; i-- {
+		h := held[i]
+		res, err := h.lock.Release(true)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("deleting namespace %s: %w", h.name, err))
+			if slices.Contains(created, h.name) {
+				left = append(left, h.name)
+			}
+		case res == tun.NetNSDeleted:
+			d.log.Info("namespace deleted", "netns", h.name)
+		case res == tun.NetNSInUse:
+			d.log.Info("namespace left to the other daemon that uses it", "netns", h.name)
+		case res == tun.NetNSGone:
 			// Removed from under the daemon (ip netns del): nothing to do, not an error.
-			d.log.Warn("namespace was already removed", "netns", ns)
-			continue
-		}
-		if err := d.backend.DeleteNetNS(ns); err != nil {
-			errs = append(errs, fmt.Errorf("deleting namespace %s: %w", ns, err))
-			left = append(left, ns)
-		} else {
-			d.log.Info("namespace deleted", "netns", ns)
+			d.log.Warn("namespace was already removed", "netns", h.name)
 		}
 	}
 	if d.onNetNS != nil {
@@ -203,39 +226,103 @@ func (d *Daemon) saClient(p *hca.Port) (*sa.Client, error) {
 	return c, nil
 }
 
-// ensureNetNS creates the namespace unless it exists, and records it if it did.
+// watchNetNS follows the deletion of named namespaces (ip netns del) while the daemon
+// runs: the interfaces in one it uses are taken down at once (netnsRemoved).
+func (d *Daemon) watchNetNS() {
+	ctx, cancel := context.WithCancel(context.Background())
+	d.stopWatch, d.watchDone = cancel, make(chan struct{})
+	go func() {
+		defer close(d.watchDone)
+		if err := d.backend.WatchNetNSRemoved(ctx, d.netnsRemoved); err != nil {
+			d.log.Warn("not watching for namespaces deleted under the daemon", "err", err)
+		}
+	}()
+}
+
+// netnsRemoved takes down the interfaces of a namespace deleted from under the daemon:
+// their TUN devices went with it (nothing can reach them), so each says why in
+// `pibgw show` instead of reporting itself up.
+func (d *Daemon) netnsRemoved(name string) {
+	d.mu.Lock()
+	used := false
+	for k := range d.nsHeld {
+		if d.nsHeld[k].name == name && !d.nsHeld[k].gone {
+			d.nsHeld[k].gone, used = true, true
+		}
+	}
+	var ifs []*netif
+	for _, n := range d.ifaces {
+		if n.cfg.Stack == config.StackKernel && n.cfg.NetNS == name {
+			ifs = append(ifs, n)
+		}
+	}
+	d.mu.Unlock()
+	if !used {
+		return
+	}
+	reason := fmt.Sprintf("network namespace %s was deleted", name)
+	var names []string
+	for _, n := range ifs {
+		names = append(names, n.cfg.Name)
+		if x, ok := n.ipo.(interface{ Detach(string) }); ok {
+			x.Detach(reason)
+		}
+	}
+	d.log.Error("namespace deleted under the daemon: its interfaces are down for good (restart the daemon to make them again)",
+		"netns", name, "ifaces", names)
+}
+
+// ensureNetNS takes the daemon's hold on the namespace, and creates it unless it exists
+// (recording that it did).
 func (d *Daemon) ensureNetNS(name string) error {
 	if name == "" {
 		return nil
 	}
 	d.mu.Lock()
-	mine := slices.Contains(d.createdNS, name)
+	held := slices.ContainsFunc(d.nsHeld, func(h heldNS) bool { return h.name == name })
 	d.mu.Unlock()
-	if mine {
+	if held {
 		return nil
 	}
-	ok, err := d.backend.NetNSExists(name)
+	lock, err := d.backend.LockNetNS(name)
 	if err != nil {
 		return fmt.Errorf("namespace %s: %w", name, err)
 	}
+	created := false
+	ok, err := d.backend.NetNSExists(name)
 	switch {
+	case err != nil:
+		lock.Release(false)
+		return fmt.Errorf("namespace %s: %w", name, err)
 	case ok && slices.Contains(d.adopt, name):
 		d.log.Info("adopting namespace a killed daemon left", "netns", name)
+		created = true
 	case ok:
 		d.log.Info("using existing namespace", "netns", name)
-		return nil
 	default:
 		if err := d.backend.CreateNetNS(name); err != nil {
+			lock.Release(false)
 			return fmt.Errorf("creating namespace %s: %w", name, err)
 		}
 		d.log.Info("namespace created", "netns", name)
+		created = true
+	}
+	if created {
+		if err := lock.MarkCreated(); err != nil {
+			d.log.Warn("namespace not marked as pibgw's: it will be left at stop", "netns", name, "err", err)
+		}
 	}
 	d.mu.Lock()
+	d.nsHeld = append(d.nsHeld, heldNS{name: name, lock: lock})
+	if !created {
+		d.mu.Unlock()
+		return nil
+	}
 	d.createdNS = append(d.createdNS, name)
-	created := slices.Clone(d.createdNS)
+	list := slices.Clone(d.createdNS)
 	d.mu.Unlock()
 	if d.onNetNS != nil {
-		d.onNetNS(created)
+		d.onNetNS(list)
 	}
 	return nil
 }

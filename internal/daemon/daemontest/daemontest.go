@@ -26,6 +26,10 @@ type Backend struct {
 	ifaces  map[string]*Interface
 	created []string // every namespace created, in order
 	deleted []string
+	holders map[string]int  // daemons holding each namespace (LockNetNS)
+	marked  map[string]bool // namespaces a daemon created (NetNSLock.MarkCreated)
+	watches map[int]func(string)
+	nextW   int
 	nextQPN uint32
 	// Neighbors, by interface name, is what Interface.Neighbors returns.
 	Neighbors map[string][]ipoib.Neighbor
@@ -36,6 +40,7 @@ type Backend struct {
 // New returns an empty fake backend; existing lists namespaces that exist already.
 func New(existing ...string) *Backend {
 	b := &Backend{netns: map[string]bool{}, devices: map[string]*Device{}, ifaces: map[string]*Interface{},
+		holders: map[string]int{}, marked: map[string]bool{}, watches: map[int]func(string){},
 		nextQPN: 0x48, Neighbors: map[string][]ipoib.Neighbor{}}
 	for _, n := range existing {
 		b.netns[n] = true
@@ -62,15 +67,86 @@ func (b *Backend) CreateNetNS(name string) error {
 	return nil
 }
 
+// DeleteNetNS deletes a namespace, as ip netns del: the daemons watching hear of it.
 func (b *Backend) DeleteNetNS(name string) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if !b.netns[name] {
+		b.mu.Unlock()
 		return fmt.Errorf("namespace %s does not exist", name)
 	}
 	delete(b.netns, name)
 	b.deleted = append(b.deleted, name)
+	var ws []func(string)
+	for _, w := range b.watches {
+		ws = append(ws, w)
+	}
+	b.mu.Unlock()
+	for _, w := range ws {
+		w(name)
+	}
 	return nil
+}
+
+// WatchNetNSRemoved calls removed for each namespace DeleteNetNS deletes until ctx is
+// done.
+func (b *Backend) WatchNetNSRemoved(ctx context.Context, removed func(string)) error {
+	b.mu.Lock()
+	id := b.nextW
+	b.nextW++
+	b.watches[id] = removed
+	b.mu.Unlock()
+	<-ctx.Done()
+	b.mu.Lock()
+	delete(b.watches, id)
+	b.mu.Unlock()
+	return nil
+}
+
+// LockNetNS is tun.LockNetNS's rule, in memory: daemons sharing one Backend share its
+// namespaces' holds.
+func (b *Backend) LockNetNS(name string) (daemon.NetNSLock, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.holders[name]++
+	return &netnsLock{b: b, name: name}, nil
+}
+
+type netnsLock struct {
+	b        *Backend
+	name     string
+	released bool
+}
+
+func (l *netnsLock) MarkCreated() error {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	l.b.marked[l.name] = true
+	return nil
+}
+
+func (l *netnsLock) Release(del bool) (tun.NetNSRelease, error) {
+	b := l.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l.released {
+		return tun.NetNSKept, nil
+	}
+	l.released = true
+	if b.holders[l.name]--; b.holders[l.name] > 0 {
+		return tun.NetNSInUse, nil
+	}
+	delete(b.holders, l.name)
+	marked := b.marked[l.name]
+	delete(b.marked, l.name)
+	switch {
+	case !b.netns[l.name]:
+		return tun.NetNSGone, nil
+	case !del || !marked:
+		return tun.NetNSKept, nil
+	}
+	delete(b.netns, l.name)
+	b.deleted = append(b.deleted, l.name)
+	return tun.NetNSDeleted, nil
 }
 
 // NetNS lists the namespaces that exist now.
@@ -184,11 +260,12 @@ func (d *Device) Close() error {
 
 // Interface is a fake IPoIB interface.
 type Interface struct {
-	b    *Backend
-	cfg  ipoib.Config
-	qpn  uint32
-	once sync.Once
-	stop chan struct{}
+	b        *Backend
+	cfg      ipoib.Config
+	qpn      uint32
+	once     sync.Once
+	stop     chan struct{}
+	detached string // under b.mu
 }
 
 func (i *Interface) Run(ctx context.Context) error {
@@ -204,9 +281,24 @@ func (i *Interface) Close() error {
 	return nil
 }
 
+// Detach takes the interface down for good with reason, as ipoib's Detach.
+func (i *Interface) Detach(reason string) {
+	i.b.mu.Lock()
+	defer i.b.mu.Unlock()
+	if i.detached == "" {
+		i.detached = reason
+	}
+}
+
 // State is up while the interface's P_Key is in its port's table (IBA 10.9;
 // as Linux's ipoib, a child stays down until the SM adds its P_Key).
 func (i *Interface) State() ipoib.State {
+	i.b.mu.Lock()
+	detached := i.detached
+	i.b.mu.Unlock()
+	if detached != "" {
+		return ipoib.State{Reason: detached}
+	}
 	if i.cfg.Port.FindPKey(i.cfg.PKey) < 0 {
 		return ipoib.State{Reason: fmt.Sprintf("P_Key %#04x not in the port's table", i.cfg.PKey)}
 	}
