@@ -12,7 +12,8 @@ import (
 // The attach socket is open to every local user (mode 0666 by default), so what one
 // process — or one user with many — can hold of the daemon is bounded: connections
 // (each a descriptor, and seven once attached), the time a connection may take to say
-// hello, and each process's QP numbers, listens, groups and requests in flight. A
+// hello, and each process's QP numbers, listens, multicast attachments and requests
+// in flight. A
 // refusal is the errno the kernel gives for the like (EAGAIN for too many processes,
 // as fork under RLIMIT_NPROC; ENOMEM beyond a QP limit, as uverbs), and is counted.
 
@@ -50,8 +51,6 @@ const (
 	// maxMcast bounds a process's multicast attachments (QP, group), a quarter of a
 	// port's groups (hca.MaxMcastGroups).
 	maxMcast = 2048
-	// maxJoins bounds a process's SA multicast joins.
-	maxJoins = 1024
 	// maxSlow bounds a process's requests in flight that wait on the fabric (neighbour
 	// resolution, path queries, joins: each holds a goroutine for up to 30 s).
 	maxSlow = 256

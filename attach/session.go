@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,6 +53,9 @@ type session struct {
 	quarantine map[quarKey]uint64
 	dirty      map[tagKey]struct{}
 	kick       chan struct{}
+
+	listens int          // service IDs listened on (srv.mu)
+	slowN   atomic.Int32 // requests in flight on their own goroutines (handle)
 
 	police policeCounters
 	dbg    debugCalls   // the daemon's requests to the process (debug.go)
@@ -322,7 +326,17 @@ func (x *session) info(listens int) SessionInfo {
 func (x *session) handle(m *msg) {
 	switch m.Op {
 	case opNeighbor, opPath, opJoin, opLeave:
-		go x.reply(m, x.slow(m))
+		// Each waits on the fabric for up to 30 s on a goroutine of its own: a
+		// process has maxSlow of them at once.
+		if x.slowN.Add(1) > maxSlow {
+			x.slowN.Add(-1)
+			x.reply(m, fail(m.Op, syscall.EAGAIN, "the process has %d requests in flight, its limit", maxSlow))
+			return
+		}
+		go func() {
+			defer x.slowN.Add(-1)
+			x.reply(m, x.slow(m))
+		}()
 	case opRoute:
 		go x.route(m)
 	case opPoliced:
@@ -359,6 +373,14 @@ func (x *session) fast(m *msg) *msg {
 		d, e := x.device(m)
 		if e != nil {
 			return e
+		}
+		// A process's share of the device (daemon.attach_max_qps): beyond it, ENOMEM,
+		// as uverbs' create_qp when the device has no QP left.
+		x.mu.Lock()
+		held := len(x.qpns[m.Dev]) + len(x.quarantine)
+		x.mu.Unlock()
+		if lim := s.adm.lim.MaxQPs; held >= lim {
+			return fail(m.Op, syscall.ENOMEM, "the process has %d QPs on %s, its limit (daemon.attach_max_qps)", held, d.Name())
 		}
 		qpn, err := d.ReserveQPN(x)
 		if err != nil {
@@ -427,6 +449,13 @@ func (x *session) fast(m *msg) *msg {
 			x.mu.Unlock()
 			return &msg{OK: true}
 		}
+		x.mu.Lock()
+		_, had := x.mcast[k]
+		n := len(x.mcast)
+		x.mu.Unlock()
+		if !had && n >= maxMcast {
+			return fail(m.Op, syscall.ENOMEM, "the process has %d multicast attachments, its limit", n)
+		}
 		if err := p.AttachRemote(gid, m.QPN, x); err != nil {
 			return fail(m.Op, syscall.ENOMEM, "%v", err)
 		}
@@ -444,11 +473,18 @@ func (x *session) fast(m *msg) *msg {
 		if m.Op == opUnlisten {
 			if s.listens[k] == x {
 				delete(s.listens, k)
+				x.listens--
 			}
 			return &msg{OK: true}
 		}
 		if o := s.listens[k]; o != nil && o != x {
 			return fail(m.Op, syscall.EADDRINUSE, "service ID %#x is listened on by process %d", m.SID, o.pid)
+		}
+		if s.listens[k] == nil {
+			if x.listens >= maxListens {
+				return fail(m.Op, syscall.ENOMEM, "the process listens on %d service IDs, its limit", x.listens)
+			}
+			x.listens++
 		}
 		s.listens[k] = x
 		return &msg{OK: true}

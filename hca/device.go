@@ -142,7 +142,7 @@ type Device struct {
 	log   *slog.Logger
 
 	mu       sync.RWMutex
-	qps      mapTable[QP] // by QPN (QP0 and QP1 live on their ports)
+	qps      numTable[QP] // by QPN (QP0 and QP1 live on their ports)
 	nextQPN  uint32
 	mrs      slotTable[MR] // by key index (key >> 8)
 	nextMR   uint32        // the lowest key index never used

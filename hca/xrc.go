@@ -64,7 +64,7 @@ func (x *XRCD) Close() error {
 // xrcState is the device's XRC bookkeeping.
 type xrcState struct {
 	xrcds int
-	srqs  mapTable[SRQ] // XRC SRQs by number
+	srqs  numTable[SRQ] // XRC SRQs by number
 	next  uint32
 }
 
