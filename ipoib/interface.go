@@ -848,4 +848,5 @@ type neighTable struct {
 type groupTable struct {
 	mu sync.RWMutex
 	m  map[wire.GID]*group
+	so sendOnlyAging // the send-only groups' expiry (mcast.go)
 }
