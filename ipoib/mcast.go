@@ -257,9 +257,12 @@ func (i *Interface) joinGroup(mgid wire.GID) {
 		}
 		if joined == 0 {
 			if g.ah != nil {
-				i.nb.mu.Lock()
-				i.nb.dead = append(i.nb.dead, g.ah)
-				i.nb.mu.Unlock()
+				// Destroyed now, not kept for Close: send-only groups come and go with
+				// every scan of addresses, and each AH counts against the device's
+				// max_ah. A send the transmit path is posting with it goes out all the
+				// same (the hca takes the address vector as it is; Destroy gives back
+				// the count).
+				_ = g.ah.Destroy()
 			}
 			delete(i.mc.m, mgid)
 		} else {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pibgw/pibgw/hca"
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/sa"
 )
@@ -60,6 +61,10 @@ func TestSendOnlyGroupsBoundedAndAged(t *testing.T) {
 		joined, _ := a.SendOnlyGroups()
 		return joined == 0 && tf.agent.MulticastStats().SendOnlyGroups == 0
 	})
+	// Their address handles went with them (each counts against the device's max_ah).
+	if ahs, err := tf.f.HCAs[0].Inspect(hca.KindAH); err != nil || len(ahs) > 16 {
+		t.Fatalf("%d AHs left on the device after the groups left (%v)", len(ahs), err)
+	}
 	// A new destination joins again.
 	ta.Inject(echo6(src, "fe80::2:1", 1, []byte("anyone?")))
 	waitFor(t, "a new send-only join", func() bool {
