@@ -75,7 +75,7 @@ func manPages(app *cli.App) map[string][]byte {
 	}
 	pages := map[string][]byte{"pibgw.1": md2man.Render([]byte(mainPage(app, verbs)))}
 	for _, c := range verbs {
-		pages["pibgw-"+c.Name+".1"] = md2man.Render([]byte(verbPage(c, verbs)))
+		pages["pibgw-"+c.Name+".1"] = md2man.Render([]byte(verbPage(c)))
 	}
 	return pages
 }
@@ -99,11 +99,11 @@ func mainPage(app *cli.App, verbs []*cli.Command) string {
 	}
 	b.WriteString("# EXIT STATUS\n\n0 on success, 1 when the command failed (one line on standard error says why), " +
 		"2 for a usage error (a missing or extra argument, an unknown flag or command).\n\n")
-	writeSeeAlso(&b, "", verbs)
+	writeSeeAlso(&b, "")
 	return b.String()
 }
 
-func verbPage(c *cli.Command, verbs []*cli.Command) string {
+func verbPage(c *cli.Command) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%% PIBGW-%s 1 \"\" \"pibgw\" \"pibgw manual\"\n\n", strings.ToUpper(c.Name))
 	fmt.Fprintf(&b, "# NAME\n\npibgw-%s - %s\n\n", c.Name, mdEscape(c.Usage))
@@ -134,7 +134,7 @@ func verbPage(c *cli.Command, verbs []*cli.Command) string {
 		}
 		writeFlags(&b, s.VisibleFlags())
 	}
-	writeSeeAlso(&b, c.Name, verbs)
+	writeSeeAlso(&b, c.Name)
 	return b.String()
 }
 
@@ -165,19 +165,16 @@ func writeFlags(b *strings.Builder, flags []cli.Flag) {
 	}
 }
 
-func writeSeeAlso(b *strings.Builder, self string, verbs []*cli.Command) {
-	var refs []string
+// writeSeeAlso points a command's page to pibgw(1), which lists every command (so that a new
+// command changes pibgw.1 and adds its own page, not every page), and to the guides.
+func writeSeeAlso(b *strings.Builder, self string) {
+	b.WriteString("# SEE ALSO\n\n")
 	if self != "" {
-		refs = append(refs, "**pibgw**(1)")
+		b.WriteString("**pibgw**(1), which lists every command.\n\n")
 	}
-	for _, c := range verbs {
-		if c.Name != self {
-			refs = append(refs, fmt.Sprintf("**pibgw-%s**(1)", c.Name))
-		}
-	}
-	fmt.Fprintf(b, "# SEE ALSO\n\n%s\n\nThe guides in the docs/ directory of pibgw's source tree: "+
-		"configuration.md (the configuration reference), ipoib.md, partitions.md, rdma-cm-go.md, "+
-		"c-programs.md, management.md, multi-host.md, debugging.md.\n", strings.Join(refs, ", "))
+	b.WriteString("The guides in the docs/ directory of pibgw's source tree: " +
+		"configuration.md (the configuration reference), daemon.md, ipoib.md, partitions.md, rdma-cm-go.md, " +
+		"c-programs.md, management.md, multi-host.md, debugging.md.\n")
 }
 
 // mdText renders a command's Description: its lines are wrapped for the terminal, so a
