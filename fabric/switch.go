@@ -347,8 +347,12 @@ func (sw *Switch) LFTBlock(block int) [LFTBlockSize]uint8 {
 	if block < 0 || (block+1)*LFTBlockSize > LFTCap {
 		return out
 	}
-	for i := range out {
-		out[i] = sw.LFT(uint16(block*LFTBlockSize + i))
+	// Sixteen words of four entries each (as SetLFTBlock stores them), not 64 lookups:
+	// the SM's every LFT Set is answered with the block.
+	base := block * LFTBlockSize / 4
+	for i := 0; i < LFTBlockSize/4; i++ {
+		w := sw.lft[base+i].Load()
+		out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = uint8(w), uint8(w>>8), uint8(w>>16), uint8(w>>24)
 	}
 	return out
 }

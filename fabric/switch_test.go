@@ -283,6 +283,12 @@ func TestSwitchTables(t *testing.T) {
 	if sw.LFT(3*64+5) != 7 || sw.LFT(3*64+4) != blk[4] || sw.LFT(3*64+6) != blk[6] {
 		t.Fatal("SetLFT disturbed neighbouring entries")
 	}
+	if b := sw.LFTBlock(3); b[5] != 7 || b[4] != blk[4] || b[63] != blk[63] {
+		t.Fatalf("LFTBlock after SetLFT: %v", b)
+	}
+	if b := sw.LFTBlock(4); b[0] != fabric.PortDrop || b[63] != fabric.PortDrop {
+		t.Fatalf("LFTBlock of an unset block: %v", b)
+	}
 	sw.SetLFT(fabric.LFTCap-1, 2)
 	if sw.LFT(fabric.LFTCap-1) != 2 {
 		t.Fatal("last LFT entry")
