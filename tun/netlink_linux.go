@@ -2,10 +2,10 @@ package tun
 
 import (
 	"encoding/binary"
-	"errors"
 	"os"
 	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -70,17 +70,24 @@ func (s *nlSocket) receive(f func([]syscall.NetlinkMessage)) error {
 		bp := nlBufs.Get().(*[]byte)
 		defer nlBufs.Put(bp)
 		for {
-			n, _, err := unix.Recvfrom(int(fd), *bp, unix.MSG_DONTWAIT)
-			switch {
-			case errors.Is(err, unix.EINTR):
+			// A raw system call, as rawIO's: it never blocks (MSG_DONTWAIT), and a
+			// scheduler told of it could hand the P to a new thread when a loaded
+			// machine makes it slow — with every device of a namespace woken by one
+			// link change, a thread for each.
+			b := *bp
+			r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+				unix.MSG_DONTWAIT, 0, 0)
+			switch e {
+			case 0:
+			case unix.EINTR:
 				continue
-			case errors.Is(err, unix.EAGAIN):
+			case unix.EAGAIN:
 				return false
-			case err != nil:
-				rerr = err
+			default:
+				rerr = e
 				return true
 			}
-			msgs, err := syscall.ParseNetlinkMessage((*bp)[:n])
+			msgs, err := syscall.ParseNetlinkMessage(b[:r])
 			if err != nil {
 				rerr = err
 				return true
