@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pibgw/pibgw/inproc"
+	"github.com/pibgw/pibgw/sa"
 	"github.com/pibgw/pibgw/wire"
 )
 
@@ -92,4 +93,45 @@ func TestAttachedBroadcastJoinExit(t *testing.T) {
 	a.Close()
 	waitDetached(t, f)
 	tcpAcross(t, f, "7491")
+}
+
+// TestAttachedJoinLeftAtExit: a process that joined a group twice (two rdma_cm IDs) and
+// exits without leaving is left for by the daemon, once per join: the port is no longer a
+// member at the SA.
+func TestAttachedJoinLeftAtExit(t *testing.T) {
+	f, path := startFabric(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := dial(t, path)
+	d, err := a.RDMA().LocalDevice(netip.MustParseAddr("10.10.0.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgid := wire.GID{0xff, 0x12, 0x60, 0x1b, 0xff, 0xff, 15: 0x91}
+	for range 2 {
+		if _, err := a.RDMA().JoinMulticast(ctx, d, mgid, 0x1234); err != nil {
+			t.Fatalf("join: %v", err)
+		}
+	}
+	c, err := sa.NewClient(f.Device("pib_0").Port(1), sa.ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	members := func() int {
+		t.Helper()
+		m, err := c.MCMembers(ctx, mgid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(m)
+	}
+	if n := members(); n != 1 {
+		t.Fatalf("%d members after the joins, want 1", n)
+	}
+	a.Close()
+	waitDetached(t, f)
+	if n := members(); n != 0 {
+		t.Fatalf("%d members after the process exited, want 0", n)
+	}
 }
