@@ -50,6 +50,7 @@ type Server struct {
 	sessions  map[uint32]*session
 	nextID    uint32
 	listens   map[listenKey]*session
+	claims    map[listenKey]*ibcm.ID // the listens' registrations in the daemon's CMs (sid.go)
 	unwatch   []func()
 	traces    map[*traceSub]bool // pibgw trace followers (trace.go)
 	gen       *genPage           // direct rings' generation word (direct.go)
@@ -133,6 +134,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	}
 	s.sessions = make(map[uint32]*session)
 	s.listens = make(map[listenKey]*session)
+	s.claims = make(map[listenKey]*ibcm.ID)
 	for di, d := range s.Devices {
 		for _, p := range d.Ports() {
 			p.SetMADRouter(cmRouter{s, di})
@@ -386,12 +388,11 @@ func (s *Server) endSession(x *session) {
 	x.disconnectAll()
 	s.mu.Lock()
 	delete(s.sessions, x.id)
-	for k, o := range s.listens {
-		if o == x {
-			delete(s.listens, k)
-		}
-	}
+	claims := s.dropListensLocked(x)
 	s.mu.Unlock()
+	for _, c := range claims {
+		c.Destroy()
+	}
 	x.release()
 	s.dropDirects(x)
 	s.log.Info("process detached", "pid", x.pid, "session", x.id)

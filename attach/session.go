@@ -467,27 +467,7 @@ func (x *session) fast(m *msg) *msg {
 		if _, e := x.device(m); e != nil {
 			return e
 		}
-		k := listenKey{m.Dev, m.Port, m.SID}
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if m.Op == opUnlisten {
-			if s.listens[k] == x {
-				delete(s.listens, k)
-				x.listens--
-			}
-			return &msg{OK: true}
-		}
-		if o := s.listens[k]; o != nil && o != x {
-			return fail(m.Op, syscall.EADDRINUSE, "service ID %#x is listened on by process %d", m.SID, o.pid)
-		}
-		if s.listens[k] == nil {
-			if x.listens >= maxListens {
-				return fail(m.Op, syscall.ENOMEM, "the process listens on %d service IDs, its limit", x.listens)
-			}
-			x.listens++
-		}
-		s.listens[k] = x
-		return &msg{OK: true}
+		return x.listen(m)
 	case opAddr, opDevices, opSource:
 		h := s.Host
 		if h == nil {
