@@ -43,3 +43,15 @@ func TestReceiveRingGrows(t *testing.T) {
 		}
 	}
 }
+
+// The control slots (ARP, ND, packets that waited for a neighbour) are made a few at a
+// time as sends need them: an idle interface has a handful, not 64 of 4 KiB.
+func TestControlSlotsOnDemand(t *testing.T) {
+	tf := newTestFabric(t, 2, sa.Config{})
+	a, ta := tf.iface(t, 0, 0xFFFF, "ib0", "10.10.0.1/24")
+	_, tb := tf.iface(t, 1, 0xFFFF, "ib1", "10.10.0.2/24")
+	sendUntilDelivered(t, ta, tb, udp4("10.10.0.1", "10.10.0.2", 1000, 2000, []byte("resolve")))
+	if n := a.ControlSlots(); n == 0 || n > 16 {
+		t.Errorf("ib0 made %d control slots for its announcements and one ARP exchange, want 1–16", n)
+	}
+}

@@ -22,8 +22,9 @@ type sender struct {
 	i       *Interface
 	mu      sync.Mutex
 	cond    sync.Cond
-	mr      *hca.MR
-	slots   [][]byte
+	mrs     []*hca.MR // one per ctrlChunk slots made
+	lkeys   []uint32  // slot k's MR's L_Key
+	slots   [][]byte  // nil until made
 	sgl     [][1]hca.SGE
 	wrs     [][1]hca.SendWR
 	idle    []int
@@ -36,23 +37,43 @@ type sender struct {
 func (s *sender) init(i *Interface, n int) error {
 	s.i = i
 	s.cond.L = &s.mu
-	mem := make([]byte, n*slotLen)
-	mr, err := i.pd.RegMR(mem, hca.AccessLocalWrite)
-	if err != nil {
-		return err
-	}
-	s.mr = mr
+	// The slots are made ctrlChunk at a time as sends need them (addSlotsLocked): an
+	// idle interface sends a few ARP and ND packets, and 64 slots of 4 KiB for every
+	// P_Key child were a quarter of what it cost (issue 43 item 7).
 	s.slots = make([][]byte, n)
+	s.lkeys = make([]uint32, n)
 	s.sgl = make([][1]hca.SGE, n)
 	s.wrs = make([][1]hca.SendWR, n)
 	s.idle = make([]int, 0, n)
-	for k := range s.slots {
-		s.slots[k] = mem[k*slotLen : (k+1)*slotLen : (k+1)*slotLen]
-		s.idle = append(s.idle, k)
-	}
 	i.wg.Add(1)
 	go s.watch()
 	return nil
+}
+
+// ctrlChunk is how many control slots are made at once.
+const ctrlChunk = 8
+
+// addSlotsLocked makes the next ctrlChunk slots, idle; false when all are made (or the
+// memory cannot be registered).
+func (s *sender) addSlotsLocked() bool {
+	made := len(s.mrs) * ctrlChunk
+	if made >= len(s.slots) {
+		return false
+	}
+	n := min(ctrlChunk, len(s.slots)-made)
+	mem := make([]byte, n*slotLen)
+	mr, err := s.i.pd.RegMR(mem, hca.AccessLocalWrite)
+	if err != nil {
+		return false
+	}
+	s.mrs = append(s.mrs, mr)
+	for j := range n {
+		k := made + j
+		s.slots[k] = mem[j*slotLen : (j+1)*slotLen : (j+1)*slotLen]
+		s.lkeys[k] = mr.LKey()
+		s.idle = append(s.idle, k)
+	}
+	return true
 }
 
 func (s *sender) wake() {
@@ -151,8 +172,13 @@ func (s *sender) send(ah *hca.AH, qpn, qkey uint32, etype uint16, payload []byte
 	s.mu.Lock()
 	for len(s.idle) == 0 {
 		s.reapLocked()
-		if len(s.idle) > 0 {
+		if len(s.idle) > 0 || s.addSlotsLocked() {
 			break
+		}
+		if len(s.mrs) == 0 { // none could be made: nothing will come back to wait for
+			s.mu.Unlock()
+			i.cnt.inc(cDropSendError)
+			return false
 		}
 		if !s.waitLocked() {
 			s.mu.Unlock()
@@ -165,7 +191,7 @@ func (s *sender) send(ah *hca.AH, qpn, qkey uint32, etype uint16, payload []byte
 	b := s.slots[k]
 	binary.BigEndian.PutUint32(b, uint32(etype)<<16)
 	n := HeaderLen + copy(b[HeaderLen:], payload)
-	s.sgl[k][0] = hca.SGE{Addr: hca.BufAddr(b), Length: uint32(n), LKey: s.mr.LKey()}
+	s.sgl[k][0] = hca.SGE{Addr: hca.BufAddr(b), Length: uint32(n), LKey: s.lkeys[k]}
 	s.wrs[k][0] = hca.SendWR{
 		WRID: ctrlWRID | uint64(k), SGL: s.sgl[k][:], Opcode: hca.WRSend, SendFlags: hca.SendSignaled,
 		AH: ah, RemoteQPN: qpn, RemoteQKey: qkey,
@@ -179,10 +205,10 @@ func (s *sender) send(ah *hca.AH, qpn, qkey uint32, etype uint16, payload []byte
 }
 
 func (s *sender) free() {
-	if s.mr != nil {
-		_ = s.mr.Dereg()
-		s.mr = nil
+	for _, mr := range s.mrs {
+		_ = mr.Dereg()
 	}
+	s.mrs = nil
 }
 
 // postTx posts the batch and waits until its buffers are free again.
