@@ -125,7 +125,7 @@ fi
 # --- tools -------------------------------------------------------------------------------
 TOOLS=(
 	"ibv_rc_pingpong ibverbs-utils" "qperf qperf" "ib_send_lat perftest" "ucx_perftest ucx-utils"
-	"mpirun openmpi-bin" "mpicc libopenmpi-dev" "fi_pingpong libfabric-bin" "gcc gcc"
+	"mpirun openmpi-bin" "mpicc libopenmpi-dev" "fi_pingpong libfabric-bin" "gcc gcc" "ss iproute2" "pgrep procps"
 	"/usr/include/infiniband/verbs.h libibverbs-dev" "/usr/include/rdma/rdma_cma.h librdmacm-dev"
 )
 missing=()
