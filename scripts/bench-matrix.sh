@@ -154,7 +154,9 @@ daemon_pid=
 holder_pid=
 made_nodes=0
 cleanup() {
-	stop_daemon
+	if declare -F stop_daemon >/dev/null; then
+		stop_daemon
+	fi
 	if [[ $made_nodes == 1 ]]; then
 		"$work/pibgw" devnodes --remove >/dev/null 2>&1 || true
 	fi
