@@ -313,11 +313,16 @@ func cleanPrevious(st *lifecycle.State, cfg *config.Config, log *slog.Logger) []
 			left = append(left, ns)
 		case !tun.NetNSExists(ns):
 		default:
-			if err := tun.DeleteNetNS(ns); err != nil {
+			// Through its lock: another daemon may use it (it then deletes it last).
+			res, err := releasePrevious(ns)
+			switch {
+			case err != nil:
 				log.Error("deleting a previous daemon's namespace", "netns", ns, "err", err)
 				left = append(left, ns)
-			} else {
+			case res == tun.NetNSDeleted:
 				log.Info("namespace deleted", "netns", ns, "created_by_pid", prev.PID)
+			case res == tun.NetNSInUse:
+				log.Info("a previous daemon's namespace is left to the daemon that uses it", "netns", ns, "created_by_pid", prev.PID)
 			}
 		}
 	}
@@ -325,6 +330,20 @@ func cleanPrevious(st *lifecycle.State, cfg *config.Config, log *slog.Logger) []
 		log.Warn("state file", "err", err)
 	}
 	return adopt
+}
+
+// releasePrevious deletes a namespace a killed daemon created unless another daemon
+// uses it (tun.NetNSLock).
+func releasePrevious(ns string) (tun.NetNSRelease, error) {
+	l, err := tun.LockNetNS(tun.NetNSLockDir, ns)
+	if err != nil {
+		return tun.NetNSKept, err
+	}
+	if err := l.MarkCreated(); err != nil {
+		l.Release(false)
+		return tun.NetNSKept, err
+	}
+	return l.Release(true)
 }
 
 // sdNotify tells systemd (Type=notify units) about the daemon's state: READY=1 once
