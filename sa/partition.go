@@ -134,9 +134,40 @@ func pkeyTable(parts []Partition, guid uint64, smPort bool, capacity int) []uint
 	return t
 }
 
+// SetPartitions replaces the partitions on a running SM (pibgw partition add, del): it
+// validates them as New does, and a heavy sweep programs every port's P_Key table from
+// them (IBA 14.2.5.7: the SM sets PKeyTable); the SA creates the broadcast groups of the
+// new ones from the Topology it publishes. The channel is closed when that sweep is done.
+func (sm *SM) SetPartitions(ps []Partition) (<-chan struct{}, error) {
+	parts, err := normalizePartitions(ps)
+	if err != nil {
+		return nil, err
+	}
+	sm.mu.Lock()
+	sm.newParts = parts
+	sm.mu.Unlock()
+	return sm.Resweep(), nil
+}
+
+// Partitions returns the partitions the last heavy sweep programmed, the default one
+// first.
+func (sm *SM) Partitions() []Partition {
+	if t := sm.topo.Load(); t != nil {
+		return slices.Clone(t.Partitions)
+	}
+	return nil
+}
+
 // assignPKeys computes the P_Key table of every CA port (and, with enforcement, of the
 // switch ports facing them).
 func (sm *SM) assignPKeys(s *sweep) {
+	// The partitions change only here, on the driver's goroutine, which alone reads
+	// sm.cfg.Partitions during a sweep.
+	sm.mu.Lock()
+	if sm.newParts != nil {
+		sm.cfg.Partitions, sm.newParts = sm.newParts, nil
+	}
+	sm.mu.Unlock()
 	parts := sm.cfg.Partitions
 	for _, n := range s.topo.Nodes {
 		if n.IsSwitch() {

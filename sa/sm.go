@@ -96,6 +96,7 @@ type SM struct {
 	wantLight bool
 	mcDirty   bool
 	waiters   []chan struct{} // closed when the next heavy sweep completes
+	newParts  []Partition     // SetPartitions' partitions, taken by the next heavy sweep
 	groups    map[uint16][]MCMember
 	mlidNext  uint16
 

@@ -165,11 +165,14 @@ func TestShowNeighChild(t *testing.T) {
 		t.Errorf("mode ib9: exit %d, %q", code, stderr)
 	}
 
-	// child add: flags after the arguments work, as documented.
+	// child add: flags after the arguments work, as documented; it prints one line (the
+	// block is pibgw show's).
 	out = mustRun(t, "child", "add", "ib0", "0x8001", "--addr", "10.20.0.1/24", "--control", sock)
-	if !strings.HasPrefix(out, "ib0.8001@ib0: netns pib0, datagram mode, mtu 2044, state DOWN (P_Key 0x8001 not in the port's table)\n") ||
-		!strings.Contains(out, "    inet 10.20.0.1/24\n") {
+	if out != "ib0.8001@ib0: netns pib0, datagram mode, mtu 2044, state DOWN (P_Key 0x8001 not in the port's table)\n" {
 		t.Errorf("child add:\n%s", out)
+	}
+	if out := mustRun(t, "show", "ib0.8001", "--control", sock); !strings.Contains(out, "    inet 10.20.0.1/24\n") {
+		t.Errorf("show ib0.8001 after child add --addr:\n%s", out)
 	}
 	_, errs, code := pibgw(t, "child", "add", "ib0", "8001", "--control", sock)
 	if code != 1 || errs != "pibgw: child ib0.8001 already exists\n" {

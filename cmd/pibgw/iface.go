@@ -55,8 +55,9 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// printInterface prints one interface in the spirit of `ip -d -s link show`.
-func printInterface(w io.Writer, it control.Interface) {
+// interfaceLine is the first line of pibgw show's block: name, where, mode, MTU, state
+// (and why it is down). child add prints it alone.
+func interfaceLine(it control.Interface) string {
 	state := "UP"
 	if !it.Up {
 		state = "DOWN"
@@ -75,7 +76,12 @@ func printInterface(w io.Writer, it control.Interface) {
 	case it.NetNS == "":
 		where = "host namespace"
 	}
-	fmt.Fprintf(w, "%s: %s, %s mode, mtu %d, state %s\n", name, where, it.Mode, it.MTU, state)
+	return fmt.Sprintf("%s: %s, %s mode, mtu %d, state %s", name, where, it.Mode, it.MTU, state)
+}
+
+// printInterface prints one interface in the spirit of `ip -d -s link show`.
+func printInterface(w io.Writer, it control.Interface) {
+	fmt.Fprintln(w, interfaceLine(it))
 	fmt.Fprintf(w, "    link/infiniband %s\n", it.HWAddr)
 	fmt.Fprintf(w, "    brd %s\n", it.Broadcast)
 	fmt.Fprintf(w, "    pkey %#04x qpn 0x%06x qkey 0x%08x on %s port %d\n", it.PKey, it.QPN, it.QKey, it.HCA, it.Port)
@@ -205,7 +211,8 @@ func childCommand(e *env) *cli.Command {
 				ArgsUsage: "IFACE PKEY",
 				Description: "Creates IFACE.XXXX (e.g. ib0.8001) on IFACE's port, in IFACE's namespace, with its own\n" +
 					"TUN device, UD QP and broadcast group. It is down until the SM puts PKEY in the\n" +
-					"port's P_Key table. --addr gives it addresses (repeatable).",
+					"port's P_Key table (pibgw partition add PKEY). --addr gives it addresses (repeatable).\n" +
+					"Prints the child's name and state on one line; pibgw show IFACE.PKEY has the rest.",
 				Flags: []cli.Flag{
 					&cli.StringSliceFlag{Name: "addr", Usage: "address `CIDR` for the child (e.g. 10.20.0.1/24); repeatable"},
 					jsonFlag(), controlFlag(),
@@ -229,7 +236,8 @@ func childCommand(e *env) *cli.Command {
 					if c.Bool("json") {
 						return writeJSON(e.stdout, it)
 					}
-					printInterface(e.stdout, it)
+					// One line, as ip link add prints nothing: the block is pibgw show IFACE's.
+					fmt.Fprintln(e.stdout, interfaceLine(it))
 					return nil
 				},
 			},

@@ -50,7 +50,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		upCommand(e), showCommand(e), neighCommand(e), modeCommand(e), childCommand(e), captureCommand(e),
 		devinfoCommand(e), statCommand(e), psCommand(e), execCommand(e), devnodesCommand(e), switchCommand(e), nodesCommand(e), countersCommand(e),
 		inspectCommand(e), injectCommand(e), linkCommand(e), faultCommand(e), traceCommand(e), mannerCommand(e),
-		genkeyCommand(e),
+		genkeyCommand(e), partitionCommand(e),
 	}
 	cmds = append(cmds, manCommand(e)) // hidden: the man pages (man.go)
 	setUsageHandlers(cmds, "")

@@ -34,6 +34,9 @@
 //	                        port, 0 all ports)
 //	nodes                   []Link (the UDP links: a switch's hosts, or a host's switch)
 //	counters                LinkCounters
+//	partition-add pkey [members]  Partition (after the SM's sweep programmed it)
+//	partition-del pkey      nothing (after the sweep)
+//	partition-list          []Partition: the built-in SM's partitions
 //	capture  [count snaplen] a stream: after the OK response line the connection carries
 //	                        a pcap file (fabric.CaptureWriter's format) until count
 //	                        packets were captured, the client closes the connection, or
@@ -76,6 +79,10 @@ const (
 	VerbPerf     = "perfquery"
 	VerbNodes    = "nodes"
 	VerbCounters = "counters"
+	// partition-add, -del, -list: the built-in SM's partitions (pibgw partition).
+	VerbPartitionAdd  = "partition-add"
+	VerbPartitionDel  = "partition-del"
+	VerbPartitionList = "partition-list"
 )
 
 // Link is one UDP link of a multi-host fabric: on a switch process, a host's port; on a
@@ -123,6 +130,9 @@ type Request struct {
 	LID     uint16   `json:"lid,omitempty"`   // trace: only packets from or to this LID
 	Kinds   string   `json:"kinds,omitempty"` // trace: "packet,drop,…"
 	Mark    string   `json:"mark,omitempty"`  // trace-mark: the bookmark's text
+	// Members are partition-add's members: "ALL" or a port GUID, each with "=full"
+	// (the default) or "=limited".
+	Members []string `json:"members,omitempty"`
 }
 
 // Fault is the fault injection on a cable (fabric.FaultConfig): probabilities 0..1 per
@@ -332,4 +342,12 @@ type PerfCounter struct {
 	Name  string `json:"name"`
 	Value uint64 `json:"value"`
 	Hex   int    `json:"hex,omitempty"`
+}
+
+// Partition is one partition of the built-in SM (pibgw partition list).
+type Partition struct {
+	Name    string   `json:"name"`
+	PKey    uint16   `json:"pkey"`    // 15 bits
+	Members []string `json:"members"` // "ALL=full", "0x0002c90300000301=limited", …
+	IPoIB   bool     `json:"ipoib"`   // its IPoIB broadcast group is pre-created
 }

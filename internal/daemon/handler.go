@@ -140,6 +140,8 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 			return nil, err
 		}
 		return infos[0], nil
+	case control.VerbPartitionAdd, control.VerbPartitionDel, control.VerbPartitionList:
+		return h.partition(ctx, req)
 	case control.VerbChildAdd, control.VerbChildDel:
 		if req.Iface == "" {
 			return nil, fmt.Errorf("%s: no interface given", req.Verb)
