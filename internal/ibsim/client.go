@@ -43,8 +43,9 @@ type client struct {
 	requests atomic.Uint64
 	served   atomic.Uint32
 
-	fd     int // the data socket (blocking; shutdown(2) wakes the reader)
-	stopfd int // an eventfd stop writes to, waking the writer
+	fd     int           // the data socket (blocking; shutdown(2) wakes the reader)
+	peer   unix.Sockaddr // the client's data socket address (reap)
+	stopfd int           // an eventfd stop writes to, waking the writer
 	// busy is held by whoever writes to fd: deliver's one attempt, or the writer
 	// goroutine, which waits for the socket when the client does not read.
 	busy atomic.Bool
@@ -233,6 +234,10 @@ func gone(err error) bool {
 // socket holds then (opensm sends a few SMPs at once): one system call per wake-up.
 func (c *client) readLoop() {
 	defer c.rwg.Done()
+	// The reader holds an OS thread while it waits in recvmmsg(2). Locked and never
+	// unlocked, that thread exits with the client instead of idling in the runtime's
+	// pool: hundreds of clients come and go without leaving their threads behind.
+	runtime.LockOSThread()
 	rb := newRecvBatch()
 	for {
 		n, err := rb.recv(c.fd)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/pibgw/pibgw/fabric"
 	"github.com/pibgw/pibgw/hca"
@@ -40,7 +42,11 @@ type Config struct {
 	// itself the SM (SET_ISSM, opensm) hands it SA requests (class 0x03), traps and
 	// SMInfo.
 	ExternalSM bool
-	Logger     *slog.Logger
+	// ReapInterval is how often the server looks for clients that went away without
+	// DISCONNECT (their data socket's address no longer exists) and frees their slots;
+	// 0 means 10 s. It also looks whenever every slot is taken.
+	ReapInterval time.Duration
+	Logger       *slog.Logger
 }
 
 // Stats counts what the server did.
@@ -54,6 +60,10 @@ type Stats struct {
 	Undeliverable uint64 // client MADs echoed back with status ETIMEDOUT
 	NoClient      uint64 // MADs for a client that is gone or not on the arrival port
 	QueueFull     uint64 // MADs dropped because a client did not read fast enough
+	// CtlReplyDropped counts control replies dropped because the client's control
+	// socket was full (it does not read its replies): replies never wait for a client.
+	CtlReplyDropped uint64
+	Reaped          uint64 // clients detached because they went away without DISCONNECT
 }
 
 // Server is a running ibsim protocol server.
@@ -73,9 +83,13 @@ type Server struct {
 	sws     []*fabric.Switch
 	closed  bool
 
-	wg sync.WaitGroup
+	wg   sync.WaitGroup
+	quit chan struct{} // closed by Close: stops the reaper
+
+	refusals logLimiter // the refused control requests' warnings
 
 	connects, ctlRejected, madsIn, madsOut, badMADs, undeliverable, noClient, queueFull atomic.Uint64
+	ctlReplyDropped, reaped                                                             atomic.Uint64
 }
 
 // The server puts its client's id (slot) in TID bits 48-59 of every request the client
@@ -127,13 +141,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Default == nil {
 		return nil, errors.New("ibsim: no node to attach clients to")
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "ibsim"), ports: map[*hca.Port]*portAgent{}}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = 10 * time.Second
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "ibsim"), ports: map[*hca.Port]*portAgent{},
+		quit: make(chan struct{}), refusals: logLimiter{every: refusalLogInterval}}
 	s.slots = make([]*client, cfg.MaxClients)
 	s.gens = make([]uint8, cfg.MaxClients)
 	if cfg.SocketName != "" {
 		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: s.unixName("ctl"), Net: "unixgram"})
 		if err != nil {
 			return nil, fmt.Errorf("ibsim: control socket @%s:ctl: %w", cfg.SocketName, err)
+		}
+		if rc, err := c.SyscallConn(); err == nil {
+			// Room for ctlUnreadMax replies to each of many clients (past wmem_max: root).
+			rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, ctlSendBuffer) })
 		}
 		s.ctls = append(s.ctls, c)
 	}
@@ -177,6 +199,8 @@ func New(cfg Config) (*Server, error) {
 		s.wg.Add(1)
 		go s.serveCtl(c)
 	}
+	s.wg.Add(1)
+	go s.reapLoop()
 	s.log.Info("ibsim server listening", "socket", cfg.SocketName, "udp", cfg.UDP, "max_clients", cfg.MaxClients)
 	return s, nil
 }
@@ -210,6 +234,7 @@ func (s *Server) Close() {
 	}
 	s.nclient = 0
 	s.mu.Unlock()
+	close(s.quit)
 	s.closeCtls()
 	for _, c := range cls {
 		s.detach(c)
@@ -248,6 +273,7 @@ func (s *Server) Stats() Stats {
 		Clients: n, Connects: s.connects.Load(), CtlRejected: s.ctlRejected.Load(),
 		MADsIn: s.madsIn.Load(), MADsOut: s.madsOut.Load(), BadMADs: s.badMADs.Load(),
 		Undeliverable: s.undeliverable.Load(), NoClient: s.noClient.Load(), QueueFull: s.queueFull.Load(),
+		CtlReplyDropped: s.ctlReplyDropped.Load(), Reaped: s.reaped.Load(),
 	}
 }
 
@@ -255,7 +281,13 @@ func (s *Server) Stats() Stats {
 // libumad2sim's control socket is connected to it.
 func (s *Server) serveCtl(c net.PacketConn) {
 	defer s.wg.Done()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		s.log.Error("ibsim control socket", "err", err)
+		return
+	}
 	buf := make([]byte, ctlLen+1) // one more: a longer datagram must not pass for 80 bytes
+	unread := map[string]int{}
 	for {
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
@@ -276,13 +308,68 @@ func (s *Server) serveCtl(c net.PacketConn) {
 			s.ctlRejected.Add(1)
 			continue
 		}
-		if ua, ok := from.(*net.UnixAddr); ok {
+		s.reply(rc, buf[:ctlLen], from, unread)
+	}
+}
+
+// A client's control socket is connected to the server's (libumad2sim's is), and Linux
+// then queues every reply for it, however many it leaves unread (unix_dgram_sendmsg
+// checks the receive queue's length only for a socket not connected to the sender), each
+// charged to the server's socket's send buffer — which every client's replies share. So
+// one client that does not read would, with its unread replies, leave none for the
+// others. The server therefore sends at most ctlUnreadMax replies to one address while
+// the socket has replies in flight (SIOCOUTQ: sent, not yet read); when every reply has
+// been read the counts start again. A libumad2sim client reads each reply before it
+// sends its next request, so it has one in flight at most.
+const (
+	ctlUnreadMax   = 16
+	ctlUnreadAddrs = 4096 // addresses counted at once; more are not replied to until all is read
+	ctlSendBuffer  = 4 << 20
+)
+
+// reply sends a control reply to from without waiting: the control socket is shared by
+// every client, so one that does not read its replies (its socket's queue full) must not
+// hold up the others' — its reply is dropped and counted, as a datagram can be.
+func (s *Server) reply(rc syscall.RawConn, b []byte, from net.Addr, unread map[string]int) {
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		var sa unix.Sockaddr
+		switch a := from.(type) {
+		case *net.UnixAddr:
+			if n, err := unix.IoctlGetInt(int(fd), unix.SIOCOUTQ); err == nil && n == 0 {
+				clear(unread)
+			}
+			k, ok := unread[a.Name]
+			if k >= ctlUnreadMax || (!ok && len(unread) >= ctlUnreadAddrs) {
+				serr = unix.EAGAIN
+				return true
+			}
+			unread[a.Name] = k + 1
 			// Go cuts an abstract name at its first NUL; libumad2sim bound it with one.
-			from = &net.UnixAddr{Name: ua.Name + "\x00", Net: ua.Net}
+			sa = &unix.SockaddrUnix{Name: a.Name + "\x00"}
+		case *net.UDPAddr:
+			// In the socket's family: Go opens a wildcard address as an IPv6 socket.
+			ap := a.AddrPort()
+			if own, _ := unix.Getsockname(int(fd)); ap.Addr().Unmap().Is4() {
+				if _, v4 := own.(*unix.SockaddrInet4); v4 {
+					sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().Unmap().As4()}
+					break
+				}
+			}
+			sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+		default:
+			return true
 		}
-		if _, err := c.WriteTo(buf[:ctlLen], from); err != nil {
-			s.log.Debug("control reply", "to", from, "err", err)
-		}
+		serr = unix.Sendto(int(fd), b, unix.MSG_DONTWAIT, sa)
+		return true // never wait for the socket to take it
+	}); err != nil {
+		serr = err
+	}
+	switch {
+	case serr == unix.EAGAIN:
+		s.ctlReplyDropped.Add(1)
+	case serr != nil:
+		s.log.Debug("control reply", "to", from, "err", serr)
 	}
 }
 
@@ -290,7 +377,12 @@ func (s *Server) serveCtl(c net.PacketConn) {
 // failure). It reports false when no reply must be sent.
 func (s *Server) handleCtl(msg *ctlMsg, from net.Addr) bool {
 	fail := func(format string, args ...any) bool {
-		s.log.Warn("ibsim control request refused", "type", msg.typ, "client", msg.clientID, "reason", fmt.Sprintf(format, args...))
+		// Any local user can send these, as fast as they like: at most one line per
+		// refusalLogInterval, which counts the ones not shown.
+		if ok, more := s.refusals.allow(time.Now()); ok {
+			s.log.Warn("ibsim control request refused", "type", msg.typ, "client", msg.clientID, "reason", fmt.Sprintf(format, args...),
+				"more_refused_since_last_line", more)
+		}
 		s.ctlRejected.Add(1)
 		le.PutUint32(msg.raw[8:], ctlError)
 		return true
@@ -413,20 +505,26 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 		return err
 	}
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errors.New("server closing")
-	}
 	slot := -1
-	for k := range s.slots {
-		if i := (s.next + k) % len(s.slots); s.slots[i] == nil {
-			slot = i
+	for try := 0; ; try++ {
+		if s.closed {
+			s.mu.Unlock()
+			return errors.New("server closing")
+		}
+		for k := range s.slots {
+			if i := (s.next + k) % len(s.slots); s.slots[i] == nil {
+				slot = i
+				break
+			}
+		}
+		if slot >= 0 {
 			break
 		}
-	}
-	if slot < 0 {
 		s.mu.Unlock()
-		return fmt.Errorf("all %d client slots are taken", s.cfg.MaxClients)
+		if try > 0 || s.reap() == 0 {
+			return fmt.Errorf("all %d client slots are taken", s.cfg.MaxClients)
+		}
+		s.mu.Lock()
 	}
 	if ci.issm != 0 && s.smClientLocked(ep) != nil {
 		s.mu.Unlock()
@@ -439,8 +537,9 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 	s.slots[slot] = c // reserved while the socket is made
 	s.nclient++
 	s.mu.Unlock()
-	fd, err := s.dialClient(slot, ci.id, from)
+	fd, peer, err := s.dialClient(slot, ci.id, from)
 	if err == nil {
+		c.peer = peer
 		err = c.start(fd)
 	}
 	if err != nil {
@@ -470,7 +569,7 @@ func (s *Server) connect(msg *ctlMsg, from net.Addr) error {
 // (@<base>:in<pid>, or the client's address with its data port). The socket is the
 // server's own blocking descriptor, outside Go's network poller: the client's reader
 // waits for it in recvmmsg(2) (client.readLoop).
-func (s *Server) dialClient(slot int, id uint32, from net.Addr) (int, error) {
+func (s *Server) dialClient(slot int, id uint32, from net.Addr) (int, unix.Sockaddr, error) {
 	var family int
 	var local, remote unix.Sockaddr
 	switch a := from.(type) {
@@ -481,11 +580,11 @@ func (s *Server) dialClient(slot int, id uint32, from net.Addr) (int, error) {
 	case *net.UDPAddr:
 		lp := int(s.udp.Port()) + 1 + slot
 		if lp > 0xFFFF || id == 0 || id > 0xFFFF {
-			return -1, fmt.Errorf("data port for client %d out of range", slot)
+			return -1, nil, fmt.Errorf("data port for client %d out of range", slot)
 		}
 		ra, ok := netip.AddrFromSlice(a.IP)
 		if !ok {
-			return -1, fmt.Errorf("client address %v", a)
+			return -1, nil, fmt.Errorf("client address %v", a)
 		}
 		la, ra := s.udp.Addr().Unmap(), ra.Unmap()
 		switch {
@@ -498,24 +597,24 @@ func (s *Server) dialClient(slot int, id uint32, from net.Addr) (int, error) {
 			local = &unix.SockaddrInet6{Port: lp, Addr: la.As16()}
 			remote = &unix.SockaddrInet6{Port: int(id), Addr: ra.As16()}
 		default:
-			return -1, fmt.Errorf("client %v and server %v differ in address family", a, s.udp)
+			return -1, nil, fmt.Errorf("client %v and server %v differ in address family", a, s.udp)
 		}
 	default:
-		return -1, fmt.Errorf("control message from %v", from)
+		return -1, nil, fmt.Errorf("control message from %v", from)
 	}
 	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("data socket for client %d: %w", slot, err)
+		return -1, nil, fmt.Errorf("data socket for client %d: %w", slot, err)
 	}
 	if err := unix.Bind(fd, local); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("data socket for client %d: bind: %w", slot, err)
+		return -1, nil, fmt.Errorf("data socket for client %d: bind: %w", slot, err)
 	}
 	if err := unix.Connect(fd, remote); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("data socket for client %d: connect: %w", slot, err)
+		return -1, nil, fmt.Errorf("data socket for client %d: connect: %w", slot, err)
 	}
-	return fd, nil
+	return fd, remote, nil
 }
 
 // client returns the attached client with id, or nil.
