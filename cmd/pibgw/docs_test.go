@@ -256,3 +256,53 @@ func TestREADMEShort(t *testing.T) {
 		t.Errorf("README.md does not name the test command, bash scripts/test.sh")
 	}
 }
+
+// TestDocsLinks: every relative link in README.md and docs/*.md names a file of the
+// repository (and, for a markdown file, a heading of it when the link has an anchor).
+func TestDocsLinks(t *testing.T) {
+	root := filepath.Join("..", "..")
+	paths, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	paths = append([]string{filepath.Join(root, "README.md")}, paths...)
+	link := regexp.MustCompile(`\]\(([^)#\s]*)(#[^)\s]+)?\)`)
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, p)
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target, anchor := m[1], m[2]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file := p
+			if target != "" {
+				file = filepath.Join(filepath.Dir(p), target)
+			}
+			if _, err := os.Stat(file); err != nil {
+				t.Errorf("%s: link to %s: no such file", rel, target)
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(file, ".md") && !hasAnchor(t, file, anchor[1:]) {
+				t.Errorf("%s: link to %s%s: no such heading", rel, target, anchor)
+			}
+		}
+	}
+}
+
+// hasAnchor reports whether the markdown file has a heading whose GitHub anchor is a.
+func hasAnchor(t *testing.T, file, a string) bool {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := regexp.MustCompile("[^a-z0-9 _-]")
+	for _, l := range strings.Split(string(b), "\n") {
+		if h, ok := strings.CutPrefix(strings.TrimLeft(l, "#"), " "); ok && strings.HasPrefix(l, "#") {
+			if strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(h), ""), " ", "-") == a {
+				return true
+			}
+		}
+	}
+	return false
+}
