@@ -67,6 +67,16 @@ func TestVersion(t *testing.T) {
 	if code != 0 || errs != "" || !strings.HasPrefix(out, "pibgw ") || !strings.Contains(out, "go1.") {
 		t.Errorf("--version: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
+	// A test binary has no VCS stamp, as go build outside a git work tree or with
+	// -buildvcs=false: the revision -ldflags set is printed, else why there is none.
+	if !strings.Contains(out, "revision unknown: built without VCS stamping") {
+		t.Errorf("--version without a revision: %q; want it to say why", out)
+	}
+	defer func(r string) { revision = r }(revision)
+	revision = "v0.1-42-gabcdef1"
+	if out, _, _ := pibgw(t, "--version"); !strings.HasPrefix(out, "pibgw (devel) revision v0.1-42-gabcdef1, go1.") {
+		t.Errorf("--version with -X main.revision: %q", out)
+	}
 }
 
 // TestUnknownVerb: the nearest verb is suggested, in one line and a hint, exit 2.

@@ -123,6 +123,12 @@ func editDistance(a, b string) int {
 	return d[len(a)][len(b)]
 }
 
+// revision is the source revision when the build says it (scripts/build.sh:
+// go build -ldflags "-X main.revision=$(git describe --always --dirty)"); Go stamps it
+// itself (vcs.revision) only when it builds a main package inside a git work tree with
+// git on the PATH and -buildvcs not off.
+var revision string
+
 // version is the module version and VCS revision the binary was built from.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
@@ -156,6 +162,10 @@ func version() string {
 		if when != "" {
 			v += " " + when
 		}
+	} else if revision != "" {
+		v += " revision " + revision
+	} else {
+		v += " (revision unknown: built without VCS stamping; scripts/build.sh stamps it)"
 	}
 	return v + ", " + bi.GoVersion
 }

@@ -57,8 +57,7 @@ var build struct {
 }
 
 // BuildPibgw builds the pibgw binary, once per test binary, into a temporary directory
-// that Main removes; -ldflags stamp it with the source tree's version as
-// scripts/build.sh does.
+// that Main removes.
 func BuildPibgw(t *testing.T) string {
 	t.Helper()
 	build.once.Do(func() {
