@@ -208,6 +208,18 @@ type Status struct {
 	// AttachConns are the attach socket's connections and refusals (nil when it is
 	// off; docs/security.md).
 	AttachConns *AttachConns `json:"attach_conns,omitempty"`
+	// Multicast is the SA's count of multicast groups and refused joins (nil when this
+	// daemon runs no SA; docs/security.md).
+	Multicast *MulticastStatus `json:"multicast,omitempty"`
+}
+
+// MulticastStatus counts the SA's multicast groups and the joins it refused for want of
+// multicast LIDs.
+type MulticastStatus struct {
+	Groups          int    `json:"groups"`            // groups now
+	SendOnlyGroups  int    `json:"send_only_groups"`  // groups none of whose members receives
+	MLIDExhausted   uint64 `json:"mlid_exhausted"`    // joins refused: no free multicast LID
+	SendOnlyRefused uint64 `json:"send_only_refused"` // send-only joins refused: too many groups without receivers
 }
 
 // AttachConns counts the attach socket's connections against its limits.

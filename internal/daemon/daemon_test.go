@@ -187,6 +187,10 @@ func TestControlProtocol(t *testing.T) {
 	if st.Protocol != control.Protocol || st.PID == 0 || !strings.HasSuffix(st.Control, "pibgw.sock") {
 		t.Errorf("status %+v", st)
 	}
+	// The SA's multicast counters: the IPoIB broadcast group exists, nothing refused.
+	if m := st.Multicast; m == nil || m.Groups < 1 || m.MLIDExhausted != 0 || m.SendOnlyRefused != 0 {
+		t.Errorf("status multicast %+v", st.Multicast)
+	}
 
 	var ifs []control.Interface
 	if err := cl.Do(ctx, control.Request{Verb: control.VerbShow, Iface: "ib1"}, &ifs); err != nil {

@@ -45,6 +45,11 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 			st.AttachConns = &control.AttachConns{Open: a.Connections, MaxProcesses: a.MaxProcesses, MaxPerUser: a.MaxPerUser,
 				Refused: a.Refused, RefusedUser: a.RefusedUser, HelloTimeouts: a.HelloTimeouts, AcceptErrors: a.AcceptErrors}
 		}
+		if d.Fabric != nil && d.Fabric.SA != nil {
+			m := d.Fabric.SA.MulticastStats()
+			st.Multicast = &control.MulticastStatus{Groups: m.Groups, SendOnlyGroups: m.SendOnlyGroups,
+				MLIDExhausted: m.MLIDExhausted, SendOnlyRefused: m.SendOnlyRefused}
+		}
 		if d.cfg.IBSim.Enable {
 			st.IBSim, st.IBSimUDP = d.cfg.IBSim.SocketName, d.cfg.IBSim.UDP
 			if d.Fabric != nil && d.Fabric.IBSim != nil {
