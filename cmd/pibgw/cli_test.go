@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -196,14 +197,23 @@ func sameJSON(a, b any) bool {
 	return string(x) == string(y)
 }
 
-// TestInProcessNote: devinfo and stat with no daemon say on stderr what they show.
+// TestInProcessNote: devinfo and stat with no daemon fail, saying so, unless --inproc,
+// and then say on stderr what they show.
 func TestInProcessNote(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "none.sock")
+	defer os.Setenv("PIBGW_INPROC", os.Getenv("PIBGW_INPROC"))
+	os.Unsetenv("PIBGW_INPROC")
 	for _, verb := range []string{"devinfo", "stat"} {
-		out, errs, code := pibgwRaw(verb, "--control", sock)
+		out, errs, code := pibgwRaw(verb, "--control", sock, "--inproc")
 		want := "pibgw: no daemon at " + sock + "; showing the default fabric built in process\n"
 		if code != 0 || errs != want || !strings.Contains(out, "pib_0") {
-			t.Errorf("%s: exit %d, stderr %q; want %q", verb, code, errs, want)
+			t.Errorf("%s --inproc: exit %d, stderr %q; want %q", verb, code, errs, want)
+		}
+		// Without --inproc, no daemon is an error: scripts check that the daemon is up so.
+		out, errs, code = pibgwRaw(verb, "--control", sock)
+		want = "pibgw: no daemon running at " + sock + " (start one with: sudo pibgw up); --inproc shows the default fabric built in this process\n"
+		if code != 1 || out != "" || errs != want {
+			t.Errorf("%s with no daemon: exit %d, stdout %q, stderr %q; want exit 1 and %q", verb, code, out, errs, want)
 		}
 	}
 }

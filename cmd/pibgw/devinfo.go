@@ -27,13 +27,13 @@ func devinfoCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "list", Aliases: []string{"l"}, Usage: "print only the device names"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print all the attributes of the device(s)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON (always every attribute, as -v)"},
-			controlFlag(),
+			controlFlag(), inprocFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef(c, "unexpected argument %q", c.Args().First())
 			}
-			devs, err := e.devices(c)
+			devs, err := e.devices(c, c.Bool("inproc"))
 			if err != nil {
 				return err
 			}

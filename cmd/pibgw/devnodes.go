@@ -53,7 +53,7 @@ func devnodesCommand(e *env) *cli.Command {
 			}
 			n := c.Int("count")
 			if !c.IsSet("count") {
-				devs, err := e.devices(c)
+				devs, err := e.devices(c, true)
 				if err != nil {
 					return err
 				}

@@ -35,9 +35,20 @@ func inProcessFabric(log *slog.Logger) (*daemon.Fabric, error) {
 	return daemon.BuildFabric(ctx, config.Default(), log)
 }
 
-// devices returns the running daemon's HCAs, or, with no daemon running, those of an
-// in-process default fabric.
-func (e *env) devices(c *cli.Context) ([]control.Device, error) {
+// inprocFlag lets devinfo and stat, with no daemon running, show the default fabric
+// built in this process; without it they fail, so that scripts can use them to check
+// that the daemon is up.
+func inprocFlag() cli.Flag {
+	return &cli.BoolFlag{
+		Name:    "inproc",
+		Usage:   "with no daemon running, show the default fabric built in this process instead of failing",
+		EnvVars: []string{"PIBGW_INPROC"},
+	}
+}
+
+// devices returns the running daemon's HCAs, or, with no daemon running and inproc,
+// those of an in-process default fabric.
+func (e *env) devices(c *cli.Context, inproc bool) ([]control.Device, error) {
 	var devs []control.Device
 	err := client(c).Do(c.Context, control.Request{Verb: control.VerbDevinfo}, &devs)
 	if err == nil {
@@ -45,6 +56,9 @@ func (e *env) devices(c *cli.Context) ([]control.Device, error) {
 	}
 	if !control.IsNoDaemon(err) {
 		return nil, err
+	}
+	if !inproc {
+		return nil, fmt.Errorf("%w; --inproc shows the default fabric built in this process", err)
 	}
 	fmt.Fprintf(e.stderr, "pibgw: no daemon at %s; showing the default fabric built in process\n", c.String("control"))
 	f, err := inProcessFabric(e.log)

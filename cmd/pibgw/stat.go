@@ -25,7 +25,7 @@ func statCommand(e *env) *cli.Command {
 			&cli.BoolFlag{Name: "short", Aliases: []string{"s"}, Usage: "print the CA lines only, no ports"},
 			&cli.BoolFlag{Name: "port_list", Aliases: []string{"p"}, Usage: "list the port GUIDs only"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-			controlFlag(),
+			controlFlag(), inprocFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 2 {
@@ -40,7 +40,7 @@ func statCommand(e *env) *cli.Command {
 				}
 				o.Port = int(n)
 			}
-			devs, err := e.devices(c)
+			devs, err := e.devices(c, c.Bool("inproc"))
 			if err != nil {
 				return err
 			}
