@@ -45,10 +45,13 @@ type Session struct {
 	// rings to it (ns): pollGrace while the program keeps polling, less, down to none,
 	// when it stops polling without waiting on an event (adaptGrace).
 	grace atomic.Int64
-	// waiting counts the session's armed CQs (hca.Waiter); rxKick wakes the receive
-	// goroutine from its pollGrace wait when one is armed.
+	// waiting counts the session's armed CQs (hca.Waiter); kickRx wakes the receive
+	// goroutine from its nap when one is armed.
 	waiting atomic.Int32
-	rxKick  chan struct{}
+	// spinAt is when a thread waiting for a completion event last polled (SpinPoll).
+	spinAt  atomic.Int64
+	nap     *napper     // the receive goroutine's naps while the program polls (nap.go)
+	napping atomic.Bool // the receive goroutine naps: kick it
 
 	nextReq atomic.Uint64
 	wmu     sync.Mutex
@@ -102,7 +105,7 @@ func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
 		return nil, fmt.Errorf("attach: %s: %w", path, err)
 	}
 	s := &Session{c: conn{nc.(*net.UnixConn)}, log: o.Logger, clk: o.Clock,
-		pending: make(map[uint64]chan *msg), done: make(chan struct{}), rxKick: make(chan struct{}, 1), cms: make(map[*hca.Port]*ibcm.CM)}
+		pending: make(map[uint64]chan *msg), done: make(chan struct{}), nap: newNapper(), cms: make(map[*hca.Port]*ibcm.CM)}
 	s.grace.Store(int64(pollGrace))
 	if s.log == nil {
 		s.log = slog.Default()
@@ -247,12 +250,14 @@ func (s *Session) Close() error {
 	}
 	s.traces.stopAll() // the trace streams send what was recorded until now
 	s.cancel()
+	s.kickRx()
 	s.c.c.Close()
 	s.wg.Wait()
 	s.txMu.Lock()
 	s.tx.Close()
 	s.txMu.Unlock()
 	s.rx.Close()
+	s.nap.close()
 	s.closeDirect()
 	return nil
 }
@@ -331,7 +336,6 @@ func (s *Session) event(m *msg) {
 // nobody polls for them (completion handlers, events, programs that sleep on a channel).
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
-	var grace *time.Timer
 	var rings []*shmring.Ring
 	var shortUntil int64 // spin rxShortSpin until then (nanotime)
 	var lostRun int      // waits in a row whose spin lost the processor
@@ -342,19 +346,16 @@ func (s *Session) rxLoop() {
 			// ring keeps its doorbell quiet: the daemon rings it only for a sleeper, and
 			// each ring would wake this goroutine's thread for nothing.
 			g := time.Duration(s.grace.Load())
-			if grace == nil {
-				grace = time.NewTimer(g)
-			} else {
-				grace.Reset(g)
-			}
 			start := nanotime()
-			select {
-			case <-s.ctx.Done():
+			s.napping.Store(true)
+			kicked := s.polling() && s.nap.nap(g) // polling again: a kick may have come first
+			s.napping.Store(false)
+			if s.ctx.Err() != nil {
 				return
-			case <-grace.C:
+			}
+			if !kicked {
 				rings = s.rxRings(rings)
 				s.adaptGrace(start, g, rings)
-			case <-s.rxKick:
 			}
 			continue
 		}
@@ -544,7 +545,33 @@ func (s *Session) CM(p *hca.Port) *ibcm.CM {
 // polling reports whether the program polled a CQ within its grace and waits for no CQ
 // event: a program blocked on a completion channel depends on the receive goroutine.
 func (s *Session) polling() bool {
-	return s.waiting.Load() <= 0 && nanotime()-s.lastPoll.Load() < s.grace.Load()
+	now := nanotime()
+	return (s.waiting.Load() <= 0 || now-s.spinAt.Load() < s.grace.Load()) && now-s.lastPoll.Load() < s.grace.Load()
+}
+
+// SpinPoll is hca.Spinner: a thread about to wait for a completion event (ibv_get_cq_event)
+// takes in what the rings hold, as a polling program does, and the receive goroutine keeps
+// off the rings meanwhile, as it does for such a program — though a CQ is armed.
+func (r remoteDev) SpinPoll() bool {
+	s := r.s
+	s.spinAt.Store(nanotime())
+	return s.pollRx()
+}
+
+// SpinEnd is hca.Spinner: the spinning thread is about to block; the receive goroutine
+// takes the rings back at once.
+func (r remoteDev) SpinEnd() {
+	s := r.s
+	s.spinAt.Store(0)
+	s.kickRx()
+}
+
+// kickRx ends the receive goroutine's nap, if it naps: it looks at whether the program
+// still polls at once.
+func (s *Session) kickRx() {
+	if s.napping.Load() {
+		s.nap.kick()
+	}
 }
 
 // Arm is hca.Waiter: a CQ was armed, its program is about to wait for the event. The
@@ -552,11 +579,15 @@ func (s *Session) polling() bool {
 // after pollGrace: rping and every program built on completion channels wait for each
 // completion so.
 func (r remoteDev) Arm() {
-	r.s.waiting.Add(1)
-	select {
-	case r.s.rxKick <- struct{}{}:
-	default:
+	s := r.s
+	s.waiting.Add(1)
+	if nanotime()-s.spinAt.Load() < s.grace.Load() {
+		// A thread that waits for its events spinning (SpinPoll) arms its CQ between
+		// two waits: it takes its packets in itself, and SpinEnd kicks the receive
+		// goroutine if it stops.
+		return
 	}
+	s.kickRx()
 }
 
 // Disarm is hca.Waiter: the CQ raised its event (or was destroyed armed).

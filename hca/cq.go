@@ -12,8 +12,9 @@ import (
 
 // CompChannel is a completion event channel (ibv_comp_channel).
 type CompChannel struct {
-	ctx *Context
-	ch  chan *CQ
+	ctx    *Context
+	ch     chan *CQ
+	notify atomic.Pointer[func(*CQ)]
 }
 
 // CreateCompChannel creates a completion channel.
@@ -27,6 +28,46 @@ func (ch *CompChannel) Events() <-chan *CQ { return ch.ch }
 
 // Context is the context the channel was created on.
 func (ch *CompChannel) Context() *Context { return ch.ctx }
+
+// SetNotify has the channel's events go to fn instead of Events: fn runs on the goroutine
+// that raised the event (the one delivering the completion), so that a waiter outside Go
+// — a C program blocked in ibv_get_cq_event on the channel's fd — is signalled without a
+// goroutine in between to be scheduled. fn must not block. nil goes back to Events.
+func (ch *CompChannel) SetNotify(fn func(*CQ)) {
+	if fn == nil {
+		ch.notify.Store(nil)
+		return
+	}
+	ch.notify.Store(&fn)
+}
+
+// Spin takes in what has arrived for the channel's device, as an empty CQ poll does (a
+// mirror device's packets wait in the rings from the daemon and its peers), and reports
+// whether anything was taken: a thread about to wait for an event calls it in a loop for
+// a while first, so that the event it waits for is raised on its own thread rather than
+// after two wake-ups (the receive goroutine's, then its own). SpinEnd ends the spin, before
+// the thread blocks.
+func (ch *CompChannel) Spin() bool {
+	if sp, ok := ch.ctx.dev.cfg.Remote.(Spinner); ok {
+		return sp.SpinPoll()
+	}
+	return false
+}
+
+// SpinEnd tells the device that the thread spinning in Spin is about to block.
+func (ch *CompChannel) SpinEnd() {
+	if sp, ok := ch.ctx.dev.cfg.Remote.(Spinner); ok {
+		sp.SpinEnd()
+	}
+}
+
+// Spinner is a Remote whose packets a thread waiting for a completion event takes in
+// itself while it spins (CompChannel.Spin): SpinPoll is Poll for such a thread, SpinEnd
+// hands the packets back to whoever takes them in for a program that sleeps.
+type Spinner interface {
+	SpinPoll() bool
+	SpinEnd()
+}
 
 // CQ is a completion queue (ibv_cq).
 type CQ struct {
@@ -320,6 +361,10 @@ func (cq *CQ) Push(wc *WC, solicited bool) bool {
 }
 
 func (cq *CQ) signal() {
+	if fn := cq.ch.notify.Load(); fn != nil {
+		(*fn)(cq)
+		return
+	}
 	select {
 	case cq.ch.ch <- cq:
 	default:

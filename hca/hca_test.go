@@ -200,6 +200,49 @@ func TestCQNotifyAndInject(t *testing.T) {
 	}
 }
 
+// TestCompChannelNotify: with SetNotify, an armed CQ's event goes to the function on the
+// goroutine that pushed the completion, before Push returns, and not to Events; nil goes
+// back to Events.
+func TestCompChannelNotify(t *testing.T) {
+	d := newTestDevice(t, 1)
+	c := d.Open()
+	ch := c.CreateCompChannel()
+	cq, err := c.CreateCQ(4, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*CQ
+	ch.SetNotify(func(x *CQ) { got = append(got, x) })
+	if err := cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	cq.Push(&WC{WRID: 1}, false)
+	if len(got) != 1 || got[0] != cq {
+		t.Fatalf("notified %v, want the CQ once before Push returned", got)
+	}
+	select {
+	case <-ch.Events():
+		t.Fatal("event also on Events")
+	default:
+	}
+	cq.AckEvents(1)
+	ch.SetNotify(nil)
+	if err := cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	cq.Push(&WC{WRID: 2}, false)
+	select {
+	case x := <-ch.Events():
+		if x != cq || len(got) != 1 {
+			t.Fatalf("event for %p, notified %d", x, len(got))
+		}
+	default:
+		t.Fatal("no event on Events after SetNotify(nil)")
+	}
+	ch.Spin() // a device without a Remote: nothing to take in, no panic
+	ch.SpinEnd()
+}
+
 func TestInjectQPFatal(t *testing.T) {
 	d := newTestDevice(t, 1)
 	c := d.Open()

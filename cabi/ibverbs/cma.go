@@ -92,7 +92,7 @@ func pibcm_create_channel(fd C.int) C.uint64_t {
 				}
 				dst.q = append(dst.q, e)
 				dst.mu.Unlock()
-				signal(dst.fd)
+				signal(dst.fd, 1)
 				break
 			}
 		}
@@ -148,7 +148,7 @@ func pibcm_migrate(h, ch C.uint64_t) C.int {
 		n.q = append(n.q, moved...)
 		n.mu.Unlock()
 		for range moved {
-			signal(n.fd)
+			signal(n.fd, 1)
 		}
 	}
 	return 0

@@ -24,6 +24,7 @@ import "C"
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,13 +104,14 @@ type ctxObj struct {
 }
 
 type chanObj struct {
-	ch   *hca.CompChannel
-	fd   int
-	stop chan struct{}
-	done chan struct{}
+	ch *hca.CompChannel
+	fd int
 
-	mu    sync.Mutex
-	queue []*hca.CQ
+	mu       sync.Mutex
+	queue    []*hca.CQ
+	closed   bool
+	spinners int // threads in pibgo_spin_cq_event
+	owed     int // queued events not signalled on fd (notify)
 }
 
 type qpObj struct {
@@ -159,10 +161,11 @@ func errno(err error) C.int {
 const einval = C.int(syscall.EINVAL)
 
 // signal makes an eventfd readable (one more pending event).
-func signal(fd int) {
-	var one = [8]byte{1}
+func signal(fd int, n uint64) {
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], n)
 	for {
-		_, err := unix.Write(fd, one[:])
+		_, err := unix.Write(fd, b[:])
 		if err != unix.EINTR {
 			return
 		}
@@ -234,7 +237,7 @@ func (o *ctxObj) forward() {
 			o.mu.Lock()
 			o.events = append(o.events, ev)
 			o.mu.Unlock()
-			signal(o.fd)
+			signal(o.fd, 1)
 		case <-o.stop:
 			return
 		}
@@ -510,25 +513,27 @@ func pibgo_create_channel(h C.uint64_t, fd C.int) C.uint64_t {
 	if !ok {
 		return 0
 	}
-	c := &chanObj{ch: o.ctx.CreateCompChannel(), fd: int(fd), stop: make(chan struct{}), done: make(chan struct{})}
-	go c.forward()
+	c := &chanObj{ch: o.ctx.CreateCompChannel(), fd: int(fd)}
+	c.ch.SetNotify(c.notify)
 	return C.uint64_t(chans.add(c))
 }
 
-// forward queues the channel's CQ events and signals each on the channel's fd.
-func (c *chanObj) forward() {
-	defer close(c.done)
-	for {
-		select {
-		case cq := <-c.ch.Events():
-			c.mu.Lock()
-			c.queue = append(c.queue, cq)
-			c.mu.Unlock()
-			signal(c.fd)
-		case <-c.stop:
-			return
-		}
+// notify queues a CQ event and signals it on the channel's fd, on the goroutine that
+// raised it (hca.CompChannel.SetNotify) — unless a thread spins for it in
+// ibv_get_cq_event (pibgo_spin_cq_event), which takes it without the fd: then it is owed
+// to the fd until that thread takes it or stops spinning.
+func (c *chanObj) notify(cq *hca.CQ) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
 	}
+	c.queue = append(c.queue, cq)
+	if c.spinners > 0 {
+		c.owed++
+		return
+	}
+	signal(c.fd, 1)
 }
 
 //export pibgo_destroy_channel
@@ -537,10 +542,69 @@ func pibgo_destroy_channel(h C.uint64_t) {
 	if !ok {
 		return
 	}
-	close(c.stop)
-	<-c.done
+	c.ch.SetNotify(nil)
+	c.mu.Lock()
+	c.closed = true // a notify under way signals nothing after this: the fd closes next
+	c.mu.Unlock()
 	chans.del(h)
 }
+
+// pibgo_spin_cq_event spins for up to spinEvent, taking in what arrives for the
+// channel's device, until the channel has an event: it returns the event's CQ if it took
+// one that was not signalled on the fd (ibv_get_cq_event returns it without reading the
+// fd), else NULL, and ibv_get_cq_event reads the fd (at once if an event is signalled,
+// blocking otherwise). ibv_get_cq_event calls it before it blocks on a blocking channel
+// fd: in a request/response exchange the answer usually comes within microseconds, and
+// taking it in on the waiting thread spares two wake-ups (the receive goroutine's, then
+// the thread's) of tens of microseconds each, and the fd's two system calls.
+//
+//export pibgo_spin_cq_event
+func pibgo_spin_cq_event(h C.uint64_t) unsafe.Pointer {
+	c, ok := chans.get(h)
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	c.spinners++
+	c.mu.Unlock()
+	start := time.Now()
+	for i := 0; ; i++ {
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			if c.owed == 0 {
+				c.spinners--
+				c.mu.Unlock()
+				return nil // signalled: the read takes it
+			}
+			cq := c.queue[0]
+			c.queue = c.queue[1:]
+			c.owed--
+			c.spinners--
+			c.mu.Unlock()
+			if p := reportEvent(cq); p != nil {
+				return p // the program goes on: its next wait spins again
+			}
+			c.mu.Lock()
+			c.spinners++
+		}
+		c.mu.Unlock()
+		c.ch.Spin()
+		if i&63 == 63 && time.Since(start) > spinEvent {
+			c.mu.Lock()
+			c.spinners--
+			if c.spinners == 0 && c.owed > 0 {
+				signal(c.fd, uint64(c.owed))
+				c.owed = 0
+			}
+			c.mu.Unlock()
+			c.ch.SpinEnd()
+			return nil
+		}
+	}
+}
+
+// spinEvent is how long pibgo_spin_cq_event spins before the thread sleeps.
+const spinEvent = 50 * time.Microsecond
 
 //export pibgo_get_cq_event
 func pibgo_get_cq_event(h C.uint64_t) unsafe.Pointer {
@@ -556,8 +620,14 @@ func pibgo_get_cq_event(h C.uint64_t) unsafe.Pointer {
 	cq := c.queue[0]
 	c.queue = c.queue[1:]
 	c.mu.Unlock()
+	return reportEvent(cq)
+}
+
+// reportEvent is the C CQ of an event taken from a channel's queue, counted as reported
+// (ibv_ack_cq_events); nil if the CQ is gone.
+func reportEvent(cq *hca.CQ) unsafe.Pointer {
 	ptrMu.Lock()
-	p := cqPtr[cq] // nil if the CQ is gone
+	p := cqPtr[cq]
 	if p != nil {
 		cqReported[cq]++
 	}

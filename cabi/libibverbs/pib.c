@@ -852,6 +852,18 @@ EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
 	struct pib_channel *ch = (struct pib_channel *)channel;
 	for (;;) {
 		uint64_t v;
+		// A blocking fd: spin a little first, taking in what arrives (pibgo_spin_cq_event),
+		// as the answer to a request usually comes within microseconds. A non-blocking
+		// one belongs to a program that polls it and wants EAGAIN at once.
+		int fl = fcntl(channel->fd, F_GETFL);
+		if (fl >= 0 && !(fl & O_NONBLOCK)) {
+			void *p = pibgo_spin_cq_event(ch->h);
+			if (p) {
+				*cq = p;
+				*cq_context = (*cq)->cq_context;
+				return 0;
+			}
+		}
 		if (read(channel->fd, &v, sizeof(v)) != sizeof(v))
 			return -1;
 		void *p = pibgo_get_cq_event(ch->h);
