@@ -50,7 +50,7 @@ func TestWatchNetNSRemoved(t *testing.T) {
 	defer cancel()
 	got := make(chan string, 16)
 	done := make(chan error, 1)
-	go func() { done <- WatchNetNSRemoved(ctx, func(n string) { got <- n }) }()
+	go func() { done <- WatchNetNSRemoved(ctx, nil, func(n string) { got <- n }) }()
 	// Once the watch is in place (a file removed before it is no news), the deletion
 	// of a namespace is heard: a file of ours removed and re-made until one is.
 	probe := NetNSDir + "/" + ns + ".probe"

@@ -13,8 +13,9 @@ import (
 
 // WatchNetNSRemoved calls removed with the name of each named network namespace deleted
 // from NetNSDir (`ip netns del`, or another program) until ctx is done: inotify, read
-// through Go's poller (no thread waits). removed runs on WatchNetNSRemoved's goroutine.
-func WatchNetNSRemoved(ctx context.Context, removed func(name string)) error {
+// through Go's poller (no thread waits). ready, if not nil, is called once the watch is
+// in place; removed runs on WatchNetNSRemoved's goroutine.
+func WatchNetNSRemoved(ctx context.Context, ready func(), removed func(name string)) error {
 	if err := os.MkdirAll(NetNSDir, 0o755); err != nil {
 		return fmt.Errorf("tun: watch %s: %w", NetNSDir, err)
 	}
@@ -33,6 +34,9 @@ func WatchNetNSRemoved(ctx context.Context, removed func(name string)) error {
 			f.Close()
 		}
 	}()
+	if ready != nil {
+		ready()
+	}
 	buf := make([]byte, 4096)
 	for {
 		n, err := f.Read(buf)

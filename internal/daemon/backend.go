@@ -23,8 +23,8 @@ type Backend interface {
 	// from under each other.
 	LockNetNS(name string) (NetNSLock, error)
 	// WatchNetNSRemoved calls removed with each named namespace deleted (ip netns del),
-	// until ctx is done.
-	WatchNetNSRemoved(ctx context.Context, removed func(name string)) error
+	// until ctx is done; ready once the watch is in place.
+	WatchNetNSRemoved(ctx context.Context, ready func(), removed func(name string)) error
 	// OpenDevice creates an interface's IP side.
 	OpenDevice(spec DeviceSpec) (tun.Device, error)
 	// NewInterface creates an IPoIB interface on cfg.Device.

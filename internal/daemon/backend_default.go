@@ -18,8 +18,8 @@ type defaultBackend struct{}
 func (defaultBackend) NetNSExists(name string) (bool, error) { return tun.NetNSExists(name), nil }
 func (defaultBackend) CreateNetNS(name string) error         { return tun.CreateNetNS(name) }
 func (defaultBackend) DeleteNetNS(name string) error         { return tun.DeleteNetNS(name) }
-func (defaultBackend) WatchNetNSRemoved(ctx context.Context, removed func(string)) error {
-	return tun.WatchNetNSRemoved(ctx, removed)
+func (defaultBackend) WatchNetNSRemoved(ctx context.Context, ready func(), removed func(string)) error {
+	return tun.WatchNetNSRemoved(ctx, ready, removed)
 }
 
 func (defaultBackend) LockNetNS(name string) (NetNSLock, error) {

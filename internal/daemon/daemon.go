@@ -99,7 +99,6 @@ func Start(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.Fabric, err = BuildFabric(ctx, d.cfg, d.log); err != nil {
 		return nil, err
 	}
-	d.watchNetNS()
 	for _, ic := range d.cfg.Interfaces {
 		if err := d.addInterface(ic); err != nil {
 			return nil, err
@@ -136,10 +135,11 @@ func (d *Daemon) Close() error {
 	d.createdNS = nil
 	held := d.nsHeld
 	d.nsHeld = nil
+	stopWatch, watchDone := d.stopWatch, d.watchDone
 	d.mu.Unlock()
-	if d.stopWatch != nil {
-		d.stopWatch() // before the namespaces go: the daemon's own deletes are no news
-		<-d.watchDone
+	if stopWatch != nil {
+		stopWatch() // before the namespaces go: the daemon's own deletes are no news
+		<-watchDone
 	}
 
 	var errs []error
@@ -226,17 +226,28 @@ func (d *Daemon) saClient(p *hca.Port) (*sa.Client, error) {
 	return c, nil
 }
 
-// watchNetNS follows the deletion of named namespaces (ip netns del) while the daemon
-// runs: the interfaces in one it uses are taken down at once (netnsRemoved).
-func (d *Daemon) watchNetNS() {
+// watchNetNSLocked follows the deletion of named namespaces (ip netns del) once the
+// daemon uses one: the interfaces in one it uses are taken down at once (netnsRemoved).
+// d.mu is held.
+func (d *Daemon) watchNetNSLocked() {
+	if d.stopWatch != nil || d.closed {
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d.stopWatch, d.watchDone = cancel, make(chan struct{})
+	done, ready := make(chan struct{}), make(chan struct{})
+	d.stopWatch, d.watchDone = cancel, done
 	go func() {
-		defer close(d.watchDone)
-		if err := d.backend.WatchNetNSRemoved(ctx, d.netnsRemoved); err != nil {
+		defer close(done)
+		err := d.backend.WatchNetNSRemoved(ctx, func() { close(ready) }, d.netnsRemoved)
+		if err != nil {
 			d.log.Warn("not watching for namespaces deleted under the daemon", "err", err)
 		}
 	}()
+	// In place before the namespace is used: a deletion right after is news.
+	select {
+	case <-ready:
+	case <-done:
+	}
 }
 
 // netnsRemoved takes down the interfaces of a namespace deleted from under the daemon:
@@ -314,6 +325,7 @@ func (d *Daemon) ensureNetNS(name string) error {
 	}
 	d.mu.Lock()
 	d.nsHeld = append(d.nsHeld, heldNS{name: name, lock: lock})
+	d.watchNetNSLocked()
 	if !created {
 		d.mu.Unlock()
 		return nil

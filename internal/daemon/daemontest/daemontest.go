@@ -89,12 +89,15 @@ func (b *Backend) DeleteNetNS(name string) error {
 
 // WatchNetNSRemoved calls removed for each namespace DeleteNetNS deletes until ctx is
 // done.
-func (b *Backend) WatchNetNSRemoved(ctx context.Context, removed func(string)) error {
+func (b *Backend) WatchNetNSRemoved(ctx context.Context, ready func(), removed func(string)) error {
 	b.mu.Lock()
 	id := b.nextW
 	b.nextW++
 	b.watches[id] = removed
 	b.mu.Unlock()
+	if ready != nil {
+		ready()
+	}
 	<-ctx.Done()
 	b.mu.Lock()
 	delete(b.watches, id)
