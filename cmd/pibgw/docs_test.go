@@ -97,6 +97,10 @@ func runDocCheck(t *testing.T, dir string, c docCheck) {
 		sock, _ = fakeDaemon(t, config.Default(), nil)
 	}
 	t.Setenv("PIBGW_CONTROL", sock)
+	// The commands as a user runs them: TestMain's PIBGW_INPROC would make stat and devinfo
+	// fall back to an in-process fabric.
+	t.Setenv("PIBGW_INPROC", "")
+	os.Unsetenv("PIBGW_INPROC")
 	var out bytes.Buffer
 	code := run(append([]string{"pibgw"}, c.args...), &out, &out)
 	got := strings.ReplaceAll(out.String(), sock, docControl)
