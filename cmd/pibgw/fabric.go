@@ -32,7 +32,9 @@ func client(c *cli.Context) *control.Client { return control.NewClient(c.String(
 func inProcessFabric(log *slog.Logger) (*daemon.Fabric, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return daemon.BuildFabric(ctx, config.Default(), log)
+	cfg := config.Default()
+	cfg.IBSim.Enable = false // a running daemon may hold the ibsim socket name
+	return daemon.BuildFabric(ctx, cfg, log)
 }
 
 // inprocFlag lets devinfo and stat, with no daemon running, show the default fabric

@@ -9,6 +9,8 @@
 package config
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -105,11 +107,13 @@ const (
 )
 
 // IBSim is the [ibsim] section: the server of OFED ibsim's MAD protocol through which
-// unmodified opensm and infiniband-diags (LD_PRELOAD=libumad2sim.so) use the fabric.
+// unmodified opensm and infiniband-diags (LD_PRELOAD=libumad2sim.so, or pibgw exec
+// --umad) use the fabric.
 type IBSim struct {
 	Enable bool
 	// SocketName is the Unix abstract sockets' base name (IBSIM_SOCKNAME): the server
-	// binds @<name>:ctl and @<name>:out<N>.
+	// binds @<name>:ctl and @<name>:out<N>. "" (the default) is IBSimSocketFor the
+	// daemon's control socket (Name), so that two daemons never clash.
 	SocketName string
 	// UDP, when set ("127.0.0.1:7070"), also serves clients that set IBSIM_SERVER_NAME
 	// and IBSIM_SERVER_PORT: control on that port, client N's data on port+1+N.
@@ -360,4 +364,28 @@ func Default() *Config {
 		panic("config: defaults invalid: " + err.Error())
 	}
 	return c
+}
+
+// Name is the ibsim server's socket name for a daemon whose control socket is control:
+// SocketName, or IBSimSocketFor(control).
+func (s IBSim) Name(control string) string {
+	if s.SocketName != "" {
+		return s.SocketName
+	}
+	return IBSimSocketFor(control)
+}
+
+// IBSimSocketFor derives the ibsim socket name from a daemon's control socket path:
+// "sim" (ibsim's and libumad2sim's own default) for DefaultControl, else "pibgw-" and
+// 12 hex digits of the path's SHA-256 — a name of its own for every control socket,
+// as each daemon has one.
+func IBSimSocketFor(control string) string {
+	if control == "" || control == DefaultControl {
+		return DefaultIBSimSocket
+	}
+	if abs, err := filepath.Abs(control); err == nil {
+		control = abs
+	}
+	h := sha256.Sum256([]byte(control))
+	return "pibgw-" + hex.EncodeToString(h[:6])
 }

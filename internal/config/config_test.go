@@ -83,12 +83,29 @@ func TestOpenSMFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := IBSim{Enable: true, SocketName: DefaultIBSimSocket, MaxClients: DefaultIBSimClients}
+	want := IBSim{Enable: true, MaxClients: DefaultIBSimClients}
 	if c.SM.Mode != SMExternal || c.IBSim != want || len(c.Fabric.HCAs) != 2 || len(c.Interfaces) != 2 {
 		t.Errorf("sm %+v ibsim %+v", c.SM, c.IBSim)
 	}
-	if d := Default(); d.SM.Mode != SMInternal || d.IBSim.Enable {
+	if d := Default(); d.SM.Mode != SMInternal || d.IBSim.Enable || d.IBSim.Name(d.Daemon.Control) != DefaultIBSimSocket {
 		t.Errorf("defaults: sm %+v ibsim %+v", d.SM, d.IBSim)
+	}
+}
+
+// The ibsim server's socket name is derived from the control socket: "sim" for the
+// default one, a name of its own for every other, so that two daemons never clash;
+// socket_name overrides it.
+func TestIBSimSocketName(t *testing.T) {
+	d := Default()
+	a, b := d.IBSim.Name("/run/pibgw/host-a/pibgw.sock"), d.IBSim.Name("/run/pibgw/host-b/pibgw.sock")
+	if a == b || a == DefaultIBSimSocket || !strings.HasPrefix(a, "pibgw-") || len(a) != len("pibgw-")+12 {
+		t.Errorf("socket names %q and %q for two control sockets", a, b)
+	}
+	if n := d.IBSim.Name(DefaultControl); n != "sim" {
+		t.Errorf("default control socket: %q, want sim", n)
+	}
+	if n := (IBSim{SocketName: "mine"}).Name("/x.sock"); n != "mine" {
+		t.Errorf("socket_name: %q", n)
 	}
 }
 
@@ -179,7 +196,6 @@ func TestErrors(t *testing.T) {
 		{"[sm]\nmode = \"external\"\n", "x.toml: sm.mode: \"external\" needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric"},
 		{"[ibsim]\nudp = \"localhost\"\n", "x.toml: ibsim.udp: \"localhost\": want address:port, e.g. \"127.0.0.1:7070\""},
 		{"[ibsim]\nmax_clients = 0\n", "x.toml: ibsim.max_clients: 0 out of range 1..4096"},
-		{"[ibsim]\nenable = true\nsocket_name = \"\"\n", "x.toml: ibsim.socket_name: empty, and ibsim.udp is not set: the server would listen nowhere"},
 		{"[ibsim]\nenable = 1\n", "x.toml: ibsim.enable: want true or false, got an integer"},
 		{"[manner]\npitfalls = \"loud\"\n", "x.toml: manner.pitfalls: \"loud\": want \"warn\", \"strict\" or \"off\""},
 		{"[manner]\nlowest_qpn = \"yes\"\n", "x.toml: manner.lowest_qpn: want true or false, got a string"},

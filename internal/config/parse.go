@@ -752,7 +752,7 @@ func (p *parser) manner(c *Config, f *file) {
 func (p *parser) ibsim(c *Config, f *file) {
 	s := &f.IBSim
 	c.IBSim.Enable = p.boolean("ibsim.enable", s.Enable, false)
-	c.IBSim.SocketName = p.str("ibsim.socket_name", s.SocketName, DefaultIBSimSocket)
+	c.IBSim.SocketName = p.str("ibsim.socket_name", s.SocketName, "") // "": IBSimSocketFor the control socket
 	// sockaddr_un's 108 bytes hold a NUL, the name, ":out" and a slot number, and a NUL.
 	if n := len(c.IBSim.SocketName); n > 90 || strings.ContainsRune(c.IBSim.SocketName, 0) {
 		p.errf("ibsim.socket_name", "%q: want at most 90 bytes and no NUL", c.IBSim.SocketName)
@@ -765,9 +765,6 @@ func (p *parser) ibsim(c *Config, f *file) {
 		}
 	}
 	c.IBSim.MaxClients = int(p.intIn("ibsim.max_clients", s.MaxClients, DefaultIBSimClients, 1, 4096))
-	if c.IBSim.Enable && c.IBSim.SocketName == "" && c.IBSim.UDP == "" {
-		p.errf("ibsim.socket_name", "empty, and ibsim.udp is not set: the server would listen nowhere")
-	}
 	if c.SM.Mode == SMExternal && !c.IBSim.Enable && c.Fabric.Switch == "" && c.Fabric.Listen == "" {
 		p.errf("sm.mode", "%q needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric (fabric.switch, fabric.listen) whose other process runs the SM", SMExternal)
 	}

@@ -210,7 +210,7 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			sws = append(sws, f.Switch)
 		}
 		f.IBSim, err = ibsim.New(ibsim.Config{
-			SocketName: cfg.IBSim.SocketName,
+			SocketName: cfg.IBSim.Name(cfg.Daemon.Control),
 			UDP:        cfg.IBSim.UDP,
 			MaxClients: cfg.IBSim.MaxClients,
 			Devices:    f.Devs,

@@ -51,7 +51,7 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 				MLIDExhausted: m.MLIDExhausted, SendOnlyRefused: m.SendOnlyRefused}
 		}
 		if d.cfg.IBSim.Enable {
-			st.IBSim, st.IBSimUDP = d.cfg.IBSim.SocketName, d.cfg.IBSim.UDP
+			st.IBSim, st.IBSimUDP = d.cfg.IBSim.Name(d.cfg.Daemon.Control), d.cfg.IBSim.UDP
 			if d.Fabric != nil && d.Fabric.IBSim != nil {
 				st.IBSimCAs = d.Fabric.IBSim.CAs()
 			}
