@@ -108,7 +108,7 @@ const (
 
 // IBSim is the [ibsim] section: the server of OFED ibsim's MAD protocol through which
 // unmodified opensm and infiniband-diags (LD_PRELOAD=libumad2sim.so, or pibgw exec
-// --umad) use the fabric.
+// --umad) use the fabric. It is on by default.
 type IBSim struct {
 	Enable bool
 	// SocketName is the Unix abstract sockets' base name (IBSIM_SOCKNAME): the server

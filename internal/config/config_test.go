@@ -87,7 +87,7 @@ func TestOpenSMFile(t *testing.T) {
 	if c.SM.Mode != SMExternal || c.IBSim != want || len(c.Fabric.HCAs) != 2 || len(c.Interfaces) != 2 {
 		t.Errorf("sm %+v ibsim %+v", c.SM, c.IBSim)
 	}
-	if d := Default(); d.SM.Mode != SMInternal || d.IBSim.Enable || d.IBSim.Name(d.Daemon.Control) != DefaultIBSimSocket {
+	if d := Default(); d.SM.Mode != SMInternal || !d.IBSim.Enable || d.IBSim.Name(d.Daemon.Control) != DefaultIBSimSocket {
 		t.Errorf("defaults: sm %+v ibsim %+v", d.SM, d.IBSim)
 	}
 }
@@ -97,6 +97,9 @@ func TestOpenSMFile(t *testing.T) {
 // socket_name overrides it.
 func TestIBSimSocketName(t *testing.T) {
 	d := Default()
+	if !d.IBSim.Enable {
+		t.Error("the ibsim server is off by default: pibgw exec --umad needs a configuration")
+	}
 	a, b := d.IBSim.Name("/run/pibgw/host-a/pibgw.sock"), d.IBSim.Name("/run/pibgw/host-b/pibgw.sock")
 	if a == b || a == DefaultIBSimSocket || !strings.HasPrefix(a, "pibgw-") || len(a) != len("pibgw-")+12 {
 		t.Errorf("socket names %q and %q for two control sockets", a, b)
@@ -193,7 +196,7 @@ func TestErrors(t *testing.T) {
 		{"[daemon]\ncontrol = \"\"\n", "x.toml: daemon.control: empty path"},
 		{"[sm]\nhca = \"pib_7\"\n", "x.toml: sm.hca: \"pib_7\": no such HCA (have pib_0, pib_1)"},
 		{"[sm]\nmode = \"opensm\"\n", "x.toml: sm.mode: \"opensm\": want \"internal\" (the built-in SM and SA run here) or \"external\" (the SM runs elsewhere: opensm through the ibsim server, or a multi-host fabric's switch process)"},
-		{"[sm]\nmode = \"external\"\n", "x.toml: sm.mode: \"external\" needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric"},
+		{"[sm]\nmode = \"external\"\n[ibsim]\nenable = false\n", "x.toml: sm.mode: \"external\" needs ibsim.enable = true (opensm reaches the fabric through the ibsim server) or a multi-host fabric"},
 		{"[ibsim]\nudp = \"localhost\"\n", "x.toml: ibsim.udp: \"localhost\": want address:port, e.g. \"127.0.0.1:7070\""},
 		{"[ibsim]\nmax_clients = 0\n", "x.toml: ibsim.max_clients: 0 out of range 1..4096"},
 		{"[ibsim]\nenable = 1\n", "x.toml: ibsim.enable: want true or false, got an integer"},

@@ -751,7 +751,7 @@ func (p *parser) manner(c *Config, f *file) {
 
 func (p *parser) ibsim(c *Config, f *file) {
 	s := &f.IBSim
-	c.IBSim.Enable = p.boolean("ibsim.enable", s.Enable, false)
+	c.IBSim.Enable = p.boolean("ibsim.enable", s.Enable, true)
 	c.IBSim.SocketName = p.str("ibsim.socket_name", s.SocketName, "") // "": IBSimSocketFor the control socket
 	// sockaddr_un's 108 bytes hold a NUL, the name, ":out" and a slot number, and a NUL.
 	if n := len(c.IBSim.SocketName); n > 90 || strings.ContainsRune(c.IBSim.SocketName, 0) {

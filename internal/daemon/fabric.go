@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pibgw/pibgw/fabric"
@@ -219,6 +220,14 @@ func BuildFabric(ctx context.Context, cfg *config.Config, log *slog.Logger) (_ *
 			ExternalSM: cfg.SM.Mode == config.SMExternal,
 			Logger:     log,
 		})
+		if err != nil && cfg.IBSim.SocketName == "" && cfg.SM.Mode != config.SMExternal && errors.Is(err, syscall.EADDRINUSE) {
+			// The server is on by default under a name derived from the control socket;
+			// a fabric built in process with another's control path (tests) finds it
+			// taken. Only a server asked for by name, or opensm's, must start.
+			log.Warn("ibsim server not started: its socket name is taken (set ibsim.socket_name)",
+				"socket_name", cfg.IBSim.Name(cfg.Daemon.Control), "err", err)
+			f.IBSim, err = nil, nil
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -50,11 +50,9 @@ func (h *Handler) Handle(ctx context.Context, req *control.Request) (any, error)
 			st.Multicast = &control.MulticastStatus{Groups: m.Groups, SendOnlyGroups: m.SendOnlyGroups,
 				MLIDExhausted: m.MLIDExhausted, SendOnlyRefused: m.SendOnlyRefused}
 		}
-		if d.cfg.IBSim.Enable {
+		if d.cfg.IBSim.Enable && d.Fabric != nil && d.Fabric.IBSim != nil { // not if its name was taken
 			st.IBSim, st.IBSimUDP = d.cfg.IBSim.Name(d.cfg.Daemon.Control), d.cfg.IBSim.UDP
-			if d.Fabric != nil && d.Fabric.IBSim != nil {
-				st.IBSimCAs = d.Fabric.IBSim.CAs()
-			}
+			st.IBSimCAs = d.Fabric.IBSim.CAs()
 		}
 		return st, nil
 	case control.VerbPS:
