@@ -82,6 +82,9 @@ func interfaceLine(it control.Interface) string {
 // printInterface prints one interface in the spirit of `ip -d -s link show`.
 func printInterface(w io.Writer, it control.Interface) {
 	fmt.Fprintln(w, interfaceLine(it))
+	if it.MTURefused != "" {
+		fmt.Fprintf(w, "    %s\n", it.MTURefused)
+	}
 	fmt.Fprintf(w, "    link/infiniband %s\n", it.HWAddr)
 	fmt.Fprintf(w, "    brd %s\n", it.Broadcast)
 	fmt.Fprintf(w, "    pkey %#04x qpn 0x%06x qkey 0x%08x on %s port %d\n", it.PKey, it.QPN, it.QKey, it.HCA, it.Port)

@@ -66,15 +66,20 @@ members = ["pib_0", "pib_1"]
 		t.Errorf("ping6 to ib1's link-local address after down/up:\n%s", out)
 	}
 
-	// ip link set mtu above the maximum: put back, with a warning.
-	ip("-n", nsA, "link", "set", "ib0", "mtu", "4092")
-	waitE2E(t, "the MTU put back", func() bool {
-		out, _ := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0")
-		return strings.Contains(out, "mtu 2044") && strings.Contains(d.Logs(), "MTU above the mode's maximum")
-	})
+	// ip link set mtu above the maximum: the previous MTU put back (not the maximum), the
+	// refusal in the daemon's log and in pibgw show.
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "1500") // below the maximum: accepted
-	if out, _ := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0"); !strings.Contains(out, "mtu 1500") {
-		t.Errorf("mtu 1500 not kept:\n%s", out)
+	waitE2E(t, "mtu 1500 kept", func() bool {
+		out, _ := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0")
+		return strings.Contains(out, "mtu 1500")
+	})
+	ip("-n", nsA, "link", "set", "ib0", "mtu", "4092")
+	waitE2E(t, "the previous MTU put back", func() bool {
+		out, _ := e2etest.RunCmd("ip", "-n", nsA, "link", "show", "ib0")
+		return strings.Contains(out, "mtu 1500") && strings.Contains(d.Logs(), "MTU above the mode's maximum")
+	})
+	if out := d.MustPibgw("show", "ib0"); !strings.Contains(out, "mtu 4092 refused: above the mode's maximum 2044") || !strings.Contains(out, "put back 1500") {
+		t.Errorf("pibgw show ib0 after ip link set mtu 4092:\n%s", out)
 	}
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "2044")
 

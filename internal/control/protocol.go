@@ -252,6 +252,9 @@ type Interface struct {
 	Reason    string            `json:"reason,omitempty"` // why it is not up
 	Addrs     []string          `json:"addrs"`
 	Counters  map[string]uint64 `json:"counters"`
+	// MTURefused is the last MTU `ip link set mtu` asked for above the mode's maximum,
+	// which the daemon put back: "mtu 4000 refused: …; put back 1500".
+	MTURefused string `json:"mtu_refused,omitempty"`
 }
 
 // Neighbor is one neighbour cache entry (`pibgw neigh`).

@@ -2,8 +2,10 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/pibgw/pibgw/ipoib"
 	"github.com/pibgw/pibgw/tun"
@@ -27,6 +29,7 @@ type linkWatcher interface {
 // ipoib_change_mtu refuses it), the routes through the device (next hops through
 // gateways), and the device's deletion.
 func (d *Daemon) follow(ctx context.Context, n *netif, w linkWatcher, ipo *ipoib.Interface, v6 []netip.Prefix) {
+	defer mtuRefused.Delete(n)
 	var last tun.LinkState
 	first := true
 	err := w.Watch(ctx, func(st tun.LinkState) {
@@ -55,11 +58,19 @@ func (d *Daemon) follow(ctx context.Context, n *netif, w linkWatcher, ipo *ipoib
 			ipo.SetAddrs(st.Addrs)
 		}
 		if max := ipo.MTU(); max > 0 && st.MTU > max {
-			d.log.Warn("MTU above the mode's maximum (datagram: broadcast group MTU − 4; connected: 65520): put back",
-				"iface", n.cfg.Name, "mtu", st.MTU, "max", max)
-			if err := w.SetMTU(max); err != nil {
+			// As ipoib_change_mtu refuses it, leaving the MTU the device had: the previous
+			// one, not the maximum.
+			back := last.MTU
+			if first || back <= 0 || back > max {
+				back = max
+			}
+			note := fmt.Sprintf("mtu %d refused: above the mode's maximum %d (datagram: broadcast group MTU − 4; connected: 65520); put back %d", st.MTU, max, back)
+			d.log.Warn("MTU above the mode's maximum: put back", "iface", n.cfg.Name, "mtu", st.MTU, "max", max, "put_back", back)
+			mtuRefused.Store(n, note)
+			if err := w.SetMTU(back); err != nil {
 				d.log.Warn("putting the MTU back", "iface", n.cfg.Name, "err", err)
 			}
+			st.MTU = back
 		}
 		if first || !slices.Equal(st.Routes, last.Routes) {
 			rs := make([]ipoib.Route, len(st.Routes))
@@ -74,6 +85,10 @@ func (d *Daemon) follow(ctx context.Context, n *netif, w linkWatcher, ipo *ipoib
 		d.log.Warn("not following ip on the interface", "iface", n.cfg.Name, "err", err)
 	}
 }
+
+// mtuRefused holds, per interface (*netif), the last MTU ip set above the mode's
+// maximum, which follow put back: pibgw show reports it (Interface.MTURefused).
+var mtuRefused sync.Map
 
 // deletedUnder removes an interface whose TUN device was deleted (`ip link del`): a
 // child goes as `pibgw child del` takes it; a parent deleted from under the daemon is

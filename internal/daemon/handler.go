@@ -202,7 +202,11 @@ func (d *Daemon) Show(name string) ([]control.Interface, error) {
 		if name != "" && n.cfg.Name != name {
 			continue
 		}
-		out = append(out, n.describe())
+		it := n.describe()
+		if note, ok := mtuRefused.Load(n); ok {
+			it.MTURefused = note.(string)
+		}
+		out = append(out, it)
 	}
 	if name != "" && len(out) == 0 {
 		return nil, d.unknownInterface(name)
