@@ -34,7 +34,7 @@ func execCommand(e *env) *cli.Command {
 			"else $PIBGW_ATTACH, else attach.sock beside --control's socket (/run/pibgw/attach.sock).\n" +
 			"\n" +
 			"--umad runs a libibumad program (infiniband-diags, opensm, ibping, perftest -g) through\n" +
-			"the daemon's ibsim server ([ibsim] enable = true): with pibgw's libibumad.so.3 (umad/\n" +
+			"the daemon's ibsim server (on unless [ibsim] enable = false): with pibgw's libibumad.so.3 (umad/\n" +
 			"beside libibverbs.so.1) found first, its devices the daemon's HCAs (PIBGW_UMAD_CAS, --node's\n" +
 			"first; default the SM's), IBSIM_SOCKNAME the daemon's. --umad2sim (or no libibumad.so.3)\n" +
 			"preloads ibsim-utils' libumad2sim instead ($PIBGW_UMAD2SIM names another; SIM_HOST\n" +
