@@ -66,6 +66,17 @@ members = ["pib_0", "pib_1"]
 		t.Errorf("ping6 to ib1's link-local address after down/up:\n%s", out)
 	}
 
+	// ethtool reports the IB port's rate (ibstat's Rate, Gb/s), full duplex, port Other,
+	// as for ipoib (it showed the TUN default, 10000Mb/s Twisted Pair).
+	if _, err := exec.LookPath("ethtool"); err == nil {
+		rate := e2etest.DiagField(d.MustPibgw("stat", "pib_0"), "Rate")
+		out, err := e2etest.RunCmd("ip", "netns", "exec", nsA, "ethtool", "ib0")
+		if err != nil || rate == "" || !strings.Contains(out, "Speed: "+rate+"000Mb/s") ||
+			!strings.Contains(out, "Duplex: Full") || !strings.Contains(out, "Port: Other") {
+			t.Errorf("ethtool ib0 (port rate %s Gb/s): %v\n%s", rate, err, out)
+		}
+	}
+
 	// ip link set mtu above the maximum: the previous MTU put back (not the maximum), the
 	// refusal in the daemon's log and in pibgw show.
 	ip("-n", nsA, "link", "set", "ib0", "mtu", "1500") // below the maximum: accepted

@@ -37,6 +37,16 @@ func (d *Daemon) follow(ctx context.Context, n *netif, w linkWatcher, ipo *ipoib
 			go d.deletedUnder(n)
 			return
 		}
+		if first {
+			// ethtool IFACE reports the IB port's rate, as ipoib's ipoib_get_link_ksettings.
+			if s, ok := w.(interface{ SetLinkSpeed(mbps int) error }); ok && ipo.Port() != nil {
+				if mbps := ipo.Port().Query().LinkMbps(); mbps > 0 {
+					if err := s.SetLinkSpeed(mbps); err != nil {
+						d.log.Debug("ethtool link speed", "iface", n.cfg.Name, "err", err)
+					}
+				}
+			}
+		}
 		if first || st.Up != last.Up {
 			ipo.SetAdminUp(st.Up)
 			switch {
