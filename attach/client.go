@@ -39,19 +39,20 @@ type Session struct {
 	rxMu sync.Mutex
 	// idlePolls (rxMu) counts the empty CQ polls in a row.
 	idlePolls int
+	// quickYields counts pollRx's yields in a row that came straight back.
+	quickYields atomic.Int32
 	// lastPoll is when the program last polled a CQ of this session (nanotime).
 	lastPoll atomic.Int64
 	// grace is how long after the program's last poll the receive goroutine leaves the
 	// rings to it (ns): pollGrace while the program keeps polling, less, down to none,
 	// when it stops polling without waiting on an event (adaptGrace).
 	grace atomic.Int64
-	// waiting counts the session's armed CQs (hca.Waiter); kickRx wakes the receive
-	// goroutine from its nap when one is armed.
+	// waiting counts the session's armed CQs (hca.Waiter); rxKick wakes the receive
+	// goroutine from its grace wait when one is armed (kickRx).
 	waiting atomic.Int32
 	// spinAt is when a thread waiting for a completion event last polled (SpinPoll).
-	spinAt  atomic.Int64
-	nap     *napper     // the receive goroutine's naps while the program polls (nap.go)
-	napping atomic.Bool // the receive goroutine naps: kick it
+	spinAt atomic.Int64
+	rxKick chan struct{}
 
 	nextReq atomic.Uint64
 	wmu     sync.Mutex
@@ -105,7 +106,7 @@ func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
 		return nil, fmt.Errorf("attach: %s: %w", path, err)
 	}
 	s := &Session{c: conn{nc.(*net.UnixConn)}, log: o.Logger, clk: o.Clock,
-		pending: make(map[uint64]chan *msg), done: make(chan struct{}), nap: newNapper(), cms: make(map[*hca.Port]*ibcm.CM)}
+		pending: make(map[uint64]chan *msg), done: make(chan struct{}), rxKick: make(chan struct{}, 1), cms: make(map[*hca.Port]*ibcm.CM)}
 	s.grace.Store(int64(pollGrace))
 	if s.log == nil {
 		s.log = slog.Default()
@@ -257,7 +258,6 @@ func (s *Session) Close() error {
 	s.tx.Close()
 	s.txMu.Unlock()
 	s.rx.Close()
-	s.nap.close()
 	s.closeDirect()
 	return nil
 }
@@ -336,6 +336,7 @@ func (s *Session) event(m *msg) {
 // nobody polls for them (completion handlers, events, programs that sleep on a channel).
 func (s *Session) rxLoop() {
 	defer s.wg.Done()
+	var grace *time.Timer
 	var rings []*shmring.Ring
 	var shortUntil int64 // spin rxShortSpin until then (nanotime)
 	var lostRun int      // waits in a row whose spin lost the processor
@@ -346,16 +347,19 @@ func (s *Session) rxLoop() {
 			// ring keeps its doorbell quiet: the daemon rings it only for a sleeper, and
 			// each ring would wake this goroutine's thread for nothing.
 			g := time.Duration(s.grace.Load())
-			start := nanotime()
-			s.napping.Store(true)
-			kicked := s.polling() && s.nap.nap(g) // polling again: a kick may have come first
-			s.napping.Store(false)
-			if s.ctx.Err() != nil {
-				return
+			if grace == nil {
+				grace = time.NewTimer(g)
+			} else {
+				grace.Reset(g)
 			}
-			if !kicked {
+			start := nanotime()
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-grace.C:
 				rings = s.rxRings(rings)
 				s.adaptGrace(start, g, rings)
+			case <-s.rxKick:
 			}
 			continue
 		}
@@ -402,14 +406,35 @@ func (s *Session) pollRx() bool {
 	if idle == regainPolls && s.grace.Load() < int64(minGrace) {
 		s.grace.Store(int64(minGrace)) // polling in a loop again: adaptGrace takes it from here
 	}
-	if idle&pollOSYield == 0 && idle != 0 {
+	if idle&pollOSYield == 0 && idle != 0 && (s.quickYields.Load() < quickYieldRun || idle&pollOSYieldQuiet == 0) {
 		// A program that polls an empty CQ in a loop (perftest, the pingpongs) holds its
 		// processor; on a machine with fewer processors than busy processes the daemon,
-		// which brings what it waits for, may be queued behind it.
+		// which brings what it waits for, may be queued behind it. Where the yields
+		// come straight back (nothing else wanted the processor) they are only a system
+		// call's cost: after quickYieldRun of those in a row, yield 8 times less often
+		// until one does not come straight back.
+		t := nanotime()
 		shmring.OSYield()
+		if nanotime()-t < int64(quickYield) {
+			if s.quickYields.Load() < quickYieldRun {
+				s.quickYields.Add(1)
+			}
+		} else {
+			s.quickYields.Store(0)
+		}
 	}
 	return got
 }
+
+// A yield that returns within quickYield gave the processor to nobody; after
+// quickYieldRun of them in a row pollRx yields every pollOSYieldQuiet+1 empty polls
+// instead of every pollOSYield+1 (a system call costs 1.3-1.9 us on the virtual machines
+// of development: two yields were a third of a 4 KiB ping-pong's round trip).
+const (
+	quickYield       = 5 * time.Microsecond
+	quickYieldRun    = 8
+	pollOSYieldQuiet = 63
+)
 
 // pollOSYield is how many empty polls in a row (a mask) pass between two yields of the
 // processor to other processes. Measured with perftest and attach's benchmarks
@@ -566,11 +591,12 @@ func (r remoteDev) SpinEnd() {
 	s.kickRx()
 }
 
-// kickRx ends the receive goroutine's nap, if it naps: it looks at whether the program
-// still polls at once.
+// kickRx ends the receive goroutine's grace wait: it looks at whether the program still
+// polls at once.
 func (s *Session) kickRx() {
-	if s.napping.Load() {
-		s.nap.kick()
+	select {
+	case s.rxKick <- struct{}{}:
+	default:
 	}
 }
 
