@@ -319,21 +319,6 @@ func checkEventfd(fd int) error {
 	return nil
 }
 
-// rewindAt is the offset of the data area past which a producer that finds the ring empty
-// starts again at offset 0 (Write), and how much of it each side touches when it maps
-// the ring (prefault): 64 KiB, a record of MaxRecord or a batch of small packets.
-const rewindAt = 64 << 10
-
-// prefault touches the first rewindAt bytes of the data area, one word per page, with
-// an atomic add of zero (it changes nothing the other side may be writing), so that the
-// pages a ping-pong uses are mapped for writing in this process before the first record.
-func (r *Ring) prefault() {
-	n := min(uint64(rewindAt), r.size)
-	for off := uint64(0); off < n; off += 4096 {
-		(*atomic.Uint64)(unsafe.Pointer(&r.data[off])).Add(0)
-	}
-}
-
 func newRing(mem []byte, memfd int, bell [2]int, head, tail uint64) *Ring {
 	r := &Ring{
 		mem:   mem,
@@ -354,7 +339,6 @@ func newRing(mem []byte, memfd int, bell [2]int, head, tail uint64) *Ring {
 	r.prodWant = (*atomic.Uint64)(unsafe.Pointer(&mem[offProdWant]))
 	r.consSleep = (*atomic.Uint32)(unsafe.Pointer(&mem[offConsSleep]))
 	r.shClosed = (*atomic.Uint32)(unsafe.Pointer(&mem[offClosed]))
-	r.prefault()
 	r.ppfd[0] = unix.PollFd{Fd: int32(bell[bellSpace]), Events: unix.POLLIN}
 	r.cpfd[0] = unix.PollFd{Fd: int32(bell[bellData]), Events: unix.POLLIN}
 	if r.mode == waitNetpoll {
@@ -512,16 +496,6 @@ func (r *Ring) Write(ctx context.Context, pkts [][]byte, tag, flags uint16, wait
 		return 0, ErrClosed
 	}
 	head := r.phead
-	if off := head & r.mask; off >= rewindAt && r.tail.Load() == head {
-		// The consumer has taken everything: go back to the start of the data area (a
-		// wrap marker here), so that traffic that never fills the ring keeps to its
-		// first rewindAt bytes — memory both processes touched already (prefault)
-		// rather than fresh pages, each costing a page fault in both processes on its
-		// first use: a 4 KiB ping-pong ran at 150 µs/iter until it had been round a
-		// 4 MiB ring once, then 6 µs.
-		binary.LittleEndian.PutUint64(r.data[off:], wrapMarker)
-		head += r.size - off
-	}
 	hdr := uint64(tag)<<32 | uint64(flags)<<48
 	n := 0
 	for n < len(pkts) {
