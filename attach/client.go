@@ -591,6 +591,13 @@ func (r remoteDev) SpinEnd() {
 	s.kickRx()
 }
 
+// Settle is hca.Spinner: it returns once no goroutine is taking packets in (rxMu), so
+// that everything the batch that raised an event sends — its ACKs — is on its way.
+func (r remoteDev) Settle() {
+	r.s.rxMu.Lock()
+	r.s.rxMu.Unlock()
+}
+
 // kickRx ends the receive goroutine's grace wait: it looks at whether the program still
 // polls at once.
 func (s *Session) kickRx() {

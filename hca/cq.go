@@ -61,12 +61,25 @@ func (ch *CompChannel) SpinEnd() {
 	}
 }
 
+// Settle waits until the device has finished the batch of packets it is taking in, if any:
+// an event is raised while its batch is still being handled (SetNotify), before the
+// responder's ACKs for it have gone out, and a program that takes the event, finds its
+// last completion and exits at once would take those ACKs with it — the peer's send
+// then never completes (IBV_WC_RETRY_EXC_ERR). A program's thread calls it before it
+// hands an event over.
+func (ch *CompChannel) Settle() {
+	if sp, ok := ch.ctx.dev.cfg.Remote.(Spinner); ok {
+		sp.Settle()
+	}
+}
+
 // Spinner is a Remote whose packets a thread waiting for a completion event takes in
 // itself while it spins (CompChannel.Spin): SpinPoll is Poll for such a thread, SpinEnd
 // hands the packets back to whoever takes them in for a program that sleeps.
 type Spinner interface {
 	SpinPoll() bool
 	SpinEnd()
+	Settle()
 }
 
 // CQ is a completion queue (ibv_cq).

@@ -582,6 +582,7 @@ func pibgo_spin_cq_event(h C.uint64_t) unsafe.Pointer {
 			c.spinners--
 			c.mu.Unlock()
 			if p := reportEvent(cq); p != nil {
+				c.ch.Settle()
 				return p // the program goes on: its next wait spins again
 			}
 			c.mu.Lock()
@@ -620,6 +621,7 @@ func pibgo_get_cq_event(h C.uint64_t) unsafe.Pointer {
 	cq := c.queue[0]
 	c.queue = c.queue[1:]
 	c.mu.Unlock()
+	c.ch.Settle()
 	return reportEvent(cq)
 }
 
