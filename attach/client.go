@@ -97,8 +97,7 @@ func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
 		o = &Options{}
 	}
 	path = SocketPath(path)
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unixpacket", path)
+	nc, err := dialSocket(ctx, path)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("attach: no pibgw daemon at %s (start one with `pibgw up`, or set PIBGW_ATTACH): %w", path, err)
@@ -125,6 +124,34 @@ func Dial(ctx context.Context, path string, o *Options) (*Session, error) {
 	go s.rxLoop()
 	go s.reportDrops()
 	return s, nil
+}
+
+// busyDialFor bounds how long dialSocket retries a full accept queue when ctx has no
+// deadline of its own.
+const busyDialFor = 10 * time.Second
+
+// dialSocket connects to the attach socket. A connect refused with EAGAIN means the
+// socket's accept queue is full — the daemon is working through a burst of connections,
+// perhaps another user's flood — which passes: it is retried, 1 ms apart doubling to
+// 50 ms, until ctx ends or busyDialFor has passed (opening /dev/infiniband/uverbs0 has
+// no such failure, so neither may attaching).
+func dialSocket(ctx context.Context, path string) (net.Conn, error) {
+	var d net.Dialer
+	end := time.Now().Add(busyDialFor)
+	if dl, ok := ctx.Deadline(); ok {
+		end = dl
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		nc, err := d.DialContext(ctx, "unixpacket", path)
+		if err == nil || !errors.Is(err, syscall.EAGAIN) || time.Now().Add(wait).After(end) {
+			return nc, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
 }
 
 func (s *Session) hello(ctx context.Context) error {
