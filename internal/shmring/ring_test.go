@@ -1003,3 +1003,91 @@ func TestPeek(t *testing.T) {
 		t.Fatalf("only %d bytes went through, the ring did not wrap much", p.phead)
 	}
 }
+
+// TestRewindWhenEmpty: a producer that finds the ring empty past rewindAt goes back to
+// offset 0, so that a ping-pong keeps to the first rewindAt bytes (pages both processes
+// touched already) instead of going round the whole ring through fresh pages; the
+// records arrive intact.
+func TestRewindWhenEmpty(t *testing.T) {
+	p, c := pair(t, 1<<20)
+	ctx := context.Background()
+	buf := make([]byte, 2000)
+	maxOff := uint64(0)
+	next, want := 0, 0
+	check := func(tag, flags uint16, got [][]byte) {
+		for _, g := range got {
+			if !bytes.Equal(g, payload(buf, want)) {
+				t.Fatalf("record %d differs", want)
+			}
+			want++
+		}
+	}
+	for round := 0; round < 2000; round++ {
+		pkt := payload(make([]byte, 2000), next)
+		next++
+		if n, err := p.Write(ctx, [][]byte{pkt}, 1, 0, true); err != nil || n != 1 {
+			t.Fatalf("round %d: Write: %d, %v", round, n, err)
+		}
+		maxOff = max(maxOff, (p.phead-1)&p.mask)
+		if err := c.Read(ctx, 100, check); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want != next {
+		t.Fatalf("read %d records, wrote %d", want, next)
+	}
+	if limit := uint64(rewindAt + recLen(2000)); maxOff >= limit {
+		t.Fatalf("a ping-pong used the ring up to offset %d; want below %d", maxOff, limit)
+	}
+}
+
+// TestRewindFreesSkippedSpace: the bytes a rewind skips are free at once. A producer that
+// went back to the start of an empty ring while the consumer was away (busy elsewhere)
+// can still write a whole ring's worth without waiting; the skipped bytes used to count
+// until the consumer had passed the wrap marker, leaving only the offset's worth, and a
+// non-waiting writer (the daemon) dropped the rest of a burst as if the ring were full.
+func TestRewindFreesSkippedSpace(t *testing.T) {
+	const size = 1 << 20
+	p, c := pair(t, size)
+	ctx := context.Background()
+	pkt := make([]byte, 4000)
+	// Past rewindAt, then everything taken.
+	for p.phead&p.mask < rewindAt {
+		if n, err := p.Write(ctx, [][]byte{pkt}, 1, 0, false); err != nil || n != 1 {
+			t.Fatalf("Write: %d, %v", n, err)
+		}
+	}
+	took := 0
+	for took < int(p.phead/uint64(recLen(len(pkt)))) {
+		if err := c.Read(ctx, 100, func(_, _ uint16, got [][]byte) { took += len(got) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A burst of nearly a ring, not waiting: the consumer has not run since.
+	n := int((size - rewindAt) / recLen(len(pkt)))
+	burst := make([][]byte, n)
+	for i := range burst {
+		burst[i] = payload(make([]byte, 4000), i)
+		burst[i] = append(burst[i], make([]byte, 4000-len(burst[i]))...)
+	}
+	if got, err := p.Write(ctx, burst, 2, 0, false); err != nil || got != n {
+		t.Fatalf("a burst of %d records after a rewind: %d written, %v (the skipped bytes counted as used)", n, got, err)
+	}
+	i := 0
+	for i < n {
+		err := c.Read(ctx, 100, func(tag, _ uint16, got [][]byte) {
+			for _, g := range got {
+				if tag != 2 || !bytes.Equal(g, burst[i]) {
+					t.Fatalf("record %d of the burst differs (tag %d)", i, tag)
+				}
+				i++
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tail, head := c.Indexes(); tail != head {
+		t.Fatalf("consumer's tail %d, head %d: want everything taken", tail, head)
+	}
+}
