@@ -755,7 +755,9 @@ func (r *Ring) deliver(head uint64, max int, fn func(tag, flags uint16, pkts [][
 // it is a rewind whose records are not published yet, which the consumer takes once
 // they are (the producer moves the tail before it publishes).
 func (r *Ring) adoptTail(head uint64) {
-	if t := r.tail.Load(); t != r.ctail && int64(t-r.ctail) > 0 && int64(head-t) >= 0 {
+	// A producer's tail is record-aligned like its head; one that is not is ignored (a
+	// hostile producer's, which the bounds of deliver and record then judge as before).
+	if t := r.tail.Load(); t != r.ctail && t%recHdr == 0 && int64(t-r.ctail) > 0 && int64(head-t) >= 0 {
 		r.ctail = t
 	}
 }
