@@ -147,6 +147,31 @@ static void access_checks(struct side *a, struct side *b)
 	T("mr_remote_bad_rkey", st == IBV_WC_REM_ACCESS_ERR, "status %d", st);
 	pair_close(aq, bq);
 
+	// Two bad WRITEs in a row (issue 43 item 12): the first completes with the
+	// responder's NAK, REM_ACCESS_ERR; the QP is then in error and the second is
+	// flushed (IBA 10.8.3.3, 11.6.2), whichever way the two were posted.
+	for (int list = 0; list < 2; list++) {
+		rc_pair(a, b, &aq, &bq);
+		struct ibv_sge s = {.addr = (uintptr_t)a->buf, .length = 10, .lkey = a->mr->lkey};
+		struct ibv_send_wr w2 = {.wr_id = 2, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED,
+					 .wr.rdma = {.remote_addr = va + SIDE_BUF - 4, .rkey = b->mr->rkey}};
+		struct ibv_send_wr w1 = {.wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
+					 .send_flags = IBV_SEND_SIGNALED, .next = list ? &w2 : NULL,
+					 .wr.rdma = {.remote_addr = va, .rkey = b->mr->rkey ^ 0x80}};
+		struct ibv_send_wr *bad;
+		int posted = ibv_post_send(aq, &w1, &bad) == 0 && (list || ibv_post_send(aq, &w2, &bad) == 0);
+		struct ibv_wc c1 = {0}, c2 = {0};
+		int got = posted && poll_one(a->cq, &c1) == 0 && poll_one(a->cq, &c2) == 0;
+		T(list ? "mr_remote_errors_in_order_list" : "mr_remote_errors_in_order",
+		  got && c1.wr_id == 1 && c1.status == IBV_WC_REM_ACCESS_ERR && c2.wr_id == 2 && c2.status == IBV_WC_WR_FLUSH_ERR,
+		  "posted %d, polled %d: wr %llu status %d, wr %llu status %d", posted, got, (unsigned long long)c1.wr_id,
+		  c1.status, (unsigned long long)c2.wr_id, c2.status);
+		pair_close(aq, bq);
+		drain(a->cq);
+		drain(b->cq);
+	}
+
 	// A region without REMOTE_READ refuses a READ.
 	struct ibv_mr *wo = ibv_reg_mr(b->pd, b->buf, SIDE_BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	MUST(wo, "reg_mr: %m");
