@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rspreload is Debian's librspreload.so (librdmacm1), which runs a sockets program's TCP
@@ -21,6 +22,10 @@ const rspreload = "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
 func TestRstream(t *testing.T) {
 	fb := startFabric(t)
 	requireRDMACM(t, buildLibs(t), "rstream")
+	// Its default run is 40 tests, half of them latency loops of two polling processes:
+	// the four runs took 53 s in all on a busy machine, and the first alone more than the
+	// default 90 s beside two CPU-bound processes (each round trip waits for a processor).
+	fb.timeout = 6 * time.Minute
 	gbps := regexp.MustCompile(`(?m)^\S+\s+\S+\s+\S+\s+\S+\s+\S+\s+[0-9.]+s\s+([0-9.]+)\s+[0-9.]+$`)
 	for _, args := range [][]string{
 		{"-S", "all"},

@@ -31,11 +31,27 @@ func TestFloodHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// The TUN device's queue holds 500 packets; one the daemon has not read when it is
+	// full is dropped by the kernel — the real peer's ping among them. So the sender
+	// keeps at most 250 of its own in the queue: the device counts a packet sent once the
+	// daemon has read it (tx_packets), which a pause of 2 ms per 250 did not ensure
+	// beside two CPU-bound processes (one ping in 50 lost).
+	txPackets := func() int {
+		b, err := os.ReadFile("/sys/class/net/ib0/statistics/tx_packets") // the namespace's sysfs (ip netns exec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return v
+	}
+	base := txPackets()
 	for k := 0; k < n; k++ {
 		dst := &net.UDPAddr{IP: net.IPv4(10, 10, byte(1+k/250), byte(1+k%250)), Port: 9}
 		c.WriteTo([]byte("anyone?"), dst) // a full device queue (ENOBUFS) is the kernel's drop
 		if k%250 == 249 {
-			time.Sleep(2 * time.Millisecond) // the TUN queue holds 500
+			for deadline := time.Now().Add(10 * time.Second); txPackets()-base < k+1-250 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
 		}
 	}
 }
