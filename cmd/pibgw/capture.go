@@ -24,7 +24,7 @@ func captureCommand(e *env) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "write", Aliases: []string{"w"}, Usage: "write the capture to `FILE` (- for stdout); required"},
 			&cli.Uint64Flag{Name: "count", Aliases: []string{"c"}, Usage: "stop after `N` packets", DefaultText: "until Ctrl-C"},
-			&cli.IntFlag{Name: "snaplen", Aliases: []string{"s"}, Usage: "keep at most `BYTES` of each packet (default all)"},
+			&cli.IntFlag{Name: "snaplen", Aliases: []string{"s"}, Usage: "keep at most `BYTES` of each packet", DefaultText: "all"},
 			jsonFlag(), controlFlag(),
 		},
 		Action: func(c *cli.Context) error {

@@ -22,8 +22,8 @@ func devinfoCommand(e *env) *cli.Command {
 			"process, so the ports show PORT_ACTIVE with the LIDs the SM assigned.",
 		UseShortOptionHandling: true, // -vd pib_0, as getopt allows
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "ib-dev", Aliases: []string{"d"}, Usage: "print only device `NAME` (default all devices)"},
-			&cli.IntFlag{Name: "ib-port", Aliases: []string{"i"}, Usage: "print only port `N` of the device(s) (default all ports)"},
+			&cli.StringFlag{Name: "ib-dev", Aliases: []string{"d"}, Usage: "print only device `NAME`", DefaultText: "all devices"},
+			&cli.IntFlag{Name: "ib-port", Aliases: []string{"i"}, Usage: "print only port `N` of the device(s)", DefaultText: "all ports"},
 			&cli.BoolFlag{Name: "list", Aliases: []string{"l"}, Usage: "print only the device names"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "print all the attributes of the device(s)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON (always every attribute, as -v)"},
