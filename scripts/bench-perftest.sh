@@ -10,7 +10,7 @@
 # a temporary directory), so no root, network namespace or `pibgw up` is needed; the data
 # path is the same as `pibgw up`'s. Needs perftest and what scripts/build-libs.sh needs.
 #
-# To compare versions, as the README's figures were taken, build the libraries and the attach
+# To compare versions (old and new builds alternating, as issue 42 asks for the streaming guard), build the libraries and the attach
 # test binary of each (`bash scripts/build-libs.sh DIR`, `go test -c -o BIN ./attach`) and
 # name them in BENCH_PAIRS="NAME:BIN:LIBDIR NAME2:BIN2:LIBDIR2": every round runs each in turn.
 set -euo pipefail
