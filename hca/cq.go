@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pibgw/pibgw/clock"
@@ -160,6 +161,7 @@ func (cq *CQ) Poll(wcs []WC) int {
 			return 0
 		}
 	}
+	cq.ctx.dev.settleKicks()
 	cq.mu.Lock()
 	n := 0
 	for n < len(wcs) && cq.n > 0 {
@@ -175,6 +177,28 @@ func (cq *CQ) Poll(wcs []WC) int {
 	cq.mu.Unlock()
 	return n
 }
+
+// settleKicks waits, a little at most, until no batch being taken in on another thread
+// has responses still to send (Packet.DeferKick): the completions a poll returns may be
+// of that batch. A completion handler polls after its batch's kicks, so it does not
+// wait for its own; the bound (settleKicksFor) keeps a poll from waiting long on a sender
+// that waits itself. It yields the processor meanwhile, which the sender may need.
+func (d *Device) settleKicks() {
+	if d.unsentKicks.Load() <= 0 {
+		return
+	}
+	start := time.Now()
+	for d.unsentKicks.Load() > 0 && time.Since(start) < settleKicksFor {
+		osYield()
+	}
+}
+
+// settleKicksFor bounds settleKicks. Kicking a batch's connections takes microseconds;
+// beside CPU-bound processes the thread doing it may wait a scheduler's slice or two.
+var settleKicksFor = 5 * time.Millisecond // a variable for the tests
+
+// osYield gives the processor up to any other thread that wants it (sched_yield(2)).
+func osYield() { syscall.Syscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // clean removes the completions of QP qpn still queued and keeps the others in their
 // order: a QP moved to RESET takes its completions with it, as libmlx5's mlx5_modify_qp

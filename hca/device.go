@@ -154,6 +154,11 @@ type Device struct {
 	contexts map[*Context]struct{}
 	watchers []*portWatcher
 
+	// unsentKicks counts the connections whose batch's responses (rc's ACKs) are still
+	// to be sent (Packet.DeferKick): a completion is not handed to a poller meanwhile
+	// (CQ.Poll, settleKicks).
+	unsentKicks atomic.Int32
+
 	ids    atomic.Uint32 // object ids for inspection
 	refID  uint32        // the device's number in payload references (payload_ref.go)
 	reg    registry      // every object, for inspection (registry.go)

@@ -35,12 +35,12 @@ type batchSet[T comparable] struct {
 	n int
 }
 
-// add adds x unless it is in s already; when s is full it first calls flush, which
-// must empty it.
-func (s *batchSet[T]) add(x T, flush func()) {
+// add adds x unless it is in s already, and reports whether it did; when s is full it
+// first calls flush, which must empty it.
+func (s *batchSet[T]) add(x T, flush func()) bool {
 	for _, y := range s.v[:s.n] {
 		if y == x {
-			return
+			return false
 		}
 	}
 	if s.n == len(s.v) {
@@ -48,17 +48,21 @@ func (s *batchSet[T]) add(x T, flush func()) {
 	}
 	s.v[s.n] = x
 	s.n++
+	return true
 }
 
-// drain empties s, calling f on each value in the order added.
-func (s *batchSet[T]) drain(f func(T)) {
+// drain empties s, calling f on each value in the order added, and returns how many
+// there were.
+func (s *batchSet[T]) drain(f func(T)) int {
 	var zero T
-	for i := range s.v[:s.n] {
+	n := s.n
+	for i := range s.v[:n] {
 		x := s.v[i]
 		s.v[i] = zero
 		f(x)
 	}
 	s.n = 0
+	return n
 }
 
 // A Kicker is a transport's connection that has responses queued — rc's ACKs — and
@@ -71,9 +75,24 @@ type Kicker interface{ Kick() }
 // ACK — ACKs are cumulative, and the responder's queue lets a newer ACK replace one not
 // yet sent (IBA 9.7.5.1) — as hfi1 and qib keep a QP's ACK until the end of the receive
 // interrupt (rc_defer_ack). Every batch ends in runHandlers, which kicks first.
-func (pk *Packet) DeferKick(k Kicker) { pk.kicks.add(k, pk.runKicks) }
+//
+// Until the kick, the device counts the connection as having responses to send, and its
+// CQs hand no completion to a poller (CQ.Poll): a transport calls DeferKick before it
+// completes anything of the packet, so that a program never sees a receive completed
+// whose ACK is still in this process — one that polls it, then exits at once took the
+// ACK with it, and the peer's send ended in IBV_WC_RETRY_EXC_ERR (an HCA has sent the
+// ACK or holds it itself by the time the CQE is written).
+func (pk *Packet) DeferKick(k Kicker) {
+	if pk.kicks.add(k, pk.runKicks) && pk.Port != nil {
+		pk.Port.dev.unsentKicks.Add(1)
+	}
+}
 
-func (pk *Packet) runKicks() { pk.kicks.drain(Kicker.Kick) }
+func (pk *Packet) runKicks() {
+	if n := pk.kicks.drain(Kicker.Kick); n > 0 && pk.Port != nil {
+		pk.Port.dev.unsentKicks.Add(int32(-n))
+	}
+}
 
 // noteCQ records a CQ whose handler should run after the batch.
 func (pk *Packet) noteCQ(cq *CQ) {

@@ -235,6 +235,10 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 	} else if !pk.BTH.MigReq() && qp.PathMigState() == hca.MigRearm {
 		qp.Rearmed() // the peer has its alternate path loaded too
 	}
+	// Once per received batch: one ACK for its messages. Before the packet is handled,
+	// so that the device counts the ACK as unsent before the packet completes anything
+	// (hca.Packet.DeferKick: no poll returns that completion until the ACK is sent).
+	pk.DeferKick(c)
 	switch rcOp(op) {
 	case wire.RCAcknowledge, wire.RCAtomicAcknowledge, wire.RCRDMAReadResponseFirst,
 		wire.RCRDMAReadResponseMiddle, wire.RCRDMAReadResponseLast, wire.RCRDMAReadResponseOnly:
@@ -254,7 +258,6 @@ func (t *Transport) Receive(qp *hca.QP, pk *hca.Packet) {
 		c.resp.request(c, pk)
 		c.rmu.Unlock()
 	}
-	pk.DeferKick(c) // once per received batch: one ACK for its messages
 }
 
 // Kick sends what the packets of a received batch queued (hca.Kicker), a fatal NAK
