@@ -192,26 +192,44 @@ func TestE2EIbverbs(t *testing.T) {
 	// 2026-11-27/28; 8 of 60 runs by hand): the receive goroutine's grace settled at its
 	// longest while the program alternated CQ polls and spins on memory, until a write
 	// waiting at the grace's end ended it (attach's takeSilent; 1 of 60 runs by hand).
+	// Beside CPU-bound processes every spinning program waits for a processor (ib_write_lat
+	// UC typical 298–560 µs beside two, by a correct library): the bound is then 30 times
+	// ib_send_lat's typical latency, measured just before in the same conditions (on a
+	// quiet machine 2 µs, so 300 µs stays the bound there).
 	const tries = 3
+	typical := func(out string) (float64, bool) {
+		m := latReportRE.FindStringSubmatch(out)
+		if m == nil {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		return v, err == nil
+	}
 	for i, qp := range []string{"RC", "UC"} {
 		for try := 0; try < tries; try++ {
 			port := strconv.Itoa(18635 + 10*i + try)
+			bound := 300.0
+			out = pair([]string{"ib_send_lat", "-d", "pib_1", "-p", port, "-n", "2000"},
+				[]string{"ib_send_lat", "-d", "pib_0", "-p", port, "-n", "2000", "127.0.0.1"})
+			if send, ok := typical(out); ok {
+				bound = max(bound, 30*send)
+			}
 			out = pair([]string{"ib_write_lat", "-c", qp, "-d", "pib_1", "-p", port, "-n", "2000"},
 				[]string{"ib_write_lat", "-c", qp, "-d", "pib_0", "-p", port, "-n", "2000", "127.0.0.1"})
-			m := latReportRE.FindStringSubmatch(out)
-			if m == nil {
+			typ, ok := typical(out)
+			if !ok {
 				t.Errorf("ib_write_lat -c %s client: no result for 2000 iterations:\n%s", qp, out)
 				break
 			}
-			if typ, _ := strconv.ParseFloat(m[1], 64); typ <= 300 {
-				t.Logf("ib_write_lat -c %s: typical %s µs", qp, m[1])
+			if typ <= bound {
+				t.Logf("ib_write_lat -c %s: typical %.2f µs (bound %.0f)", qp, typ, bound)
 				break
 			}
 			if try < tries-1 {
-				t.Logf("ib_write_lat -c %s: typical %s µs, over 300: once more", qp, m[1])
+				t.Logf("ib_write_lat -c %s: typical %.2f µs, over %.0f: once more", qp, typ, bound)
 				continue
 			}
-			t.Errorf("ib_write_lat -c %s: typical latency %s µs %d times in a row, want < 300 (the write waited):\n%s", qp, m[1], tries, out)
+			t.Errorf("ib_write_lat -c %s: typical latency %.2f µs %d times in a row, want < %.0f (the write waited):\n%s", qp, typ, tries, bound, out)
 		}
 	}
 	// librdmacm's programs (issue 14's commands), server as root, client as nobody.
@@ -220,12 +238,14 @@ func TestE2EIbverbs(t *testing.T) {
 	} else if _, err := exec.LookPath("rping"); err != nil {
 		t.Logf("rdmacm-utils not installed: rdma_cm programs not run")
 	} else {
-		out := pair([]string{"rping", "-s", "-a", "10.10.0.2", "-v", "-C", "10000"},
-			[]string{"rping", "-c", "-a", "10.10.0.2", "-v", "-C", "10000"})
+		// 3,000 pings: beside two CPU-bound processes they go at about 90 a second, and
+		// 10,000 outlasted the pair's 90 s.
+		out := pair([]string{"rping", "-s", "-a", "10.10.0.2", "-v", "-C", "3000"},
+			[]string{"rping", "-c", "-a", "10.10.0.2", "-v", "-C", "3000"})
 		// The client's event thread writes to stderr between its buffered stdout.
 		out = strings.ReplaceAll(out, "client DISCONNECT EVENT...\n", "")
-		if n := strings.Count(out, "ping data: rdma-ping-"); n != 10000 {
-			t.Errorf("rping client: %d pings, want 10000:\n%s", n, out[max(0, len(out)-500):])
+		if n := strings.Count(out, "ping data: rdma-ping-"); n != 3000 {
+			t.Errorf("rping client: %d pings, want 3000:\n%s", n, out[max(0, len(out)-500):])
 		}
 		for _, pr := range [][2][]string{
 			{{"ucmatose", "-c", "16", "-C", "100"}, {"ucmatose", "-s", "10.10.0.2", "-c", "16", "-C", "100"}},
