@@ -113,8 +113,10 @@ func TestE2EAttach(t *testing.T) {
 		// rping waits for every completion on its channel. The receive goroutine of each
 		// process must take packets in as they come while it waits, not a poll grace
 		// later: that made it 45 s for these 10,000 (≈ 220/s); it takes about 0.6 s.
-		if rate, _ := strconv.Atoi(m[2]); rate < 500 {
-			t.Errorf("rping between attached processes: %s, want at least 500 iterations/s", m[0])
+		if busy, why := e2etest.Oversubscribed(); busy {
+			t.Logf("rping's rate not judged: the machine is oversubscribed (%s)", why)
+		} else if rate, _ := strconv.Atoi(m[2]); rate < 500 {
+			t.Errorf("rping between attached processes: %s, want at least 500 iterations/s (%s)", m[0], why)
 		}
 		e2etest.WaitPS(t, d, nil, "the rping sessions gone", func(ss []attach.SessionInfo) bool { return len(ss) == 0 })
 	})

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -465,4 +466,22 @@ func (c *Capture) Wait(timeout time.Duration) (err error, ended bool) {
 	case <-time.After(timeout):
 		return nil, false
 	}
+}
+
+// Oversubscribed reports whether the machine has more runnable work than processors (its
+// 1-minute load average above the CPU count), and says what it read. A rate or latency a
+// test asserts beside its baseline on a quiet machine says nothing about the code there:
+// every round trip of two spinning processes waits for a processor (rping between
+// attached processes ran at 422/s beside two CPU-bound processes, 16,000/s quietly).
+func Oversubscribed() (bool, string) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return false, err.Error()
+	}
+	var load float64
+	if _, err := fmt.Sscanf(string(b), "%f", &load); err != nil {
+		return false, err.Error()
+	}
+	n := runtime.NumCPU()
+	return load > float64(n), fmt.Sprintf("load average %.2f on %d CPUs", load, n)
 }
